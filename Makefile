@@ -1,0 +1,44 @@
+# quotad — the developer's entry points. `make help` lists them.
+
+GO        ?= go
+SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+TOOLS     := $(CURDIR)/.tools
+BUF       := $(TOOLS)/node_modules/.bin/buf
+FUZZTIME  ?= 10s
+BENCHTIME ?= 1s
+
+.PHONY: help run test redis-server lint proto proto-check bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+run: ## run quotad on :8080 with the embedded memory store
+	$(GO) run ./cmd/quotad
+
+test: redis-server lint ## the whole test suite (installs redis-server when missing)
+	$(GO) test -race -count=1 -timeout 12m ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
+
+redis-server: ## install redis-server (and redis-cli) when missing
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || \
+		{ echo "installing redis-server"; $(SUDO) apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+	@redis-server --version
+
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+proto: ## regenerate the protobuf code (buf from npm, local plugins only)
+	@[ -x $(BUF) ] || { mkdir -p $(TOOLS) && cd $(TOOLS) && npm install --silent --no-save @bufbuild/buf@1.75.0 >/dev/null; }
+	GOBIN=$(TOOLS)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	GOBIN=$(TOOLS)/bin $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.19.1
+	PATH=$(TOOLS)/bin:$$PATH $(BUF) lint
+	PATH=$(TOOLS)/bin:$$PATH $(BUF) generate --template proto/buf.gen.yaml
+
+proto-check: proto ## fail if regenerating the protobuf code changes anything
+	git diff --exit-code -- proto
+
+bench: redis-server ## Go benchmarks of the models and scripts
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./algorithms

@@ -1,0 +1,46 @@
+-- Fixed window: at most `limit` units in each window of `period` ms, windows
+-- aligned to multiples of the period since the epoch. The exact rules, shared
+-- with the Go model (algorithms/fixed_window.go), are docs/algorithms.md,
+-- "Fixed window".
+--
+-- KEYS[1]  base:fw  HASH {w = window start ms, n = units spent in window w}
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME)
+-- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms}
+
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local period = tonumber(ARGV[2])
+local cost = tonumber(ARGV[4])
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local c = math.max(cost, 1)
+
+-- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
+local function int(x) return string.format('%.0f', x) end
+
+local state = redis.call('HMGET', key, 'w', 'n')
+-- The stored window, aligned to this limit's period: a no-op unless the key's
+-- period changed. A clock that went backwards stays in the newest window
+-- written, so it can never reopen (and spend again) an earlier one.
+local stored_w = tonumber(state[1]) or 0
+stored_w = stored_w - stored_w % period
+local w = math.max(now - now % period, stored_w)
+local used = 0
+if w == stored_w then used = tonumber(state[2]) or 0 end
+
+local allowed = used + c <= limit
+if allowed and cost > 0 then
+  used = used + cost
+  redis.call('HSET', key, 'w', int(w), 'n', int(used))
+  redis.call('PEXPIRE', key, int(math.max(1, w + period - now)))
+end
+
+local reset_after, retry_after = 0, 0
+if used > 0 then reset_after = w + period - now end
+-- The next window is empty and c <= limit: its start is the earliest fit.
+if not allowed then retry_after = w + period - now end
+-- used exceeds limit only when the key's limit shrank since it was spent.
+return {allowed and 1 or 0, limit, math.max(0, limit - used), reset_after, retry_after}

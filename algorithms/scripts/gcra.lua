@@ -1,0 +1,81 @@
+-- GCRA (generic cell rate algorithm): each admitted unit pushes the
+-- theoretical arrival time (tat) one emission interval T = b/a ms later; a
+-- cost is admitted while tat stays within `capacity` intervals of now. The
+-- rules, and the Go model this must match decision for decision, are
+-- docs/algorithms.md "GCRA" and algorithms/gcra.go. Decisions equal
+-- go-redis/redis_rate's, in whole ms (rounded up) and without its -1
+-- sentinels, but for what a denial or cost 0 reports (see gcra.go).
+--
+-- KEYS[1]  base..":gc", a HASH: tat = whole ms of tat, r = its fraction in
+--          1/a ms (0 <= r < a). A missing key is tat = now.
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME)
+-- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms}
+--
+-- Times relative to now are kept in 1/a ms, so T = b exactly. Integers only:
+-- Limit.Validate bounds capacity*b and a by 2^52, so no value here exceeds
+-- capacity*b + a <= 2^53 and Lua numbers (doubles) hold every one exactly.
+
+local key = KEYS[1]
+local capacity = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+local a = tonumber(ARGV[5])
+local b = tonumber(ARGV[6])
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- ceil(x / y) for integers x and y > 0, exact while |x| < 2^53.
+local function ceildiv(x, y)
+  return math.floor((x + y - 1) / y)
+end
+
+-- tostring keeps only 14 significant digits; %.0f writes the whole integer.
+local function int(x)
+  return string.format("%.0f", x)
+end
+
+local c = math.max(cost, 1)
+-- full is the whole burst tolerance, capacity * T, in 1/a ms.
+local full = capacity * b
+
+-- x is how far tat lies beyond now, in 1/a ms; 0 once tat has passed.
+local x = 0
+local st = redis.call("HMGET", key, "tat", "r")
+if st[1] then
+  local ahead = tonumber(st[1]) - now
+  if ahead >= 0 then
+    -- A write never puts tat more than full beyond the now it was made at,
+    -- so it lies further only if the clock went backwards or the limit
+    -- shrank. Capping there reads the bucket as exhausted, and checking
+    -- before multiplying keeps ahead*a <= full.
+    if ahead > math.floor(full / a) then
+      x = full
+    else
+      x = math.min(full, ahead * a + math.min(tonumber(st[2]), a - 1))
+    end
+  end
+end
+
+-- allowed <=> x + c*b <= full, rearranged so no sum exceeds full.
+local room = (capacity - c) * b
+local allowed, retry_after = 0, 0
+if x <= room then
+  allowed = 1
+  if cost > 0 then
+    x = x + cost * b
+  end
+else
+  retry_after = ceildiv(x - room, a)
+end
+local reset_after = ceildiv(x, a)
+
+-- Denied and cost-0 checks write nothing.
+if allowed == 1 and cost > 0 then
+  -- now + whole <= now + 2^52, still far below 2^53.
+  local whole = math.floor(x / a)
+  redis.call("HSET", key, "tat", int(now + whole), "r", int(x - whole * a))
+  redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
+end
+return {allowed, capacity, math.floor((full - x) / b), reset_after, retry_after}

@@ -1,0 +1,81 @@
+-- Leaky bucket, meter form: each admitted unit raises the level by one, the
+-- level drains at a/b (a units every b ms), and a cost is admitted only if
+-- the level stays within `capacity`. The rules, and the Go model this must
+-- match decision for decision, are docs/algorithms.md "Leaky bucket" and
+-- algorithms/leaky_bucket.go.
+--
+-- KEYS[1]  base..":lb", a HASH: l = level rounded up, d = how much of the top
+--          unit has drained in 1/b units (0 <= d < b; the exact level is
+--          l - d/b), ts = time of the last drain in ms. A missing key is an
+--          empty bucket.
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME)
+-- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms}
+--
+-- Integers only: Limit.Validate bounds capacity*b and a by 2^52, so no value
+-- here exceeds capacity*b + a <= 2^53 and Lua numbers (doubles) hold every
+-- one exactly.
+
+local key = KEYS[1]
+local capacity = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+local a = tonumber(ARGV[5])
+local b = tonumber(ARGV[6])
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- ceil(x / y) for integers x and y > 0, exact while |x| < 2^53.
+local function ceildiv(x, y)
+  return math.floor((x + y - 1) / y)
+end
+
+-- tostring keeps only 14 significant digits; %.0f writes the whole integer.
+local function int(x)
+  return string.format("%.0f", x)
+end
+
+local c = math.max(cost, 1)
+
+local level, d, last = 0, 0, now
+local st = redis.call("HMGET", key, "l", "d", "ts")
+if st[1] then
+  -- Read a state written under another limit clamped to this one, so
+  -- remaining stays in [0, capacity] and products stay in bounds.
+  level = math.min(tonumber(st[1]), capacity)
+  d = math.min(tonumber(st[2]), b - 1)
+  last = tonumber(st[3])
+end
+
+-- Drain. Comparing e with the time to empty before multiplying keeps e*a
+-- below capacity*b + a however long the key sat idle. A clock that went
+-- backwards drains nothing.
+local e = math.max(0, now - last)
+if e >= ceildiv(level * b - d, a) then
+  level, d = 0, 0
+else
+  local acc = d + e * a
+  local whole = math.floor(acc / b)
+  level, d = level - whole, acc - whole * b
+end
+last = math.max(last, now)
+
+local allowed, retry_after = 0, 0
+if level + c <= capacity then
+  allowed = 1
+else
+  -- The time for the exact level to drop to capacity - c.
+  retry_after = ceildiv((level + c - capacity) * b - d, a)
+end
+if allowed == 1 and cost > 0 then
+  level = level + cost
+end
+local reset_after = ceildiv(level * b - d, a)
+
+-- Denied and cost-0 checks write nothing.
+if allowed == 1 and cost > 0 then
+  redis.call("HSET", key, "l", int(level), "d", int(d), "ts", int(last))
+  redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
+end
+return {allowed, capacity, capacity - level, reset_after, retry_after}

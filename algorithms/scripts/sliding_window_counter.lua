@@ -1,0 +1,75 @@
+-- Sliding window counter: the previous aligned window's count, weighted by
+-- how much of it the rolling period still covers, plus the current window's
+-- count stays within `limit`. The exact rules, shared with the Go model
+-- (algorithms/sliding_window_counter.go), are docs/algorithms.md,
+-- "Sliding window counter".
+--
+-- KEYS[1]  base:sc  HASH {w = current window start ms, cur = units spent in
+--                         window w, prev = units spent in window w - period}
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME)
+-- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms}
+
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local period = tonumber(ARGV[2])
+local cost = tonumber(ARGV[4])
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local c = math.max(cost, 1)
+
+-- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
+local function int(x) return string.format('%.0f', x) end
+
+local state = redis.call('HMGET', key, 'w', 'cur', 'prev')
+-- The stored window, aligned to this limit's period: a no-op unless the key's
+-- period changed. A clock that went backwards stays in the newest window
+-- written, so it can never reopen (and spend again) an earlier one.
+local stored_w = tonumber(state[1]) or 0
+stored_w = stored_w - stored_w % period
+local w = math.max(now - now % period, stored_w)
+local cur, prev = 0, 0
+if w == stored_w then
+  cur, prev = tonumber(state[2]) or 0, tonumber(state[3]) or 0
+elseif w == stored_w + period then
+  prev = tonumber(state[2]) or 0
+end
+-- Counts above the limit were spent under a larger one (the key's limit
+-- changed); capping them keeps prev * period within 2^52.
+cur, prev = math.min(cur, limit), math.min(prev, limit)
+
+-- The previous window's share, rounded up so the estimate errs strict.
+-- prev * (period - e) <= limit * period <= 2^52 (Limit.Validate): exact.
+local e = math.max(0, now - w)
+local pw = math.floor((prev * (period - e) + period - 1) / period)
+
+local allowed = pw + cur + c <= limit
+if allowed and cost > 0 then
+  cur = cur + cost
+  redis.call('HSET', key, 'w', int(w), 'cur', int(cur), 'prev', int(prev))
+  redis.call('PEXPIRE', key, int(math.max(1, w + 2 * period - now)))
+end
+
+local reset_after, retry_after = 0, 0
+if cur > 0 then
+  reset_after = w + 2 * period - now
+elseif prev > 0 then
+  reset_after = w + period - now
+end
+if not allowed then
+  -- The cost fits at the first e where ceil(n * (period - e) / period) <=
+  -- room, i.e. e >= period - floor(room * period / n), n being the count
+  -- that is fading out. room >= 0 implies prev > 0, room < 0 implies cur > 0.
+  local room = limit - cur - c
+  if room >= 0 then
+    local k = math.floor(room * period / prev)
+    retry_after = w + period - k - now
+  else
+    -- Only the next window, where prev = cur and cur = 0, has room.
+    local k = math.floor((limit - c) * period / cur)
+    retry_after = w + period + math.max(0, period - k) - now
+  end
+end
+return {allowed and 1 or 0, limit, math.max(0, limit - pw - cur), reset_after, retry_after}

@@ -1,0 +1,90 @@
+-- Sliding window log: at most `limit` units admitted in any rolling `period`
+-- ms, from a log of every admitted request. The exact rules, shared with the
+-- Go model (algorithms/sliding_window_log.go), are docs/algorithms.md,
+-- "Sliding window log".
+--
+-- KEYS[1]  base:sl   ZSET, one member "seq:cost" per admitted request, score ts
+-- KEYS[2]  base:slm  HASH {sum = total cost in the log, seq = last seq used}
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME)
+-- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms}
+--
+-- An entry counts while ts > now - period.
+
+local log, meta = KEYS[1], KEYS[2]
+local limit = tonumber(ARGV[1])
+local period = tonumber(ARGV[2])
+local cost = tonumber(ARGV[4])
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local c = math.max(cost, 1)
+
+-- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
+local function int(x) return string.format('%.0f', x) end
+local function cost_of(member) return tonumber(string.match(member, ':(%d+)$')) end
+
+-- sum and seq are read only when the log is non-empty, so that a hash left
+-- behind by a lost log cannot count entries that are gone.
+local sum, seq, newest = 0, 0, 0
+local last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+if #last > 0 then
+  newest = tonumber(last[2])
+  local m = redis.call('HMGET', meta, 'sum', 'seq')
+  sum, seq = tonumber(m[1]), tonumber(m[2])
+  if not sum or not seq then
+    -- The two keys always expire together, but an eviction can take one:
+    -- rebuild the hash from the log rather than trust a missing sum.
+    sum, seq = 0, 0
+    for _, member in ipairs(redis.call('ZRANGE', log, 0, -1)) do
+      local s, n = string.match(member, '^(%d+):(%d+)$')
+      sum, seq = sum + tonumber(n), math.max(seq, tonumber(s))
+    end
+  end
+end
+
+-- Entries with ts <= now - period have expired; they are the lowest scores.
+local cutoff = int(now - period)
+local expired = redis.call('ZRANGEBYSCORE', log, '-inf', cutoff)
+for _, member in ipairs(expired) do sum = sum - cost_of(member) end
+
+local allowed = sum + c <= limit
+if allowed and cost > 0 then
+  -- Expired entries are dropped only here, when the check writes anyway:
+  -- a denial or a cost-0 check writes nothing, as in the Go model, so the
+  -- two agree even when the clock steps back over an expiry.
+  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', cutoff) end
+  seq, sum = seq + 1, sum + cost
+  -- If every entry had expired, newest <= now - period < now.
+  newest = math.max(newest, now)
+  local ttl = int(newest + period - now)
+  redis.call('ZADD', log, int(now), int(seq) .. ':' .. int(cost))
+  redis.call('HSET', meta, 'sum', int(sum), 'seq', int(seq))
+  redis.call('PEXPIRE', log, ttl)
+  redis.call('PEXPIRE', meta, ttl)
+end
+
+local reset_after, retry_after = 0, 0
+if sum > 0 then reset_after = newest + period - now end
+if not allowed then
+  -- The same cost fits once the oldest live entries worth `need` units
+  -- have expired, at their ts + period. Equal scores expire together, so
+  -- their order within the set does not matter. Read in chunks, after the
+  -- expired entries: the walk usually stops early.
+  local need, freed, from, chunk = sum + c - limit, 0, #expired, 128
+  while retry_after == 0 do
+    local page = redis.call('ZRANGE', log, from, from + chunk - 1, 'WITHSCORES')
+    if #page == 0 then break end
+    for i = 1, #page, 2 do
+      freed = freed + cost_of(page[i])
+      if freed >= need then
+        retry_after = tonumber(page[i + 1]) + period - now
+        break
+      end
+    end
+    from = from + chunk
+  end
+end
+-- sum exceeds limit only when the key's limit shrank since it was spent.
+return {allowed and 1 or 0, limit, math.max(0, limit - sum), reset_after, retry_after}

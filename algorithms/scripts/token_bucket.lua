@@ -1,0 +1,78 @@
+-- Token bucket: a bucket of `capacity` tokens refilled at a/b (a units every
+-- b ms); an admitted request takes its cost. The rules, and the Go model this
+-- must match decision for decision, are docs/algorithms.md "Token bucket" and
+-- algorithms/token_bucket.go.
+--
+-- KEYS[1]  base..":tb", a HASH: t = whole tokens, r = the part of the next
+--          token refilled so far in 1/b tokens (0 <= r < b), ts = time of the
+--          last refill in ms. A missing key is a full bucket.
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME)
+-- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms}
+--
+-- Integers only: Limit.Validate bounds capacity*b and a by 2^52, so no value
+-- here exceeds capacity*b + a <= 2^53 and Lua numbers (doubles) hold every
+-- one exactly.
+
+local key = KEYS[1]
+local capacity = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+local a = tonumber(ARGV[5])
+local b = tonumber(ARGV[6])
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- ceil(x / y) for integers x and y > 0, exact while |x| < 2^53.
+local function ceildiv(x, y)
+  return math.floor((x + y - 1) / y)
+end
+
+-- tostring keeps only 14 significant digits; %.0f writes the whole integer.
+local function int(x)
+  return string.format("%.0f", x)
+end
+
+local c = math.max(cost, 1)
+
+local tokens, r, last = capacity, 0, now
+local st = redis.call("HMGET", key, "t", "r", "ts")
+if st[1] then
+  -- Read a state written under another limit clamped to this one, so
+  -- remaining stays in [0, capacity] and products stay in bounds.
+  tokens = math.min(tonumber(st[1]), capacity)
+  r = math.min(tonumber(st[2]), b - 1)
+  last = tonumber(st[3])
+end
+
+-- Refill. Comparing e with the time to fill up before multiplying keeps
+-- e*a below capacity*b + a however long the key sat idle. A clock that went
+-- backwards refills nothing.
+local e = math.max(0, now - last)
+if e >= ceildiv((capacity - tokens) * b - r, a) then
+  tokens, r = capacity, 0
+else
+  local acc = r + e * a
+  local whole = math.floor(acc / b)
+  tokens, r = tokens + whole, acc - whole * b
+end
+last = math.max(last, now)
+
+local allowed, retry_after = 0, 0
+if tokens >= c then
+  allowed = 1
+else
+  retry_after = ceildiv((c - tokens) * b - r, a)
+end
+if allowed == 1 and cost > 0 then
+  tokens = tokens - cost
+end
+local reset_after = ceildiv((capacity - tokens) * b - r, a)
+
+-- Denied and cost-0 checks write nothing.
+if allowed == 1 and cost > 0 then
+  redis.call("HSET", key, "t", int(tokens), "r", int(r), "ts", int(last))
+  redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
+end
+return {allowed, capacity, tokens, reset_after, retry_after}

@@ -1,0 +1,73 @@
+package algorithms
+
+import "time"
+
+// SlidingCounterState is one key's sliding window counter: the units spent
+// in the current aligned window and in the one before it. The previous
+// window's count is weighted by how much of it still overlaps the rolling
+// period. The zero value is a fresh state (nothing spent). Like every
+// State, it is not safe for concurrent use.
+//
+// It mirrors scripts/sliding_window_counter.lua (HASH base:sc, fields w, cur
+// and prev); the rules are docs/algorithms.md, "Sliding window counter".
+type SlidingCounterState struct {
+	w    int64 // start of the window cur counts, ms since the Unix epoch
+	cur  int64 // units spent in window w
+	prev int64 // units spent in window w - period
+}
+
+// Check implements State. It writes only when it admits a positive cost.
+func (s *SlidingCounterState) Check(l Limit, nowMs, cost int64) Decision {
+	lim, p := l.Limit, l.PeriodMillis()
+	c := max(cost, 1)
+
+	// The stored window, aligned to this limit's period: a no-op unless the
+	// key's period changed. A clock that went backwards stays in the newest
+	// window written, so it can never reopen (and spend again) an earlier one.
+	sw := s.w - s.w%p
+	w := max(nowMs-nowMs%p, sw)
+	var cur, prev int64
+	switch w {
+	case sw:
+		cur, prev = s.cur, s.prev
+	case sw + p:
+		prev = s.cur
+	}
+	// Counts above the limit were spent under a larger one (the key's limit
+	// changed); capping them keeps prev × period within MaxExact.
+	cur, prev = min(cur, lim), min(prev, lim)
+
+	// The previous window's share, rounded up so the estimate errs strict.
+	// prev × (p - e) ≤ limit × period ≤ MaxExact (Limit.Validate).
+	e := max(0, nowMs-w)
+	pw := (prev*(p-e) + p - 1) / p
+
+	allowed := pw+cur+c <= lim
+	if allowed && cost > 0 {
+		cur += cost
+		s.w, s.cur, s.prev = w, cur, prev
+	}
+
+	d := Decision{Allowed: allowed, Limit: lim, Remaining: max(0, lim-pw-cur)}
+	switch {
+	case cur > 0:
+		d.ResetAfter = time.Duration(w+2*p-nowMs) * time.Millisecond
+	case prev > 0:
+		d.ResetAfter = time.Duration(w+p-nowMs) * time.Millisecond
+	}
+	if !allowed {
+		// The cost fits at the first e where ceil(n × (p - e) / p) ≤ room,
+		// i.e. e ≥ p - floor(room × p / n), n being the count that is
+		// fading out. room ≥ 0 makes prev > 0 here (pw > room), room < 0
+		// makes cur > 0, so neither division is by zero.
+		if room := lim - cur - c; room >= 0 {
+			k := room * p / prev
+			d.RetryAfter = time.Duration(w+p-k-nowMs) * time.Millisecond
+		} else {
+			// Only the next window, where prev = cur and cur = 0, has room.
+			k := (lim - c) * p / cur
+			d.RetryAfter = time.Duration(w+p+max(0, p-k)-nowMs) * time.Millisecond
+		}
+	}
+	return d
+}

@@ -1,0 +1,59 @@
+package algorithms
+
+// TokenBucketState is one key's token bucket: a bucket of Limit.Capacity
+// tokens, refilled continuously at Limit units per Period; an admitted
+// request takes its cost in tokens. With the rate reduced to a/b (a units
+// every b ms, see Limit.Rate) the exact token count is tokens + frac/b, so
+// refills are exact integer arithmetic.
+//
+// The zero value is a fresh state: a full bucket, as for a key never seen.
+//
+// It mirrors scripts/token_bucket.lua (HASH base:tb, fields t, r and ts); the
+// rules are docs/algorithms.md, "Token bucket".
+type TokenBucketState struct {
+	tokens  int64 // whole tokens, 0 to capacity
+	frac    int64 // the part of the next token refilled so far, in 1/b tokens, 0 ≤ frac < b
+	lastMs  int64 // time of the last refill, ms since the Unix epoch; never decreases
+	written bool  // false until the first admitted cost: the bucket is full
+}
+
+// Check implements State. It writes only when it admits a positive cost.
+func (s *TokenBucketState) Check(l Limit, nowMs, cost int64) Decision {
+	capacity := l.Capacity()
+	a, b := l.Rate()
+	c := max(cost, 1)
+
+	tokens, frac, last := capacity, int64(0), nowMs
+	if s.written {
+		// A state written under another limit (the policy changed) is read
+		// clamped to this one, so remaining stays in [0, capacity] and every
+		// product stays within the bounds Limit.Validate guarantees.
+		tokens, frac, last = min(s.tokens, capacity), min(s.frac, b-1), s.lastMs
+	}
+
+	// Refill. Comparing the elapsed time with the time to fill up before
+	// multiplying keeps e × a below capacity × b + a however long the key
+	// sat idle. A clock that went backwards refills nothing.
+	e := max(0, nowMs-last)
+	if e >= ceilDiv((capacity-tokens)*b-frac, a) {
+		tokens, frac = capacity, 0
+	} else {
+		acc := frac + e*a
+		tokens, frac = tokens+acc/b, acc%b
+	}
+	last = max(last, nowMs)
+
+	d := Decision{Limit: capacity}
+	if tokens >= c {
+		d.Allowed = true
+		if cost > 0 {
+			tokens -= cost
+			*s = TokenBucketState{tokens: tokens, frac: frac, lastMs: last, written: true}
+		}
+	} else {
+		d.RetryAfter = waitDuration(ceilDiv((c-tokens)*b-frac, a))
+	}
+	d.Remaining = tokens
+	d.ResetAfter = waitDuration(ceilDiv((capacity-tokens)*b-frac, a))
+	return d
+}

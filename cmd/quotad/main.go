@@ -1,0 +1,25 @@
+// Command quotad serves the quota (rate-limit) API over Connect, gRPC,
+// gRPC-Web and HTTP/JSON on one port.
+//
+// With no flags it serves on :8080 with the embedded in-memory store; --redis
+// makes Redis the authoritative store. `quotad --help` lists every setting.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if err != errHelp {
+			fmt.Fprintln(os.Stderr, "quotad:", err)
+			os.Exit(1)
+		}
+	}
+}

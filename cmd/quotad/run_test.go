@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotad/quotad/internal/redistest"
+)
+
+// startQuotad runs quotad in-process on a free loopback port and returns its
+// base URL. It stops when the test ends and fails the test if run returned
+// an error.
+func startQuotad(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := run(ctx, append([]string{"--listen", "127.0.0.1:0"}, args...), func(string) string { return "" }, pw, io.Discard)
+		pw.CloseWithError(errors.New("quotad exited"))
+		done <- err
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run returned %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("quotad did not stop within 15s")
+		}
+	})
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("quotad printed nothing: %v", lines.Err())
+	}
+	first := lines.Text()
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	const marker = "quotad listening on "
+	if !strings.HasPrefix(first, marker) {
+		t.Fatalf("first line %q does not say where quotad listens", first)
+	}
+	return strings.Fields(strings.TrimPrefix(first, marker))[0]
+}
+
+type checkJSON struct {
+	Allowed    *bool  `json:"allowed"`
+	Limit      string `json:"limit"`
+	Remaining  string `json:"remaining"`
+	RetryAfter string `json:"retryAfter"`
+	Source     string `json:"source"`
+}
+
+func postCheck(t *testing.T, base, body string) checkJSON {
+	t.Helper()
+	resp, err := http.Post(base+"/quotad.v1.QuotaService/Check", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, raw)
+	}
+	var out checkJSON
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("decode %s: %v", raw, err)
+	}
+	if out.Allowed == nil || out.Limit == "" || out.Remaining == "" {
+		t.Fatalf("response %s lacks allowed, limit or remaining", raw)
+	}
+	return out
+}
+
+// The README's curl example: five allowed, the sixth denied with a
+// retry_after, on each store.
+func TestRunServesTheREADMEExample(t *testing.T) {
+	r := redistest.Start(t)
+	for name, args := range map[string][]string{"memory": nil, "redis": {"--redis", r.URL()}} {
+		t.Run(name, func(t *testing.T) {
+			base := startQuotad(t, args...)
+			body := `{"policy":"demo","key":"u1","limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"60s"}}`
+			for i := range 5 {
+				if got := postCheck(t, base, body); !*got.Allowed {
+					t.Fatalf("check %d denied: %+v", i+1, got)
+				}
+			}
+			got := postCheck(t, base, body)
+			if *got.Allowed || got.Remaining != "0" || got.RetryAfter == "" || got.RetryAfter == "0s" || got.Source != "SOURCE_STORE" {
+				t.Fatalf("sixth check: %+v, want denied with remaining 0 and a retry_after from the store", got)
+			}
+		})
+	}
+}
+
+func TestRunServesConfiguredPolicies(t *testing.T) {
+	path := writeFile(t, "quotad.yaml", `
+policies:
+  - name: api
+    algorithm: token_bucket
+    limit: 2
+    period: 1m
+`)
+	base := startQuotad(t, "--config", path, "--inline-limits=false")
+	body := `{"policy":"api","key":"k"}`
+	for range 2 {
+		if got := postCheck(t, base, body); !*got.Allowed {
+			t.Fatalf("denied early: %+v", got)
+		}
+	}
+	if got := postCheck(t, base, body); *got.Allowed {
+		t.Fatalf("third check allowed: %+v", got)
+	}
+	resp, err := http.Post(base+"/quotad.v1.QuotaService/Check", "application/json",
+		strings.NewReader(`{"policy":"x","key":"k","limit":{"algorithm":"ALGORITHM_GCRA","limit":"5","period":"1s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("inline limit with --inline-limits=false: status %d, want 403", resp.StatusCode)
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	path := writeFile(t, "q.yaml", "listen: file:1\nkey_prefix: fromfile\nlog_level: warn\n")
+	env := map[string]string{"QUOTAD_LISTEN": "env:2", "QUOTAD_KEY_PREFIX": "fromenv"}
+	c, err := loadConfig([]string{"--config", path, "--listen", "flag:3"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "flag:3" || c.KeyPrefix != "fromenv" || c.LogLevel != "warn" {
+		t.Fatalf("got listen %q key_prefix %q log_level %q; want flag over env over file", c.Listen, c.KeyPrefix, c.LogLevel)
+	}
+	d, err := loadConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Listen != ":8080" || d.RedisURL != "" || !d.InlineLimits {
+		t.Fatalf("defaults: %+v", d)
+	}
+}
+
+// Every bad configuration stops quotad with one error that names the
+// source, the line where there is one, and the field.
+func TestConfigErrors(t *testing.T) {
+	policy := "policies:\n  - name: a\n    algorithm: fixed_window\n    limit: 5\n    period: 1m\n"
+	cases := []struct {
+		name, file string
+		args       []string
+		env        map[string]string
+		want       []string
+	}{
+		{name: "unknown top-level field", file: "listen: :1\nlisten_addr: :2\n", want: []string{"q.yaml", "line 2", "listen_addr"}},
+		{name: "unknown policy field", file: policy + "    burts: 3\n", want: []string{"q.yaml", "line 6", "burts"}},
+		{name: "wrong type", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: lots\n    period: 1s\n", want: []string{"q.yaml", "line 4", "lots"}},
+		{name: "bad duration", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: 5\n    period: 5 minutes\n", want: []string{"q.yaml", "line 5", "invalid duration"}},
+		{name: "duplicate policy", file: policy + "  - name: a\n    algorithm: gcra\n    limit: 1\n    period: 1s\n", want: []string{"q.yaml", "line 6", "duplicate policy", "line 2"}},
+		{name: "unknown algorithm", file: "policies:\n  - name: a\n    algorithm: leaky\n    limit: 5\n    period: 1s\n", want: []string{"line 2", "algorithm", "leaky"}},
+		{name: "missing algorithm", file: "policies:\n  - name: a\n    limit: 5\n    period: 1s\n", want: []string{"line 2", "algorithm: missing"}},
+		{name: "zero limit", file: "policies:\n  - name: a\n    algorithm: gcra\n    period: 1s\n", want: []string{"line 2", "limit"}},
+		{name: "missing period", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: 5\n", want: []string{"line 2", "period"}},
+		{name: "bad policy name", file: "policies:\n  - name: a b\n    algorithm: gcra\n    limit: 5\n    period: 1s\n", want: []string{"line 2", "policy"}},
+		{name: "bad failure mode", file: policy + "    on_store_error: maybe\n", want: []string{"line 2", "on_store_error", "maybe"}},
+		{name: "burst on a window", file: policy + "    burst: 3\n", want: []string{"line 2", "burst"}},
+		{name: "policy not a mapping", file: "policies:\n  - api\n", want: []string{"line 2", "mapping"}},
+		{name: "missing file", args: []string{"--config", "/nonexistent/q.yaml"}, want: []string{"/nonexistent/q.yaml"}},
+		{name: "bad flag duration", args: []string{"--redis-timeout", "fast"}, want: []string{"--redis-timeout", "fast"}},
+		{name: "bad bool flag", args: []string{"--inline-limits=maybe"}, want: []string{"--inline-limits", "maybe"}},
+		{name: "bad failure mode flag", args: []string{"--default-on-store-error", "sideways"}, want: []string{"--default-on-store-error", "sideways"}},
+		{name: "bad log level", args: []string{"--log-level", "loud"}, want: []string{"log level", "loud"}},
+		{name: "bad redis url", args: []string{"--redis", "http://x"}, want: []string{"redis url"}},
+		{name: "bad env", env: map[string]string{"QUOTAD_REDIS_TIMEOUT": "soon"}, want: []string{"QUOTAD_REDIS_TIMEOUT", "soon"}},
+		{name: "prefix with braces", args: []string{"--key-prefix", "a{b"}, want: []string{"key_prefix"}},
+		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"lissten"}},
+		{name: "stray argument", args: []string{"serve"}, want: []string{"serve"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.file != "" {
+				args = append([]string{"--config", writeFile(t, "q.yaml", tc.file)}, args...)
+			}
+			_, err := loadConfig(args, func(k string) string { return tc.env[k] }, io.Discard)
+			if err == nil {
+				t.Fatal("loadConfig accepted a bad configuration")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestHelpDocumentsEverySetting(t *testing.T) {
+	var out strings.Builder
+	_, err := loadConfig([]string{"--help"}, func(string) string { return "" }, &out)
+	if !errors.Is(err, errHelp) {
+		t.Fatalf("--help returned %v", err)
+	}
+	for _, s := range settings() {
+		if !strings.Contains(out.String(), "-"+s.name) || !strings.Contains(out.String(), s.env()) {
+			t.Errorf("help lacks --%s or %s", s.name, s.env())
+		}
+	}
+	for _, w := range []string{"-config", "policies:", "token_bucket", "curl"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("help lacks %q", w)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package node
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/quotad/quotad/algorithms"
+)
+
+// memoryShards spreads keys over independently locked maps so that checks
+// for different keys rarely contend.
+const memoryShards = 64
+
+// MemoryStore is the embedded store: the Go models of the algorithms in
+// process memory. It is a single node's authority; its state is lost when the
+// process exits. Safe for concurrent use.
+type MemoryStore struct {
+	now    func() time.Time
+	seed   maphash.Seed
+	shards [memoryShards]memoryShard
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+type memoryShard struct {
+	mu     sync.Mutex
+	states map[memoryKey]*memoryEntry
+}
+
+type memoryKey struct {
+	base      string
+	algorithm algorithms.Algorithm
+}
+
+type memoryEntry struct {
+	state algorithms.State
+	// expiresAtMs is when the state became equivalent to a fresh one (the
+	// decision's ResetAfter), the analogue of the Redis TTL.
+	expiresAtMs int64
+}
+
+// NewMemoryStore returns an empty memory store reading time from now (nil
+// means time.Now). It sweeps expired states every sweepEvery (0 means one
+// minute) until Close.
+func NewMemoryStore(now func() time.Time, sweepEvery time.Duration) *MemoryStore {
+	if now == nil {
+		now = time.Now
+	}
+	if sweepEvery <= 0 {
+		sweepEvery = time.Minute
+	}
+	s := &MemoryStore{now: now, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
+	for i := range s.shards {
+		s.shards[i].states = make(map[memoryKey]*memoryEntry)
+	}
+	go s.sweepLoop(sweepEvery)
+	return s
+}
+
+func (s *MemoryStore) shard(base string) *memoryShard {
+	return &s.shards[maphash.String(s.seed, base)%memoryShards]
+}
+
+// Check implements Store. It never fails and never blocks on I/O.
+func (s *MemoryStore) Check(_ context.Context, base string, l algorithms.Limit, cost int64) (algorithms.Decision, error) {
+	nowMs := s.now().UnixMilli()
+	k := memoryKey{base, l.Algorithm}
+	sh := s.shard(base)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.states[k]
+	if e == nil || e.expiresAtMs <= nowMs {
+		e = &memoryEntry{state: algorithms.NewState(l.Algorithm)}
+	}
+	d := e.state.Check(l, nowMs, cost)
+	if d.ResetAfter > 0 {
+		e.expiresAtMs = nowMs + d.ResetAfter.Milliseconds()
+		sh.states[k] = e
+	} else {
+		delete(sh.states, k)
+	}
+	return d, nil
+}
+
+// Reset implements Store.
+func (s *MemoryStore) Reset(_ context.Context, base string) error {
+	sh := s.shard(base)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, a := range algorithms.Algorithms() {
+		delete(sh.states, memoryKey{base, a})
+	}
+	return nil
+}
+
+// Len returns the number of states held (expired ones not yet swept
+// included). For tests and status pages.
+func (s *MemoryStore) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.states)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Describe implements Store.
+func (s *MemoryStore) Describe() string { return "memory (embedded, single node)" }
+
+// Close implements Store: it stops the sweeper.
+func (s *MemoryStore) Close() error {
+	close(s.stop)
+	<-s.done
+	return nil
+}
+
+func (s *MemoryStore) sweepLoop(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.sweep()
+		}
+	}
+}
+
+// sweep drops expired states so that keys seen once do not stay forever.
+func (s *MemoryStore) sweep() {
+	nowMs := s.now().UnixMilli()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.states {
+			if e.expiresAtMs <= nowMs {
+				delete(sh.states, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}

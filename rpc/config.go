@@ -1,0 +1,65 @@
+// Package rpc is quotad's wire: the Connect handlers of quotad.v1.QuotaService
+// (Connect, gRPC, gRPC-Web and HTTP/JSON on one http.Handler), request
+// validation, the conversion between protobuf messages and node's domain
+// types, the choice of error code, interceptors, gRPC reflection and health,
+// and the plain HTTP pages.
+package rpc
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Bounds and defaults of Config.
+const (
+	// MaxBatchLimit is the largest CheckBatch the API allows (see
+	// CheckBatchRequest in quota.proto); it is also the default.
+	MaxBatchLimit = 1000
+	// DefaultMaxRequestBytes is the default bound on one request message.
+	DefaultMaxRequestBytes = 4 << 20
+)
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("invalid rpc config")
+
+// Config is the wire's configuration. The zero value is the default
+// configuration: inline limits allowed, batches of up to 1000 checks,
+// request messages of up to 4 MiB. Build it with defaults, apply overrides,
+// then Validate (NewHandler does).
+type Config struct {
+	// DisableInlineLimits rejects checks that carry their own limit with
+	// PermissionDenied, so that only configured policies can be used.
+	// Default false: inline limits are allowed. (The field is negative so
+	// that the zero Config has the documented default.)
+	DisableInlineLimits bool
+	// MaxBatch is the most checks one CheckBatch may carry, 1 to
+	// MaxBatchLimit. 0 means MaxBatchLimit (1000).
+	MaxBatch int
+	// MaxRequestBytes bounds the size of one request message in bytes,
+	// after decompression; a larger message fails with ResourceExhausted.
+	// 0 means DefaultMaxRequestBytes (4 MiB, room for a full batch of
+	// 1000 checks with 1 KiB keys in JSON).
+	MaxRequestBytes int
+}
+
+// Validate reports the first problem with c. Zero values are valid: they
+// stand for the defaults.
+func (c Config) Validate() error {
+	if c.MaxBatch < 0 || c.MaxBatch > MaxBatchLimit {
+		return fmt.Errorf("max batch: %w: %d must be 1 to %d (0 means %d)", ErrInvalidConfig, c.MaxBatch, MaxBatchLimit, MaxBatchLimit)
+	}
+	if c.MaxRequestBytes < 0 {
+		return fmt.Errorf("max request bytes: %w: %d must be > 0 (0 means %d)", ErrInvalidConfig, c.MaxRequestBytes, DefaultMaxRequestBytes)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxBatch == 0 {
+		c.MaxBatch = MaxBatchLimit
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	return c
+}

@@ -1,0 +1,187 @@
+package rpc
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/node"
+	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+)
+
+// This file converts between protobuf messages and node's domain types.
+// Conversions from protobuf validate what only the wire can get wrong
+// (enum numbers, Duration encodings, a missing period) and leave the rest to
+// algorithms.Limit.Validate, so that the rules live in one place. Errors name
+// the field as the request spells it, e.g. "limit.period: ...".
+
+// limitFromProto converts an inline limit and its failure mode. Every error
+// wraps an algorithms or node sentinel (so node.IsInvalidInput holds) and
+// names the field with a "limit." prefix.
+func limitFromProto(pl *quotadv1.Limit) (algorithms.Limit, node.FailureMode, error) {
+	l, mode, err := limitFromProtoUnprefixed(pl)
+	if err != nil {
+		// The errors below and those of algorithms.Limit.Validate start with
+		// the field name ("period: ..."), so this yields "limit.period: ...".
+		return algorithms.Limit{}, 0, fmt.Errorf("limit.%w", err)
+	}
+	return l, mode, nil
+}
+
+func limitFromProtoUnprefixed(pl *quotadv1.Limit) (algorithms.Limit, node.FailureMode, error) {
+	a, err := algorithmFromProto(pl.GetAlgorithm())
+	if err != nil {
+		return algorithms.Limit{}, 0, err
+	}
+	period, err := periodFromProto(pl.GetPeriod())
+	if err != nil {
+		return algorithms.Limit{}, 0, err
+	}
+	mode, err := failureModeFromProto(pl.GetOnStoreError())
+	if err != nil {
+		return algorithms.Limit{}, 0, err
+	}
+	l := algorithms.Limit{Algorithm: a, Limit: pl.GetLimit(), Period: period, Burst: pl.GetBurst()}
+	if err := l.Validate(); err != nil {
+		return algorithms.Limit{}, 0, err
+	}
+	return l, mode, nil
+}
+
+// costFromProto returns the request's cost: 1 when omitted, as the API
+// documents; 0 and negative values pass through for node to judge.
+func costFromProto(req *quotadv1.CheckRequest) int64 {
+	if req == nil || req.Cost == nil {
+		return 1
+	}
+	return *req.Cost
+}
+
+// algorithmFromProto maps the API's enum to algorithms.Algorithm. The
+// mapping is explicit rather than a cast, so that the two numberings may
+// drift apart without silently selecting the wrong algorithm.
+func algorithmFromProto(a quotadv1.Algorithm) (algorithms.Algorithm, error) {
+	switch a {
+	case quotadv1.Algorithm_ALGORITHM_FIXED_WINDOW:
+		return algorithms.FixedWindow, nil
+	case quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_LOG:
+		return algorithms.SlidingWindowLog, nil
+	case quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_COUNTER:
+		return algorithms.SlidingWindowCounter, nil
+	case quotadv1.Algorithm_ALGORITHM_TOKEN_BUCKET:
+		return algorithms.TokenBucket, nil
+	case quotadv1.Algorithm_ALGORITHM_LEAKY_BUCKET:
+		return algorithms.LeakyBucket, nil
+	case quotadv1.Algorithm_ALGORITHM_GCRA:
+		return algorithms.GCRA, nil
+	}
+	// String gives the enum name, or the bare number for an unknown value.
+	return 0, fmt.Errorf("algorithm: %w %s (want ALGORITHM_FIXED_WINDOW, ALGORITHM_SLIDING_WINDOW_LOG, ALGORITHM_SLIDING_WINDOW_COUNTER, ALGORITHM_TOKEN_BUCKET, ALGORITHM_LEAKY_BUCKET or ALGORITHM_GCRA)",
+		algorithms.ErrUnknownAlgorithm, a)
+}
+
+// algorithmToProto is the inverse of algorithmFromProto; an invalid
+// algorithm maps to ALGORITHM_UNSPECIFIED.
+func algorithmToProto(a algorithms.Algorithm) quotadv1.Algorithm {
+	switch a {
+	case algorithms.FixedWindow:
+		return quotadv1.Algorithm_ALGORITHM_FIXED_WINDOW
+	case algorithms.SlidingWindowLog:
+		return quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_LOG
+	case algorithms.SlidingWindowCounter:
+		return quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_COUNTER
+	case algorithms.TokenBucket:
+		return quotadv1.Algorithm_ALGORITHM_TOKEN_BUCKET
+	case algorithms.LeakyBucket:
+		return quotadv1.Algorithm_ALGORITHM_LEAKY_BUCKET
+	case algorithms.GCRA:
+		return quotadv1.Algorithm_ALGORITHM_GCRA
+	}
+	return quotadv1.Algorithm_ALGORITHM_UNSPECIFIED
+}
+
+// periodFromProto converts a period. A missing or malformed Duration is an
+// error here; its range and granularity are algorithms.Limit.Validate's
+// business. A valid Duration beyond time.Duration's ±292 years saturates,
+// which Validate then rejects as too long or too short.
+func periodFromProto(d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, fmt.Errorf("period: %w: missing (want e.g. \"60s\" in JSON)", algorithms.ErrInvalidPeriod)
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, fmt.Errorf("period: %w: %v", algorithms.ErrInvalidPeriod, err)
+	}
+	return d.AsDuration(), nil
+}
+
+// failureModeFromProto maps the API's enum to node.FailureMode;
+// UNSPECIFIED defers to the node's default.
+func failureModeFromProto(m quotadv1.FailureMode) (node.FailureMode, error) {
+	switch m {
+	case quotadv1.FailureMode_FAILURE_MODE_UNSPECIFIED:
+		return node.FailDefault, nil
+	case quotadv1.FailureMode_FAILURE_MODE_OPEN:
+		return node.FailOpen, nil
+	case quotadv1.FailureMode_FAILURE_MODE_CLOSED:
+		return node.FailClosed, nil
+	}
+	return 0, fmt.Errorf("on_store_error: %w %s (want FAILURE_MODE_UNSPECIFIED, FAILURE_MODE_OPEN or FAILURE_MODE_CLOSED)", node.ErrInvalidFailureMode, m)
+}
+
+// failureModeToProto is the inverse of failureModeFromProto.
+func failureModeToProto(m node.FailureMode) quotadv1.FailureMode {
+	switch m {
+	case node.FailOpen:
+		return quotadv1.FailureMode_FAILURE_MODE_OPEN
+	case node.FailClosed:
+		return quotadv1.FailureMode_FAILURE_MODE_CLOSED
+	}
+	return quotadv1.FailureMode_FAILURE_MODE_UNSPECIFIED
+}
+
+// sourceToProto maps where a decision came from; an unknown source maps to
+// SOURCE_UNSPECIFIED rather than failing a decision already made.
+func sourceToProto(s node.Source) quotadv1.Source {
+	switch s {
+	case node.SourceStore:
+		return quotadv1.Source_SOURCE_STORE
+	case node.SourceLease:
+		return quotadv1.Source_SOURCE_LEASE
+	case node.SourceDeniedCache:
+		return quotadv1.Source_SOURCE_DENIED_CACHE
+	case node.SourceFailOpen:
+		return quotadv1.Source_SOURCE_FAIL_OPEN
+	case node.SourceFailClosed:
+		return quotadv1.Source_SOURCE_FAIL_CLOSED
+	}
+	return quotadv1.Source_SOURCE_UNSPECIFIED
+}
+
+// checkResponse converts a decision. Both durations are always set (zero
+// is "0s" in JSON), so clients never have to treat a missing one as zero.
+func checkResponse(r node.Result) *quotadv1.CheckResponse {
+	return &quotadv1.CheckResponse{
+		Allowed:    r.Allowed,
+		Limit:      r.Limit,
+		Remaining:  r.Remaining,
+		ResetAfter: durationpb.New(r.ResetAfter),
+		RetryAfter: durationpb.New(r.RetryAfter),
+		Source:     sourceToProto(r.Source),
+	}
+}
+
+// policyToProto converts a configured policy, every field included.
+func policyToProto(p node.Policy) *quotadv1.Policy {
+	return &quotadv1.Policy{
+		Name: p.Name,
+		Limit: &quotadv1.Limit{
+			Algorithm:    algorithmToProto(p.Limit.Algorithm),
+			Limit:        p.Limit.Limit,
+			Period:       durationpb.New(p.Limit.Period),
+			Burst:        p.Limit.Burst,
+			OnStoreError: failureModeToProto(p.OnStoreError),
+		},
+	}
+}

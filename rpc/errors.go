@@ -1,0 +1,113 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+
+	"connectrpc.com/connect"
+
+	"github.com/quotad/quotad/node"
+)
+
+// Errors of this package. Each is wrapped with the field it concerns; code
+// maps them to Connect codes.
+var (
+	// errInvalidRequest: the request is malformed in a way only the wire
+	// can see (a batch of the wrong size).
+	errInvalidRequest = errors.New("invalid request")
+	// errInlineDisabled: the request carries a limit, and this server only
+	// serves configured policies.
+	errInlineDisabled = errors.New("inline limits are disabled on this server; use a configured policy")
+	// errPolicyConfigured: the request carries a limit under the name of a
+	// configured policy. Refused so that a client cannot replace a
+	// configured policy's limit with a bigger one of its own. The text
+	// continues a message that starts with the policy's name.
+	errPolicyConfigured = errors.New("is configured on this server; omit limit or choose another namespace")
+	// errInternal is the whole message of every Internal error: details
+	// stay in the server's log.
+	errInternal = errors.New("internal error (details are in the server's log)")
+	// errUnavailable is the whole message of every Unavailable error.
+	errUnavailable = errors.New("the quota store is unavailable; retry later (details are in the server's log)")
+)
+
+// code chooses the Connect code of err, an error of the call whose context
+// is ctx. It is the only place in quotad that does: input problems are
+// InvalidArgument, an unknown policy is NotFound, inline limits on a server
+// that forbids them are PermissionDenied, the caller's context ending is
+// Canceled or DeadlineExceeded, a failed store (on Reset; checks take the
+// failure mode instead) is Unavailable, and everything else is Internal.
+func code(ctx context.Context, err error) connect.Code {
+	var ce *connect.Error
+	switch {
+	case errors.As(err, &ce):
+		return ce.Code()
+	case errors.Is(err, errInlineDisabled):
+		return connect.CodePermissionDenied
+	case errors.Is(err, node.ErrUnknownPolicy):
+		return connect.CodeNotFound
+	case node.IsInvalidInput(err), errors.Is(err, errInvalidRequest), errors.Is(err, errPolicyConfigured):
+		return connect.CodeInvalidArgument
+	case errors.Is(err, node.ErrStore):
+		// Retryable: the store did not answer; a later call may succeed.
+		return connect.CodeUnavailable
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The store bounds its calls with timeouts of its own, and those
+		// wrap context.DeadlineExceeded too. Only the caller's context
+		// ending is the caller's doing; a server-side timeout is ours.
+		switch {
+		case errors.Is(ctx.Err(), context.Canceled):
+			return connect.CodeCanceled
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return connect.CodeDeadlineExceeded
+		}
+	}
+	return connect.CodeInternal
+}
+
+// connectError turns err into the error a client sees. Internal and
+// Unavailable errors are logged with their detail and leave with a generic
+// message, so that nothing about the server's internals (Redis addresses, script errors)
+// reaches a client.
+func connectError(ctx context.Context, log *slog.Logger, procedure string, err error) *connect.Error {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	c := code(ctx, err)
+	switch c {
+	case connect.CodeInternal:
+		log.ErrorContext(ctx, "internal error", "procedure", procedure, "err", err)
+		return connect.NewError(c, errInternal)
+	case connect.CodeUnavailable:
+		log.WarnContext(ctx, "store unavailable", "procedure", procedure, "err", err)
+		return connect.NewError(c, errUnavailable)
+	}
+	return connect.NewError(c, err)
+}
+
+// errorInterceptor gives every error a handler returns its Connect code, so
+// that handlers return plain, wrapped domain errors.
+func errorInterceptor(log *slog.Logger) connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			res, err := next(ctx, req)
+			if err != nil {
+				return nil, connectError(ctx, log, req.Spec().Procedure, err)
+			}
+			return res, nil
+		}
+	})
+}
+
+// recoverPanic is defence in depth: no handler is meant to panic, but if
+// one does, the client gets Internal and the log gets the stack, instead of
+// net/http dropping the connection.
+func recoverPanic(log *slog.Logger) connect.HandlerOption {
+	return connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, panicked any) error {
+		log.ErrorContext(ctx, "panic in handler", "procedure", spec.Procedure, "panic", panicked, "stack", string(debug.Stack()))
+		return connect.NewError(connect.CodeInternal, errInternal)
+	})
+}

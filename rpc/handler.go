@@ -1,0 +1,69 @@
+package rpc
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+)
+
+// NewHandler returns the API of node n as one http.Handler:
+//
+//   - quotad.v1.QuotaService over Connect, gRPC, gRPC-Web and Connect's
+//     HTTP/JSON (POST /quotad.v1.QuotaService/Check with
+//     Content-Type: application/json);
+//   - gRPC server reflection, v1 and v1alpha (for grpcurl and buf curl);
+//   - gRPC health (grpc.health.v1.Health), SERVING for "" and
+//     quotad.v1.QuotaService;
+//   - GET /healthz, 200 "ok\n".
+//
+// gRPC needs HTTP/2: serve the handler with an http.Server whose Protocols
+// enable HTTP/1 and unencrypted HTTP/2 (h2c), or over TLS. cfg is defaulted
+// and validated; log may be nil (discard). The handler is safe for
+// concurrent use.
+func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error) {
+	return newHandler(n, cfg, log, newHealth())
+}
+
+// newHandler is NewHandler with the health checker supplied, so that tests
+// can flip it.
+func newHandler(n *node.Node, cfg Config, log *slog.Logger, h *health) (http.Handler, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if n == nil {
+		return nil, fmt.Errorf("%w: no node", ErrInvalidConfig)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	common := connect.WithHandlerOptions(
+		// Interceptors run in the order given, so recovery wraps
+		// everything after it.
+		recoverPanic(log),
+		jsonCodecs(),
+		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
+	)
+	svc := &service{
+		node:     n,
+		policies: policyResolver{node: n, inlineAllowed: !cfg.DisableInlineLimits},
+		maxBatch: cfg.MaxBatch,
+		log:      log,
+	}
+	mux := http.NewServeMux()
+	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, connect.WithInterceptors(errorInterceptor(log))))
+	reflector := grpcreflect.NewStaticReflector(quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, common))
+	// Many tools (grpcurl among them) still ask v1alpha first.
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, common))
+	mux.Handle(grpchealth.NewHandler(h, common))
+	mux.HandleFunc("GET /healthz", h.healthz)
+	return mux, nil
+}

@@ -1,0 +1,57 @@
+package rpc
+
+import (
+	"fmt"
+
+	"github.com/quotad/quotad/node"
+	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+)
+
+// policyResolver decides which policy a check is about: a configured one,
+// or an inline limit under a namespace the request names.
+type policyResolver struct {
+	node          *node.Node
+	inlineAllowed bool
+}
+
+// resolve returns the policy req names. Without a limit, the policy must be
+// configured (NotFound otherwise). With a limit, inline limits must be
+// allowed (PermissionDenied otherwise) and the name must not be a configured
+// policy's: letting a request bring its own limit under a configured name
+// would let any client replace that limit with a bigger one.
+//
+// The policy name is validated first, so that a malformed name is an
+// InvalidArgument, never a NotFound.
+func (r policyResolver) resolve(req *quotadv1.CheckRequest) (node.Policy, error) {
+	name := req.GetPolicy()
+	if err := node.ValidatePolicyName(name); err != nil {
+		return node.Policy{}, err
+	}
+	configured, isConfigured := r.node.Policy(name)
+	if req.GetLimit() == nil {
+		if !isConfigured {
+			return node.Policy{}, r.unknown(name)
+		}
+		return configured, nil
+	}
+	if !r.inlineAllowed {
+		return node.Policy{}, fmt.Errorf("limit: %w", errInlineDisabled)
+	}
+	if isConfigured {
+		return node.Policy{}, fmt.Errorf("limit: policy %q %w", name, errPolicyConfigured)
+	}
+	l, mode, err := limitFromProto(req.GetLimit())
+	if err != nil {
+		return node.Policy{}, err
+	}
+	return node.Policy{Name: name, Limit: l, OnStoreError: mode}, nil
+}
+
+// unknown is the NotFound error for a policy that is not configured; it
+// tells the caller what would work instead.
+func (r policyResolver) unknown(name string) error {
+	if r.inlineAllowed {
+		return fmt.Errorf("policy: %w %q: not configured on this server; ListPolicies shows the configured ones, or send a limit to use an inline limit", node.ErrUnknownPolicy, name)
+	}
+	return fmt.Errorf("policy: %w %q: not configured on this server; ListPolicies shows the configured ones", node.ErrUnknownPolicy, name)
+}

@@ -1,0 +1,102 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"connectrpc.com/connect"
+
+	"github.com/quotad/quotad/node"
+	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+)
+
+// service implements quotad.v1.QuotaService on a node. Its methods return
+// plain domain errors; errorInterceptor gives them their Connect codes. It
+// is safe for concurrent use.
+type service struct {
+	node     *node.Node
+	policies policyResolver
+	maxBatch int
+	log      *slog.Logger
+}
+
+var _ quotadv1connect.QuotaServiceHandler = (*service)(nil)
+
+// Check implements QuotaService.Check.
+func (s *service) Check(ctx context.Context, req *connect.Request[quotadv1.CheckRequest]) (*connect.Response[quotadv1.CheckResponse], error) {
+	res, err := s.check(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+// check decides one request. Errors are returned unwrapped: node's and this
+// package's already name the field, and that text is what the client reads.
+func (s *service) check(ctx context.Context, req *quotadv1.CheckRequest) (*quotadv1.CheckResponse, error) {
+	// node.Check validates the key too; validating it before resolving the
+	// policy makes a malformed request InvalidArgument even when its policy
+	// is also unknown.
+	if err := node.ValidateKey(req.GetKey()); err != nil {
+		return nil, err
+	}
+	p, err := s.policies.resolve(req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.node.Check(ctx, p, req.GetKey(), costFromProto(req))
+	if err != nil {
+		return nil, err
+	}
+	return checkResponse(res), nil
+}
+
+// CheckBatch implements QuotaService.CheckBatch: 1 to maxBatch checks,
+// decided one after another, each with its own result or error. Only a
+// batch of the wrong size, or the caller's context ending, fails the call.
+func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.CheckBatchRequest]) (*connect.Response[quotadv1.CheckBatchResponse], error) {
+	items := req.Msg.GetRequests()
+	if n := len(items); n == 0 || n > s.maxBatch {
+		return nil, fmt.Errorf("requests: %w: %d checks; send 1 to %d", errInvalidRequest, n, s.maxBatch)
+	}
+	results := make([]*quotadv1.CheckBatchResult, len(items))
+	for i, item := range items {
+		// Once the caller has gone, the remaining items would all fail the
+		// same way and nobody would read them.
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("requests[%d]: %w", i, err)
+		}
+		res, err := s.check(ctx, item)
+		if err != nil {
+			ce := connectError(ctx, s.log, req.Spec().Procedure, err)
+			results[i] = &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Error{
+				Error: &quotadv1.ItemError{Code: ce.Code().String(), Message: ce.Message()},
+			}}
+			continue
+		}
+		results[i] = &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Response{Response: res}}
+	}
+	return connect.NewResponse(&quotadv1.CheckBatchResponse{Results: results}), nil
+}
+
+// Reset implements QuotaService.Reset. It accepts any valid name, configured
+// or not, since inline namespaces have state too.
+func (s *service) Reset(ctx context.Context, req *connect.Request[quotadv1.ResetRequest]) (*connect.Response[quotadv1.ResetResponse], error) {
+	if err := s.node.Reset(ctx, req.Msg.GetPolicy(), req.Msg.GetKey()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&quotadv1.ResetResponse{}), nil
+}
+
+// ListPolicies implements QuotaService.ListPolicies: the configured
+// policies, sorted by name.
+func (s *service) ListPolicies(_ context.Context, _ *connect.Request[quotadv1.ListPoliciesRequest]) (*connect.Response[quotadv1.ListPoliciesResponse], error) {
+	ps := s.node.Policies()
+	out := make([]*quotadv1.Policy, len(ps))
+	for i, p := range ps {
+		out[i] = policyToProto(p)
+	}
+	return connect.NewResponse(&quotadv1.ListPoliciesResponse{Policies: out}), nil
+}
