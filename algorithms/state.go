@@ -8,8 +8,10 @@ type State interface {
 	// Check decides whether cost units of l fit at nowMs (milliseconds since
 	// the Unix epoch) and spends them if they do and cost > 0. It mutates the
 	// state only when it admits a positive cost. l must be valid, cost must
-	// pass l.ValidateCost, and l must be the same limit the state was used
-	// with (the store keys states by limit).
+	// pass l.ValidateCost. l may differ from the limit the state was last
+	// used with (stores key states by policy and key, so an edited policy
+	// meets old state): the state is then read clamped to the new limit and
+	// never yields a Decision outside [0, capacity].
 	//
 	// Once the returned Decision's ResetAfter has passed, the state is
 	// equivalent to a fresh one and may be dropped.
