@@ -32,10 +32,29 @@ const diffStartMs = int64(1_700_000_000_000)
 // holds (about 292 years): decisions report longer waits as this.
 const maxDurationMs = math.MaxInt64 / int64(time.Millisecond)
 
-// diffStep is one check of a sequence: at nowMs, spend cost units of l.
+// diffStep is one step of a sequence at nowMs under l: a check of cost (an
+// acquire of want units held holdMs; a plain check has want = cost and
+// holdMs 0), or with release, giving back units of grant.
 type diffStep struct {
-	l           algorithms.Limit
-	nowMs, cost int64
+	l            algorithms.Limit
+	nowMs, cost  int64
+	want, holdMs int64
+	release      bool
+	units        int64
+	grant        algorithms.Grant
+}
+
+// checkStep is a plain check of cost.
+func checkStep(l algorithms.Limit, nowMs, cost int64) diffStep {
+	return diffStep{l: l, nowMs: nowMs, cost: cost, want: cost}
+}
+
+// diffOutcome is what a step gets: a check's decision and grant, or a
+// release's returned units.
+type diffOutcome struct {
+	decision algorithms.Decision
+	grant    algorithms.Grant
+	returned int64
 }
 
 // TestDifferential drives each algorithm's Go model and Lua script with the
@@ -51,7 +70,7 @@ func TestDifferential(t *testing.T) {
 			for n := range *differentialSequences {
 				l := diffLimit(rng, a)
 				where := fmt.Sprintf("seed %d, sequence %d, %+v", seed, n, l)
-				steps, want, err := runModel(rng, []algorithms.Limit{l}, false)
+				steps, want, err := runModel(rng, []algorithms.Limit{l}, false, false)
 				if err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
@@ -81,7 +100,7 @@ func TestDifferentialWindowClockBackwards(t *testing.T) {
 			for n := range *differentialSequences / 2 {
 				l := diffLimit(rng, a)
 				where := fmt.Sprintf("seed %d, sequence %d, %+v", seed, n, l)
-				steps, want, err := runModel(rng, []algorithms.Limit{l}, true)
+				steps, want, err := runModel(rng, []algorithms.Limit{l}, true, false)
 				if err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
@@ -107,7 +126,7 @@ func TestDifferentialLimitChanges(t *testing.T) {
 			for n := range *differentialSequences / 4 {
 				limits := []algorithms.Limit{diffLimit(rng, a), diffLimit(rng, a), diffLimit(rng, a)}
 				where := fmt.Sprintf("seed %d, sequence %d, limits %+v", seed, n, limits)
-				steps, want, err := runModel(rng, limits, false)
+				steps, want, err := runModel(rng, limits, false, false)
 				if err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
@@ -118,6 +137,60 @@ func TestDifferentialLimitChanges(t *testing.T) {
 	}
 }
 
+// TestDifferentialLeases is TestDifferential with leases: random sequences
+// that mix acquires (random want and hold) and releases of random parts of
+// the grants taken, through each algorithm's Go model and its check and
+// release scripts, requiring identical decisions, grants and returned
+// units, and the TTL rules (a release sets none and never leaves a key
+// without one). Keys expire as in production, or not at all; the limit
+// changes between steps; the clock steps back (keys do not expire in the
+// last two, as in TestDifferentialLimitChanges and
+// TestDifferentialWindowClockBackwards).
+func TestDifferentialLeases(t *testing.T) {
+	rdb := startRedis(t)
+	seed := seedFor(t)
+	for _, a := range algorithms.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 4000+uint64(a)))
+			// What the sequences exercised, so that a generator that stops
+			// producing leases fails rather than passes vacuously.
+			var extra, returned, partial int
+			defer func() {
+				t.Logf("grants beyond cost %d, releases that returned units %d (%d partly)", extra, returned, partial)
+				if !t.Failed() && (extra == 0 || returned == 0 || partial == 0) {
+					t.Errorf("the sequences took no lease beyond cost, or no release returned units")
+				}
+			}()
+			for n := range *differentialSequences {
+				limits := []algorithms.Limit{diffLimit(rng, a)}
+				mode := []string{"keep", "expire", "limit changes", "clock backwards"}[n%4]
+				if mode == "limit changes" {
+					limits = append(limits, diffLimit(rng, a), diffLimit(rng, a))
+				}
+				where := fmt.Sprintf("seed %d, sequence %d (%s), limits %+v", seed, n, mode, limits)
+				steps, want, err := runModel(rng, limits, mode == "clock backwards", true)
+				if err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				for i, o := range want {
+					switch {
+					case o.grant.Units > steps[i].cost:
+						extra++
+					case o.returned > 0:
+						returned++
+						if o.returned < steps[i].grant.Units {
+							partial++
+						}
+					}
+				}
+				base := fmt.Sprintf("{test:lease:%d:%s:%d}", seed, a, n)
+				compareOnRedis(t, rdb, where, base, steps, want, mode == "expire")
+			}
+		})
+	}
+	requireTTLs(t, rdb)
+}
+
 // TestDifferentialWindowExamples replays the worked examples the model tests
 // check (window_models_test.go) through the Lua scripts.
 func TestDifferentialWindowExamples(t *testing.T) {
@@ -125,9 +198,16 @@ func TestDifferentialWindowExamples(t *testing.T) {
 	for i, ex := range algorithms.WindowExamples {
 		t.Run(ex.Name, func(t *testing.T) {
 			steps := make([]diffStep, len(ex.Steps))
-			want := make([]algorithms.Decision, len(ex.Steps))
+			want := make([]diffOutcome, len(ex.Steps))
+			st := algorithms.NewState(ex.Limit.Algorithm)
 			for j, s := range ex.Steps {
-				steps[j], want[j] = diffStep{ex.Limit, s.NowMs, s.Cost}, s.Want
+				// The example names the decision; the model, the grant.
+				steps[j] = checkStep(ex.Limit, s.NowMs, s.Cost)
+				o, err := runModelStep(st, steps[j])
+				if err != nil || o.decision != s.Want {
+					t.Fatalf("step %d: the model decides %+v (%v), the example %+v", j, o.decision, err, s.Want)
+				}
+				want[j] = o
 			}
 			for _, expire := range []bool{false, true} {
 				base := fmt.Sprintf("{test:example:%d:%v}", i, expire)
@@ -258,7 +338,11 @@ func requireTTLs(t *testing.T, rdb *redis.Client) {
 // run out on the simulated clock: what a real Redis does, which checks that
 // a missing key means the same as the state it replaced. The Go model keeps
 // its state throughout.
-func compareOnRedis(t *testing.T, rdb *redis.Client, where string, base string, steps []diffStep, want []algorithms.Decision, expire bool) {
+//
+// A step may also acquire a lease or release one (see diffStep): then the
+// grant or the units returned must match the model's too, and a release sets
+// no TTL and never leaves a key without one.
+func compareOnRedis(t *testing.T, rdb *redis.Client, where string, base string, steps []diffStep, want []diffOutcome, expire bool) {
 	t.Helper()
 	got, err := runSequence(rdb, base, steps, expire)
 	if err != nil {
@@ -266,43 +350,46 @@ func compareOnRedis(t *testing.T, rdb *redis.Client, where string, base string, 
 	}
 	keys := algorithms.Keys(steps[0].l.Algorithm, base)
 	for i, s := range steps {
-		if got[i].decision != want[i] {
-			t.Fatalf("%s: step %d of %d: %+v, now %d, cost %d\n go model: %+v\n lua:      %+v\n%s",
-				where, i, len(steps), s.l, s.nowMs, s.cost, want[i], got[i].decision, diffHistory(steps, want, i))
+		if got[i].outcome != want[i] {
+			t.Fatalf("%s: step %d of %d: %s\n go model: %+v\n lua:      %+v\n%s",
+				where, i, len(steps), s, want[i], got[i].outcome, diffHistory(steps, want, i))
 		}
 		wantTTL := int64(-1)
-		if want[i].Allowed && s.cost > 0 {
-			wantTTL = max(1, want[i].ResetAfter.Milliseconds())
+		if !s.release && want[i].decision.Allowed && s.cost > 0 {
+			wantTTL = max(1, want[i].decision.ResetAfter.Milliseconds())
 		}
 		for j, k := range keys {
 			ttl := got[i].ttlSet[j]
 			// A reset_after past what a Duration holds is reported
 			// saturated; the TTL is the exact wait.
 			if saturated := wantTTL >= maxDurationMs; ttl != wantTTL && !(saturated && ttl > wantTTL) {
-				t.Fatalf("%s: step %d (now %d, cost %d, %+v): key %s: the script set TTL %d ms, want %d (-1: none)\n%s",
-					where, i, s.nowMs, s.cost, want[i], k, ttl, wantTTL, diffHistory(steps, want, i))
+				t.Fatalf("%s: step %d (%s, %+v): key %s: the script set TTL %d ms, want %d (-1: none)\n%s",
+					where, i, s, want[i], k, ttl, wantTTL, diffHistory(steps, want, i))
 			}
 			if got[i].hasNoTTL[j] {
-				t.Fatalf("%s: step %d (now %d, cost %d, %+v): key %s is left without a TTL", where, i, s.nowMs, s.cost, want[i], k)
+				t.Fatalf("%s: step %d (%s, %+v): key %s is left without a TTL", where, i, s, want[i], k)
 			}
 		}
 	}
 }
 
-// sequenceDriver runs a whole sequence of checks in one script call. It
-// wraps a check script's exact source (at CHECK_SCRIPT) as a function that
-// sees a redis table of its own: every call passes through, except that
-// PEXPIRE records the TTL asked for and sets one hour instead. Without that,
-// a key could expire on the server's clock between two steps that are
-// simulated milliseconds apart; Redis 7.0 even deletes a key whose 1 ms TTL
-// runs out within the PEXPIRE command itself. Expiry instead follows the
-// simulated clock: with ARGV[1] = "expire", a key is deleted before the
-// first step whose now has reached its write's now plus the TTL recorded.
+// sequenceDriver runs a whole sequence of checks and releases in one script
+// call. It wraps a check script's exact source (at CHECK_SCRIPT) and a
+// release script's (at RELEASE_SCRIPT) as functions that see a redis table
+// of their own: every call passes through, except that PEXPIRE records the
+// TTL asked for and sets one hour instead. Without that, a key could expire
+// on the server's clock between two steps that are simulated milliseconds
+// apart; Redis 7.0 even deletes a key whose 1 ms TTL runs out within the
+// PEXPIRE command itself. Expiry instead follows the simulated clock: with
+// ARGV[1] = "expire", a key is deleted before the first step whose now has
+// reached its write's now plus the TTL recorded.
 //
-// ARGV is "expire" or "keep", then 7 values per step (CheckArgs, with an
-// explicit now). The reply has, per step, the check's 5 integers followed,
-// for each key, by the TTL the step asked for (-1: none) and whether the key
-// then exists without a TTL (1) or not (0).
+// ARGV is "expire" or "keep", then 10 values per step: "c" (check) or "r"
+// (release), then the 9 arguments (AcquireArgs or ReleaseArgs, with an
+// explicit now). The reply has, per step, the script's integers (8 for a
+// check, 1 for a release) followed, for each key, by the TTL the step asked
+// for (-1: none) and whether the key then exists without a TTL (1) or not
+// (0).
 const sequenceDriver = `local real, asked = redis, {}
 local function intercept(call)
   return function(cmd, ...)
@@ -321,9 +408,16 @@ local function check(KEYS, ARGV)
 CHECK_SCRIPT
 end
 
+local function release(KEYS, ARGV)
+  local redis = shim
+RELEASE_SCRIPT
+end
+
 local expire, expires_at, out = ARGV[1] == 'expire', {}, {}
-for i = 0, (#ARGV - 1) / 7 - 1 do
-  local argv = {unpack(ARGV, 2 + i * 7, 8 + i * 7)}
+for i = 0, (#ARGV - 1) / 10 - 1 do
+  local run = check
+  if ARGV[2 + i * 10] == 'r' then run = release end
+  local argv = {unpack(ARGV, 3 + i * 10, 11 + i * 10)}
   local now = tonumber(argv[7])
   for _, k in ipairs(KEYS) do
     if expire and expires_at[k] and now >= expires_at[k] then
@@ -332,7 +426,7 @@ for i = 0, (#ARGV - 1) / 7 - 1 do
     end
   end
   asked = {}
-  local ok, reply = pcall(check, KEYS, argv)
+  local ok, reply = pcall(run, KEYS, argv)
   if not ok or type(reply) ~= 'table' then
     if type(reply) == 'table' then reply = reply.err end
     return real.error_reply('step ' .. i .. ': ' .. tostring(reply))
@@ -347,29 +441,46 @@ end
 return out
 `
 
-// scriptResult is one step's outcome on Redis: the decision and, for each
-// of the algorithm's keys, the TTL in ms the check set (-1: none) and
-// whether the key was left without a TTL.
+// scriptResult is one step's outcome on Redis and, for each of the
+// algorithm's keys, the TTL in ms the step set (-1: none) and whether the
+// key was left without a TTL.
 type scriptResult struct {
-	decision algorithms.Decision
+	outcome  diffOutcome
 	ttlSet   []int64
 	hasNoTTL []bool
 }
 
-// runSequence runs steps, all of one algorithm, through its script on Redis
-// in one call of sequenceDriver, with keys expiring on the simulated clock
-// when expire.
+// String describes the step for a failure message.
+func (s diffStep) String() string {
+	if s.release {
+		return fmt.Sprintf("%+v, now %d, release %d of %+v", s.l, s.nowMs, s.units, s.grant)
+	}
+	if s.want != s.cost || s.holdMs != 0 {
+		return fmt.Sprintf("%+v, now %d, cost %d, want %d, hold %d ms", s.l, s.nowMs, s.cost, s.want, s.holdMs)
+	}
+	return fmt.Sprintf("%+v, now %d, cost %d", s.l, s.nowMs, s.cost)
+}
+
+// runSequence runs steps, all of one algorithm, through its scripts on
+// Redis in one call of sequenceDriver, with keys expiring on the simulated
+// clock when expire.
 func runSequence(rdb *redis.Client, base string, steps []diffStep, expire bool) ([]scriptResult, error) {
 	a := steps[0].l.Algorithm
-	driver := redis.NewScript(strings.Replace(sequenceDriver, "CHECK_SCRIPT", algorithms.CheckScript(a), 1))
+	src := strings.Replace(sequenceDriver, "CHECK_SCRIPT", algorithms.CheckScript(a), 1)
+	driver := redis.NewScript(strings.Replace(src, "RELEASE_SCRIPT", algorithms.ReleaseScript(a), 1))
 	keys := algorithms.Keys(a, base)
 	mode := "keep"
 	if expire {
 		mode = "expire"
 	}
-	args := append(make([]any, 0, 1+7*len(steps)), mode)
+	args := append(make([]any, 0, 1+10*len(steps)), mode)
 	for _, s := range steps {
-		args = append(args, algorithms.CheckArgs(s.l, s.cost, s.nowMs)...)
+		if s.release {
+			args = append(append(args, "r"), algorithms.ReleaseArgs(s.l, s.units, s.grant, s.nowMs)...)
+		} else {
+			hold := time.Duration(s.holdMs) * time.Millisecond
+			args = append(append(args, "c"), algorithms.AcquireArgs(s.l, s.cost, s.want, hold, s.nowMs)...)
+		}
 	}
 	reply, err := driver.Run(context.Background(), rdb, keys, args...).Slice()
 	if err != nil {
@@ -380,16 +491,23 @@ func runSequence(rdb *redis.Client, base string, steps []diffStep, expire bool) 
 	}
 	results := make([]scriptResult, len(steps))
 	for i, r := range reply {
-		items, ok := r.([]any)
-		if !ok || len(items) != 5+2*len(keys) {
-			return nil, fmt.Errorf("step %d: reply %v, want the 5 integers and 2 per key", i, r)
+		n := 8
+		if steps[i].release {
+			n = 1
 		}
-		d, err := algorithms.DecodeCheckReply(items[:5])
+		items, ok := r.([]any)
+		if !ok || len(items) != n+2*len(keys) {
+			return nil, fmt.Errorf("step %d: reply %v, want the %d integers and 2 per key", i, r, n)
+		}
+		if steps[i].release {
+			results[i].outcome.returned, err = algorithms.DecodeReleaseReply(items[:n])
+		} else {
+			results[i].outcome.decision, results[i].outcome.grant, err = algorithms.DecodeAcquireReply(items[:n])
+		}
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", i, err)
 		}
-		results[i].decision = d
-		for j := 5; j < len(items); j += 2 {
+		for j := n; j < len(items); j += 2 {
 			ttl, _ := items[j].(int64)
 			noTTL, _ := items[j+1].(int64)
 			results[i].ttlSet = append(results[i].ttlSet, ttl)
@@ -400,36 +518,36 @@ func runSequence(rdb *redis.Client, base string, steps []diffStep, expire bool) 
 }
 
 // diffHistory lists the steps before step i (at most 20) with the model's
-// decisions, for a mismatch report.
-func diffHistory(steps []diffStep, want []algorithms.Decision, i int) string {
+// outcomes, for a mismatch report.
+func diffHistory(steps []diffStep, want []diffOutcome, i int) string {
 	var b strings.Builder
-	b.WriteString(" steps before it (now, +ms since the previous step, cost: model decision):\n")
+	b.WriteString(" steps before it (+ms since the previous step, step: model outcome):\n")
 	for j := max(0, i-20); j < i; j++ {
 		delta := int64(0)
 		if j > 0 {
 			delta = steps[j].nowMs - steps[j-1].nowMs
 		}
-		fmt.Fprintf(&b, "  %d: %d %+d %d: %+v\n", j, steps[j].nowMs, delta, steps[j].cost, want[j])
-		if j > 0 && steps[j].l != steps[j-1].l {
-			fmt.Fprintf(&b, "     (limit now %+v)\n", steps[j].l)
-		}
+		fmt.Fprintf(&b, "  %d: %+d %s: %+v\n", j, delta, steps[j], want[j])
 	}
 	return b.String()
 }
 
 // runModel generates a random sequence and runs it through the Go model,
-// returning the steps and the model's decisions. Steps use limits[0], or
+// returning the steps and the model's outcomes. Steps use limits[0], or
 // now and then another of limits (a key whose limit changed). The clock
 // moves on from around diffStartMs, by jumps that favour the edges the last
-// decision names; with backwards it sometimes steps back too. A panicking
-// model (a placeholder) is an error.
-func runModel(rng *rand.Rand, limits []algorithms.Limit, backwards bool) ([]diffStep, []algorithms.Decision, error) {
+// decision names; with backwards it sometimes steps back too. With leases
+// checks take random leases (want and hold) and releases give back random
+// parts of the grants taken (see leaseStep). A panicking model (a
+// placeholder) is an error.
+func runModel(rng *rand.Rand, limits []algorithms.Limit, backwards, leases bool) ([]diffStep, []diffOutcome, error) {
 	st := algorithms.NewState(limits[0].Algorithm)
 	now := diffStartMs + rng.Int64N(86_400_000)
 	n := 1 + rng.IntN(100)
 	steps := make([]diffStep, 0, n)
-	decisions := make([]algorithms.Decision, 0, n)
+	outcomes := make([]diffOutcome, 0, n)
 	var last algorithms.Decision
+	var grants []algorithms.Grant
 	for range n {
 		l := limits[0]
 		if rng.IntN(4) == 0 {
@@ -440,14 +558,87 @@ func runModel(rng *rand.Rand, limits []algorithms.Limit, backwards bool) ([]diff
 		if backwards && rng.IntN(10) == 0 {
 			now -= rng.Int64N(2*p + 1)
 		}
-		s := diffStep{l, now, diffCost(rng, l.Capacity())}
-		d, err := checkModel(st, l, s.nowMs, s.cost)
-		if err != nil {
-			return nil, nil, fmt.Errorf("step %d (now %d, cost %d): %w", len(steps), s.nowMs, s.cost, err)
+		s := checkStep(l, now, diffCost(rng, l.Capacity()))
+		if leases {
+			s, grants = leaseStep(rng, s, grants)
 		}
-		steps, decisions, last = append(steps, s), append(decisions, d), d
+		o, err := runModelStep(st, s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("step %d (%s): %w", len(steps), s, err)
+		}
+		if !s.release {
+			last = o.decision
+			if o.grant.Units > 0 {
+				grants = append(grants, o.grant)
+			}
+		}
+		steps, outcomes = append(steps, s), append(outcomes, o)
 	}
-	return steps, decisions, nil
+	return steps, outcomes, nil
+}
+
+// leaseStep turns s, a random check, into a random lease step: now and then
+// a release of part, all or (clamped) more of a grant taken before, usually
+// once, sometimes again, sometimes with a Ref that names another window or
+// entry; otherwise an acquire of want from cost to past the capacity, held
+// for no time, a few ms or up to two periods. It returns the grants still
+// outstanding.
+func leaseStep(rng *rand.Rand, s diffStep, grants []algorithms.Grant) (diffStep, []algorithms.Grant) {
+	capacity, p := s.l.Capacity(), s.l.PeriodMillis()
+	if len(grants) > 0 && rng.IntN(3) == 0 {
+		i := rng.IntN(len(grants))
+		g := grants[i]
+		if rng.IntN(5) > 0 {
+			grants = append(grants[:i], grants[i+1:]...)
+		}
+		var units int64
+		switch r := rng.IntN(10); {
+		case r < 3:
+			units = g.Units
+		case r < 4:
+			units = g.Units + 1 + rng.Int64N(3)
+		case r < 5:
+			units = rng.Int64N(2)
+		default:
+			units = rng.Int64N(g.Units + 1)
+		}
+		if rng.IntN(10) == 0 {
+			g.Ref += []int64{-1, 1, p, -p}[rng.IntN(4)]
+		}
+		return diffStep{l: s.l, nowMs: s.nowMs, release: true, units: units, grant: g}, grants
+	}
+	switch r := rng.IntN(10); {
+	case r < 2:
+	case r < 3:
+		s.want = capacity + rng.Int64N(3)
+	default:
+		s.want = s.cost + rng.Int64N(capacity-s.cost+1)
+	}
+	switch r := rng.IntN(10); {
+	case r < 3:
+	case r < 5:
+		s.holdMs = 1 + rng.Int64N(3)
+	default:
+		s.holdMs = 1 + rng.Int64N(2*p)
+	}
+	return s, grants
+}
+
+// runModelStep runs one step through the model, turning a panic into an
+// error so that one unfinished model fails its own subtest, not the whole
+// run.
+func runModelStep(st algorithms.State, s diffStep) (o diffOutcome, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("Go model panicked: %v", r)
+		}
+	}()
+	if s.release {
+		o.returned = st.Release(s.l, s.nowMs, s.units, s.grant)
+	} else {
+		o.decision, o.grant = st.Acquire(s.l, s.nowMs, s.cost, s.want, s.holdMs)
+	}
+	return o, nil
 }
 
 // checkModel runs the model, turning a panic into an error so that one

@@ -7,8 +7,9 @@ import "time"
 // Unix epoch. The zero value is a fresh state (nothing spent). Like every
 // State, it is not safe for concurrent use.
 //
-// It mirrors scripts/fixed_window.lua (HASH base:fw, fields w and n); the
-// rules are docs/algorithms.md, "Fixed window".
+// It mirrors scripts/fixed_window.lua and scripts/release_fixed_window.lua
+// (HASH base:fw, fields w and n); the rules are docs/algorithms.md, "Fixed
+// window" and "Leases".
 type FixedWindowState struct {
 	w    int64 // start of the window used counts, ms since the Unix epoch
 	used int64 // units spent in window w
@@ -16,22 +17,36 @@ type FixedWindowState struct {
 
 // Check implements State. It writes only when it admits a positive cost.
 func (s *FixedWindowState) Check(l Limit, nowMs, cost int64) Decision {
-	lim, p := l.Limit, l.PeriodMillis()
-	c := max(cost, 1)
+	d, _ := s.Acquire(l, nowMs, cost, cost, 0)
+	return d
+}
 
+// window returns the window a check at nowMs counts in and the units spent
+// in it so far.
+func (s *FixedWindowState) window(p, nowMs int64) (w, used int64) {
 	// The stored window, aligned to this limit's period: a no-op unless the
 	// key's period changed. A clock that went backwards stays in the newest
 	// window written, so it can never reopen (and spend again) an earlier one.
 	sw := s.w - s.w%p
-	w := max(nowMs-nowMs%p, sw)
-	used := int64(0)
+	w = max(nowMs-nowMs%p, sw)
 	if w == sw {
 		used = s.used
 	}
+	return w, used
+}
 
+// Acquire implements State. Granted units must be spent within the window
+// they were taken in: the next one would admit them on top of its own limit.
+func (s *FixedWindowState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	lim, p := l.Limit, l.PeriodMillis()
+	c := max(cost, 1)
+	w, used := s.window(p, nowMs)
+
+	var g Grant
 	allowed := used+c <= lim
 	if allowed && cost > 0 {
-		used += cost
+		g = Grant{Units: grantSize(cost, want, lim-used), UseWithin: time.Duration(w+p-nowMs) * time.Millisecond, Ref: w}
+		used += g.Units
 		s.w, s.used = w, used
 	}
 
@@ -45,5 +60,18 @@ func (s *FixedWindowState) Check(l Limit, nowMs, cost int64) Decision {
 		// earliest moment the same cost fits.
 		d.RetryAfter = time.Duration(w+p-nowMs) * time.Millisecond
 	}
-	return d
+	return d, g
+}
+
+// Release implements State: units go back only to the window they were
+// taken in; once it has ended they are gone with it.
+func (s *FixedWindowState) Release(l Limit, nowMs, units int64, g Grant) int64 {
+	u := releaseUnits(l, units, g)
+	w, used := s.window(l.PeriodMillis(), nowMs)
+	if u <= 0 || w != g.Ref || used <= 0 {
+		return 0
+	}
+	returned := min(u, used)
+	s.used = used - returned
+	return returned
 }

@@ -10,46 +10,60 @@ package algorithms
 // The zero value is a fresh state: tat in the past, as for a key never seen
 // (the scripts read a missing key as tat = now, which decides the same).
 //
-// It mirrors scripts/gcra.lua (HASH base:gc, fields tat and r); the rules are
-// docs/algorithms.md, "GCRA". Decisions equal go-redis/redis_rate's for the
+// It mirrors scripts/gcra.lua and scripts/release_gcra.lua (HASH base:gc,
+// fields tat and r); the rules are docs/algorithms.md, "GCRA" and "Leases". Decisions equal go-redis/redis_rate's for the
 // same rate, period and burst, with waits rounded up to whole ms and without
 // its -1 sentinels, except that a denied cost reports the units that do
 // remain (redis_rate reports 0) and cost 0 asks whether one unit fits.
 type GCRAState struct {
-	tatMs   int64 // tat's whole ms since the Unix epoch; never decreases
+	tatMs   int64 // tat's whole ms since the Unix epoch; only a Release moves it back
 	tatFrac int64 // tat's fraction of a ms, in 1/a ms, 0 ≤ tatFrac < a
 }
 
 // Check implements State. It writes only when it admits a positive cost.
 func (s *GCRAState) Check(l Limit, nowMs, cost int64) Decision {
+	d, _ := s.Acquire(l, nowMs, cost, cost, 0)
+	return d
+}
+
+// ahead returns x, how far tat lies beyond nowMs in 1/a ms (0 once tat has
+// passed), capped at full, and whether the cap acted.
+func (s *GCRAState) ahead(a, full, nowMs int64) (x int64, capped bool) {
+	ahead := s.tatMs - nowMs
+	if ahead < 0 {
+		return 0, false
+	}
+	// A write never puts tat more than full beyond the now it was made at,
+	// so it lies further only if the clock went backwards or the limit
+	// shrank. Capping there reads the bucket as exhausted, and checking
+	// before multiplying keeps ahead × a ≤ full.
+	if ahead > full/a {
+		return full, true
+	}
+	x = ahead*a + min(s.tatFrac, a-1)
+	return min(full, x), x > full
+}
+
+// Acquire implements State. It sets no bound on when granted units are
+// spent: emissions taken early are only ever more conservative.
+func (s *GCRAState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
 	capacity := l.Capacity()
 	a, b := l.Rate()
 	c := max(cost, 1)
 	// full is the whole burst tolerance, capacity × T, in 1/a ms.
 	full := capacity * b
-
-	// x is how far tat lies beyond now, in 1/a ms; 0 once tat has passed.
-	var x int64
-	if ahead := s.tatMs - nowMs; ahead >= 0 {
-		// A write never puts tat more than full beyond the now it was made
-		// at, so it lies further only if the clock went backwards or the
-		// limit shrank. Capping there reads the bucket as exhausted, and
-		// checking before multiplying keeps ahead × a ≤ full.
-		if ahead > full/a {
-			x = full
-		} else {
-			x = min(full, ahead*a+min(s.tatFrac, a-1))
-		}
-	}
+	x, _ := s.ahead(a, full, nowMs)
 
 	// room is how far tat may lie beyond now for c more units to fit:
 	// allowed ⇔ x + c × b ≤ full, rearranged so no sum exceeds full.
 	room := (capacity - c) * b
+	var g Grant
 	d := Decision{Limit: capacity}
 	if x <= room {
 		d.Allowed = true
 		if cost > 0 {
-			x += cost * b
+			g.Units = grantSize(cost, want, (full-x)/b)
+			x += g.Units * b
 			s.tatMs, s.tatFrac = nowMs+x/a, x%a
 		}
 	} else {
@@ -57,5 +71,24 @@ func (s *GCRAState) Check(l Limit, nowMs, cost int64) Decision {
 	}
 	d.Remaining = (full - x) / b
 	d.ResetAfter = waitDuration(ceilDiv(x, a))
-	return d
+	return d, g
+}
+
+// Release implements State: it moves tat back by the units' emission
+// intervals, but not before nowMs. A tat the check reads capped (the clock
+// went backwards or the limit shrank) is left alone: moving it back from
+// the cap could read looser than the tat without those units.
+func (s *GCRAState) Release(l Limit, nowMs, units int64, g Grant) int64 {
+	capacity := l.Capacity()
+	a, b := l.Rate()
+	u := releaseUnits(l, units, g)
+	x, capped := s.ahead(a, capacity*b, nowMs)
+	if u <= 0 || capped || x <= 0 {
+		return 0
+	}
+	// A partly emitted unit still counts as one given back.
+	returned := min(u, ceilDiv(x, b))
+	x = max(0, x-u*b)
+	s.tatMs, s.tatFrac = nowMs+x/a, x%a
+	return returned
 }

@@ -15,8 +15,9 @@ package algorithms
 //
 // The zero value is a fresh state: an empty bucket, as for a key never seen.
 //
-// It mirrors scripts/leaky_bucket.lua (HASH base:lb, fields l, d and ts); the
-// rules are docs/algorithms.md, "Leaky bucket".
+// It mirrors scripts/leaky_bucket.lua and scripts/release_leaky_bucket.lua
+// (HASH base:lb, fields l, d and ts); the rules are docs/algorithms.md,
+// "Leaky bucket" and "Leases".
 type LeakyBucketState struct {
 	level  int64 // units in the bucket, rounded up, 0 to capacity
 	leaked int64 // how much of the top unit has drained, in 1/b units, 0 ≤ leaked < b
@@ -25,19 +26,22 @@ type LeakyBucketState struct {
 
 // Check implements State. It writes only when it admits a positive cost.
 func (s *LeakyBucketState) Check(l Limit, nowMs, cost int64) Decision {
-	capacity := l.Capacity()
-	a, b := l.Rate()
-	c := max(cost, 1)
+	d, _ := s.Acquire(l, nowMs, cost, cost, 0)
+	return d
+}
 
+// drain returns the bucket at nowMs: the level rounded up, how much of the
+// top unit has drained in 1/b units, and the time of this drain.
+func (s *LeakyBucketState) drain(capacity, a, b, nowMs int64) (level, leaked, last int64) {
 	// A state written under another limit (the policy changed) is read
 	// clamped to this one, so remaining stays in [0, capacity] and every
 	// product stays within the bounds Limit.Validate guarantees. The zero
 	// value needs no special case: level 0 drains to empty at any time.
-	level, leaked, last := min(s.level, capacity), min(s.leaked, b-1), s.lastMs
+	level, leaked, last = min(s.level, capacity), min(s.leaked, b-1), s.lastMs
 
-	// Drain. Comparing the elapsed time with the time to empty before
-	// multiplying keeps e × a below capacity × b + a however long the key
-	// sat idle. A clock that went backwards drains nothing.
+	// Comparing the elapsed time with the time to empty before multiplying
+	// keeps e × a below capacity × b + a however long the key sat idle. A
+	// clock that went backwards drains nothing.
 	e := max(0, nowMs-last)
 	if e >= ceilDiv(level*b-leaked, a) {
 		level, leaked = 0, 0
@@ -45,13 +49,24 @@ func (s *LeakyBucketState) Check(l Limit, nowMs, cost int64) Decision {
 		acc := leaked + e*a
 		level, leaked = level-acc/b, acc%b
 	}
-	last = max(last, nowMs)
+	return level, leaked, max(last, nowMs)
+}
 
+// Acquire implements State. It sets no bound on when granted units are
+// spent: units poured in early are only ever more conservative.
+func (s *LeakyBucketState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	capacity := l.Capacity()
+	a, b := l.Rate()
+	c := max(cost, 1)
+	level, leaked, last := s.drain(capacity, a, b, nowMs)
+
+	var g Grant
 	d := Decision{Limit: capacity}
 	if level+c <= capacity {
 		d.Allowed = true
 		if cost > 0 {
-			level += cost
+			g.Units = grantSize(cost, want, capacity-level)
+			level += g.Units
 			*s = LeakyBucketState{level: level, leaked: leaked, lastMs: last}
 		}
 	} else {
@@ -60,5 +75,29 @@ func (s *LeakyBucketState) Check(l Limit, nowMs, cost int64) Decision {
 	}
 	d.Remaining = capacity - level
 	d.ResetAfter = waitDuration(ceilDiv(level*b-leaked, a))
-	return d
+	return d, g
+}
+
+// Release implements State: it drains to nowMs as a check does, then takes
+// the units out, down to an empty bucket. A level above the capacity was
+// written under a larger limit and is read clamped; taking units from the
+// clamped level could read looser than the level without them, so such a
+// state is left alone.
+func (s *LeakyBucketState) Release(l Limit, nowMs, units int64, g Grant) int64 {
+	capacity := l.Capacity()
+	a, b := l.Rate()
+	u := releaseUnits(l, units, g)
+	if u <= 0 || s.level > capacity {
+		return 0
+	}
+	level, leaked, last := s.drain(capacity, a, b, nowMs)
+	if level <= 0 {
+		return 0
+	}
+	returned := min(u, level)
+	if level -= u; level <= 0 {
+		level, leaked = 0, 0
+	}
+	*s = LeakyBucketState{level: level, leaked: leaked, lastMs: last}
+	return returned
 }

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"time"
 )
 
 //go:embed scripts/*.lua
@@ -12,8 +13,8 @@ var scriptFiles embed.FS
 // ErrBadReply means a script's reply did not have the documented shape.
 var ErrBadReply = errors.New("malformed script reply")
 
-// scriptFile and keySuffixes describe each algorithm's Lua script and the
-// Redis keys it uses. Suffixes differ between algorithms so that a policy
+// scriptFile, releaseFile and keySuffixes describe each algorithm's Lua
+// scripts and the Redis keys they use. Suffixes differ between algorithms so that a policy
 // whose algorithm changes never reads another algorithm's state.
 var (
 	scriptFile = map[Algorithm]string{
@@ -23,6 +24,14 @@ var (
 		TokenBucket:          "scripts/token_bucket.lua",
 		LeakyBucket:          "scripts/leaky_bucket.lua",
 		GCRA:                 "scripts/gcra.lua",
+	}
+	releaseFile = map[Algorithm]string{
+		FixedWindow:          "scripts/release_fixed_window.lua",
+		SlidingWindowLog:     "scripts/release_sliding_window_log.lua",
+		SlidingWindowCounter: "scripts/release_sliding_window_counter.lua",
+		TokenBucket:          "scripts/release_token_bucket.lua",
+		LeakyBucket:          "scripts/release_leaky_bucket.lua",
+		GCRA:                 "scripts/release_gcra.lua",
 	}
 	keySuffixes = map[Algorithm][]string{
 		FixedWindow:          {":fw"},
@@ -34,13 +43,25 @@ var (
 	}
 )
 
-// CheckScript returns the Lua source of algorithm a's check script. It
-// returns "" for an invalid algorithm.
+// CheckScript returns the Lua source of algorithm a's check script, which
+// is also its acquire script. It returns "" for an invalid algorithm.
 //
 // Every check script takes the keys from Keys and the arguments from
-// CheckArgs, and replies with the five integers DecodeCheckReply reads.
-func CheckScript(a Algorithm) string {
-	name, ok := scriptFile[a]
+// AcquireArgs (CheckArgs for a plain check), and replies with the eight
+// integers DecodeAcquireReply reads.
+func CheckScript(a Algorithm) string { return embedded(scriptFile, a) }
+
+// ReleaseScript returns the Lua source of algorithm a's release script. It
+// returns "" for an invalid algorithm.
+//
+// Every release script takes the same keys as the check script (Keys) and
+// the arguments from ReleaseArgs, and replies with the one integer
+// DecodeReleaseReply reads. It never creates a key and sets no TTL.
+func ReleaseScript(a Algorithm) string { return embedded(releaseFile, a) }
+
+// embedded returns the source of algorithm a's script in files, or "".
+func embedded(files map[Algorithm]string, a Algorithm) string {
+	name, ok := files[a]
 	if !ok {
 		return ""
 	}
@@ -75,50 +96,110 @@ func AllKeys(base string) []string {
 	return keys
 }
 
-// CheckArgs returns the ARGV of a check script: limit, period in ms,
-// capacity, cost, the reduced rate a and b (see Limit.Rate), and now in ms.
-// nowMs 0 makes the script read Redis TIME; only tests pass another value.
-func CheckArgs(l Limit, cost, nowMs int64) []any {
+// AcquireArgs returns the ARGV of a check script that may take more than
+// cost for a lease: limit, period in ms, capacity, cost, the reduced rate a
+// and b (see Limit.Rate), now in ms, want and hold in whole ms (rounded
+// down). nowMs 0 makes the script read Redis TIME; only tests pass another
+// value. want ≥ cost is the units the caller would like; hold is how long it
+// may keep them (only the sliding window log uses it; a script reads it
+// clamped to [0, MaxPeriod]).
+func AcquireArgs(l Limit, cost, want int64, hold time.Duration, nowMs int64) []any {
 	a, b := l.Rate()
-	now := ""
-	if nowMs != 0 {
-		now = fmt.Sprint(nowMs)
-	}
-	return []any{l.Limit, l.PeriodMillis(), l.Capacity(), cost, a, b, now}
+	return []any{l.Limit, l.PeriodMillis(), l.Capacity(), cost, a, b, nowArg(nowMs), want, hold.Milliseconds()}
 }
 
-// DecodeCheckReply converts a check script's reply, {allowed (0|1), limit,
-// remaining, reset_after_ms, retry_after_ms}, into a Decision.
+// CheckArgs returns the ARGV of a plain check of cost: AcquireArgs(l, cost,
+// cost, 0, nowMs).
+func CheckArgs(l Limit, cost, nowMs int64) []any {
+	return AcquireArgs(l, cost, cost, 0, nowMs)
+}
+
+// ReleaseArgs returns the ARGV of a release script giving back units of
+// grant g: limit, period in ms, capacity, units, a, b, now in ms (nowMs 0:
+// Redis TIME), g.Ref and g.Units.
+func ReleaseArgs(l Limit, units int64, g Grant, nowMs int64) []any {
+	a, b := l.Rate()
+	return []any{l.Limit, l.PeriodMillis(), l.Capacity(), units, a, b, nowArg(nowMs), g.Ref, g.Units}
+}
+
+// nowArg is the now argument of a script: "" (read Redis TIME) for 0.
+func nowArg(nowMs int64) string {
+	if nowMs == 0 {
+		return ""
+	}
+	return fmt.Sprint(nowMs)
+}
+
+// DecodeCheckReply converts a check script's reply into a Decision,
+// dropping the grant: DecodeAcquireReply's Decision.
 func DecodeCheckReply(reply any) (Decision, error) {
-	items, ok := reply.([]any)
-	if !ok {
-		return Decision{}, fmt.Errorf("%w: got %T, want an array", ErrBadReply, reply)
-	}
-	if len(items) != 5 {
-		return Decision{}, fmt.Errorf("%w: got %d items, want 5", ErrBadReply, len(items))
-	}
-	var n [5]int64
-	for i, it := range items {
-		v, ok := it.(int64)
-		if !ok {
-			return Decision{}, fmt.Errorf("%w: item %d is %T, want an integer", ErrBadReply, i, it)
-		}
-		n[i] = v
+	d, _, err := DecodeAcquireReply(reply)
+	return d, err
+}
+
+// DecodeAcquireReply converts a check script's reply, {allowed (0|1),
+// limit, remaining, reset_after_ms, retry_after_ms, granted, use_within_ms,
+// ref}, into a Decision and a Grant. A reply of another shape, or whose
+// values break the contract (a denial that granted units, a grant larger
+// than the limit), is an error wrapping ErrBadReply.
+func DecodeAcquireReply(reply any) (Decision, Grant, error) {
+	n, err := replyInts(reply, 8)
+	if err != nil {
+		return Decision{}, Grant{}, err
 	}
 	allowed, limit, remaining, resetMs, retryMs := n[0], n[1], n[2], n[3], n[4]
+	granted, useMs, ref := n[5], n[6], n[7]
 	switch {
 	case allowed != 0 && allowed != 1:
-		return Decision{}, fmt.Errorf("%w: allowed is %d", ErrBadReply, allowed)
+		return Decision{}, Grant{}, fmt.Errorf("%w: allowed is %d", ErrBadReply, allowed)
 	case limit <= 0 || remaining < 0 || remaining > limit:
-		return Decision{}, fmt.Errorf("%w: remaining %d outside [0, limit %d]", ErrBadReply, remaining, limit)
+		return Decision{}, Grant{}, fmt.Errorf("%w: remaining %d outside [0, limit %d]", ErrBadReply, remaining, limit)
 	case resetMs < 0 || retryMs < 0 || (allowed == 1 && retryMs != 0):
-		return Decision{}, fmt.Errorf("%w: reset_after %d ms, retry_after %d ms", ErrBadReply, resetMs, retryMs)
+		return Decision{}, Grant{}, fmt.Errorf("%w: reset_after %d ms, retry_after %d ms", ErrBadReply, resetMs, retryMs)
+	case granted < 0 || granted > limit || (allowed == 0 && granted != 0):
+		return Decision{}, Grant{}, fmt.Errorf("%w: granted %d (allowed %d, limit %d)", ErrBadReply, granted, allowed, limit)
+	case useMs < 0:
+		return Decision{}, Grant{}, fmt.Errorf("%w: use_within %d ms", ErrBadReply, useMs)
 	}
-	return Decision{
+	d := Decision{
 		Allowed:    allowed == 1,
 		Limit:      limit,
 		Remaining:  remaining,
 		ResetAfter: waitDuration(resetMs),
 		RetryAfter: waitDuration(retryMs),
-	}, nil
+	}
+	return d, Grant{Units: granted, UseWithin: waitDuration(useMs), Ref: ref}, nil
+}
+
+// DecodeReleaseReply reads a release script's reply, {returned}: how many
+// of the units given back made a difference, ≥ 0.
+func DecodeReleaseReply(reply any) (returned int64, err error) {
+	n, err := replyInts(reply, 1)
+	if err != nil {
+		return 0, err
+	}
+	if n[0] < 0 {
+		return 0, fmt.Errorf("%w: returned %d", ErrBadReply, n[0])
+	}
+	return n[0], nil
+}
+
+// replyInts reads a script's reply that must be an array of want integers.
+func replyInts(reply any, want int) ([]int64, error) {
+	items, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: got %T, want an array", ErrBadReply, reply)
+	}
+	if len(items) != want {
+		return nil, fmt.Errorf("%w: got %d items, want %d", ErrBadReply, len(items), want)
+	}
+	n := make([]int64, want)
+	for i, it := range items {
+		v, ok := it.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%w: item %d is %T, want an integer", ErrBadReply, i, it)
+		}
+		n[i] = v
+	}
+	return n, nil
 }

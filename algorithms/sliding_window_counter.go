@@ -8,8 +8,10 @@ import "time"
 // period. The zero value is a fresh state (nothing spent). Like every
 // State, it is not safe for concurrent use.
 //
-// It mirrors scripts/sliding_window_counter.lua (HASH base:sc, fields w, cur
-// and prev); the rules are docs/algorithms.md, "Sliding window counter".
+// It mirrors scripts/sliding_window_counter.lua and
+// scripts/release_sliding_window_counter.lua (HASH base:sc, fields w, cur
+// and prev); the rules are docs/algorithms.md, "Sliding window counter" and
+// "Leases".
 type SlidingCounterState struct {
 	w    int64 // start of the window cur counts, ms since the Unix epoch
 	cur  int64 // units spent in window w
@@ -18,6 +20,14 @@ type SlidingCounterState struct {
 
 // Check implements State. It writes only when it admits a positive cost.
 func (s *SlidingCounterState) Check(l Limit, nowMs, cost int64) Decision {
+	d, _ := s.Acquire(l, nowMs, cost, cost, 0)
+	return d
+}
+
+// Acquire implements State. Granted units must be spent within the window
+// they were taken in: in the next one they would count only as a weighted
+// share of the previous window, on top of its own limit.
+func (s *SlidingCounterState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
 	lim, p := l.Limit, l.PeriodMillis()
 	c := max(cost, 1)
 
@@ -42,9 +52,11 @@ func (s *SlidingCounterState) Check(l Limit, nowMs, cost int64) Decision {
 	e := max(0, nowMs-w)
 	pw := (prev*(p-e) + p - 1) / p
 
+	var g Grant
 	allowed := pw+cur+c <= lim
 	if allowed && cost > 0 {
-		cur += cost
+		g = Grant{Units: grantSize(cost, want, lim-pw-cur), UseWithin: time.Duration(w+p-nowMs) * time.Millisecond, Ref: w}
+		cur += g.Units
 		s.w, s.cur, s.prev = w, cur, prev
 	}
 
@@ -69,5 +81,22 @@ func (s *SlidingCounterState) Check(l Limit, nowMs, cost int64) Decision {
 			d.RetryAfter = time.Duration(w+p+max(0, p-k)-nowMs) * time.Millisecond
 		}
 	}
-	return d
+	return d, g
+}
+
+// Release implements State: units go back only to the window they were
+// taken in, while it is the current one. The stored count is reduced as
+// stored (not as read capped under a smaller limit), so a release never
+// reads looser than the count without those units.
+func (s *SlidingCounterState) Release(l Limit, nowMs, units int64, g Grant) int64 {
+	p := l.PeriodMillis()
+	u := releaseUnits(l, units, g)
+	sw := s.w - s.w%p
+	w := max(nowMs-nowMs%p, sw)
+	if u <= 0 || w != sw || w != g.Ref || s.cur <= 0 {
+		return 0
+	}
+	returned := min(u, s.cur)
+	s.cur -= returned
+	return returned
 }

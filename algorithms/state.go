@@ -15,7 +15,29 @@ type State interface {
 	//
 	// Once the returned Decision's ResetAfter has passed, the state is
 	// equivalent to a fresh one and may be dropped.
+	//
+	// Check(l, nowMs, cost) is Acquire(l, nowMs, cost, cost, 0)'s Decision.
 	Check(l Limit, nowMs, cost int64) Decision
+
+	// Acquire is Check for a lease: it decides for cost exactly as Check
+	// does and, when it admits a positive cost, spends g = max(cost,
+	// min(want, avail)) units instead, avail being the largest cost it
+	// would admit now. The Decision (Remaining, ResetAfter) and the state
+	// reflect g. holdMs is how long, in ms, the node may keep the units
+	// (0 for a plain check); only the sliding window log uses it, and
+	// grants no more than cost when it is 0. A denial, or cost 0, returns
+	// Grant{} and writes nothing. The same preconditions as Check apply;
+	// want < cost means cost.
+	Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant)
+
+	// Release gives back up to units unused units of g, a Grant an Acquire
+	// of this state returned, at nowMs, and returns how many made a
+	// difference: 0 when the grant's window ended or its log entry expired
+	// or is gone, for the buckets and GCRA only those that fit before the
+	// state is full. It never makes the state looser than if those units
+	// had never been taken, and writes only when it returns more than 0.
+	// Release each grant at most once. l must be valid.
+	Release(l Limit, nowMs, units int64, g Grant) (returned int64)
 }
 
 // NewState returns the fresh state of algorithm a: the state of a key that

@@ -8,8 +8,9 @@ package algorithms
 //
 // The zero value is a fresh state: a full bucket, as for a key never seen.
 //
-// It mirrors scripts/token_bucket.lua (HASH base:tb, fields t, r and ts); the
-// rules are docs/algorithms.md, "Token bucket".
+// It mirrors scripts/token_bucket.lua and scripts/release_token_bucket.lua
+// (HASH base:tb, fields t, r and ts); the rules are docs/algorithms.md,
+// "Token bucket" and "Leases".
 type TokenBucketState struct {
 	tokens  int64 // whole tokens, 0 to capacity
 	frac    int64 // the part of the next token refilled so far, in 1/b tokens, 0 ≤ frac < b
@@ -19,11 +20,14 @@ type TokenBucketState struct {
 
 // Check implements State. It writes only when it admits a positive cost.
 func (s *TokenBucketState) Check(l Limit, nowMs, cost int64) Decision {
-	capacity := l.Capacity()
-	a, b := l.Rate()
-	c := max(cost, 1)
+	d, _ := s.Acquire(l, nowMs, cost, cost, 0)
+	return d
+}
 
-	tokens, frac, last := capacity, int64(0), nowMs
+// refill returns the bucket at nowMs: whole tokens, the fraction of the next
+// one in 1/b tokens, and the time of this refill.
+func (s *TokenBucketState) refill(capacity, a, b, nowMs int64) (tokens, frac, last int64) {
+	tokens, frac, last = capacity, 0, nowMs
 	if s.written {
 		// A state written under another limit (the policy changed) is read
 		// clamped to this one, so remaining stays in [0, capacity] and every
@@ -31,7 +35,7 @@ func (s *TokenBucketState) Check(l Limit, nowMs, cost int64) Decision {
 		tokens, frac, last = min(s.tokens, capacity), min(s.frac, b-1), s.lastMs
 	}
 
-	// Refill. Comparing the elapsed time with the time to fill up before
+	// Comparing the elapsed time with the time to fill up before
 	// multiplying keeps e × a below capacity × b + a however long the key
 	// sat idle. A clock that went backwards refills nothing.
 	e := max(0, nowMs-last)
@@ -41,13 +45,24 @@ func (s *TokenBucketState) Check(l Limit, nowMs, cost int64) Decision {
 		acc := frac + e*a
 		tokens, frac = tokens+acc/b, acc%b
 	}
-	last = max(last, nowMs)
+	return tokens, frac, max(last, nowMs)
+}
 
+// Acquire implements State. It sets no bound on when granted units are
+// spent: tokens taken early are only ever more conservative.
+func (s *TokenBucketState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	capacity := l.Capacity()
+	a, b := l.Rate()
+	c := max(cost, 1)
+	tokens, frac, last := s.refill(capacity, a, b, nowMs)
+
+	var g Grant
 	d := Decision{Limit: capacity}
 	if tokens >= c {
 		d.Allowed = true
 		if cost > 0 {
-			tokens -= cost
+			g.Units = grantSize(cost, want, tokens)
+			tokens -= g.Units
 			*s = TokenBucketState{tokens: tokens, frac: frac, lastMs: last, written: true}
 		}
 	} else {
@@ -55,5 +70,27 @@ func (s *TokenBucketState) Check(l Limit, nowMs, cost int64) Decision {
 	}
 	d.Remaining = tokens
 	d.ResetAfter = waitDuration(ceilDiv((capacity-tokens)*b-frac, a))
-	return d
+	return d, g
+}
+
+// Release implements State: it refills to nowMs as a check does, then puts
+// the units back, up to a full bucket.
+func (s *TokenBucketState) Release(l Limit, nowMs, units int64, g Grant) int64 {
+	capacity := l.Capacity()
+	a, b := l.Rate()
+	u := releaseUnits(l, units, g)
+	if u <= 0 || !s.written {
+		// A bucket never written is full.
+		return 0
+	}
+	tokens, frac, last := s.refill(capacity, a, b, nowMs)
+	returned := min(u, capacity-tokens)
+	if returned <= 0 {
+		return 0
+	}
+	if tokens += u; tokens >= capacity {
+		tokens, frac = capacity, 0
+	}
+	*s = TokenBucketState{tokens: tokens, frac: frac, lastMs: last, written: true}
+	return returned
 }

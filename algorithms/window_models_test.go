@@ -290,7 +290,7 @@ func checkWindowProperties(t *testing.T, rng *rand.Rand, l Limit, seed uint64) {
 		// Never more than the limit per aligned window (fixed window,
 		// sliding counter) or per rolling period (sliding log).
 		if d.Allowed && cost > 0 {
-			admitted = append(admitted, slidingLogEntry{now, cost})
+			admitted = append(admitted, slidingLogEntry{ts: now, cost: cost})
 			for len(admitted) > 0 && admitted[0].ts <= now-2*p {
 				admitted = admitted[1:]
 			}

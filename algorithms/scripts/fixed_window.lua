@@ -4,8 +4,11 @@
 -- "Fixed window".
 --
 -- KEYS[1]  base:fw  HASH {w = window start ms, n = units spent in window w}
--- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME)
--- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms}
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
+--          want (units a lease would like, >= cost; missing = cost),
+--          hold_ms (how long a lease keeps them; missing = 0)
+-- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms,
+--          granted, use_within_ms, ref}; see docs/algorithms.md, "Leases"
 
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
@@ -16,6 +19,7 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
 -- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
@@ -32,8 +36,13 @@ local used = 0
 if w == stored_w then used = tonumber(state[2]) or 0 end
 
 local allowed = used + c <= limit
+local granted, use_within, ref = 0, 0, 0
 if allowed and cost > 0 then
-  used = used + cost
+  -- A lease takes up to want of what is left; its units belong to window w
+  -- and must not be spent in the next, which would admit them again.
+  granted = math.max(cost, math.min(want, limit - used))
+  use_within, ref = w + period - now, w
+  used = used + granted
   redis.call('HSET', key, 'w', int(w), 'n', int(used))
   redis.call('PEXPIRE', key, int(math.max(1, w + period - now)))
 end
@@ -43,4 +52,5 @@ if used > 0 then reset_after = w + period - now end
 -- The next window is empty and c <= limit: its start is the earliest fit.
 if not allowed then retry_after = w + period - now end
 -- used exceeds limit only when the key's limit shrank since it was spent.
-return {allowed and 1 or 0, limit, math.max(0, limit - used), reset_after, retry_after}
+return {allowed and 1 or 0, limit, math.max(0, limit - used), reset_after, retry_after,
+  granted, use_within, ref}

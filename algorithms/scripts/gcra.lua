@@ -8,8 +8,12 @@
 --
 -- KEYS[1]  base..":gc", a HASH: tat = whole ms of tat, r = its fraction in
 --          1/a ms (0 <= r < a). A missing key is tat = now.
--- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME)
--- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms}
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
+--          want (units a lease would like, >= cost; missing = cost), hold_ms
+--          (unused: units taken early are only ever more conservative)
+-- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms,
+--          granted, use_within_ms (0: no bound), ref (0)}; see
+--          docs/algorithms.md, "Leases"
 --
 -- Times relative to now are kept in 1/a ms, so T = b exactly. Integers only:
 -- Limit.Validate bounds capacity*b and a by 2^52, so no value here exceeds
@@ -36,6 +40,7 @@ local function int(x)
   return string.format("%.0f", x)
 end
 
+local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 -- full is the whole burst tolerance, capacity * T, in 1/a ms.
 local full = capacity * b
@@ -60,11 +65,13 @@ end
 
 -- allowed <=> x + c*b <= full, rearranged so no sum exceeds full.
 local room = (capacity - c) * b
-local allowed, retry_after = 0, 0
+local allowed, retry_after, granted = 0, 0, 0
 if x <= room then
   allowed = 1
   if cost > 0 then
-    x = x + cost * b
+    -- A lease takes up to want of the emissions the tolerance has room for.
+    granted = math.max(cost, math.min(want, math.floor((full - x) / b)))
+    x = x + granted * b
   end
 else
   retry_after = ceildiv(x - room, a)
@@ -78,4 +85,5 @@ if allowed == 1 and cost > 0 then
   redis.call("HSET", key, "tat", int(now + whole), "r", int(x - whole * a))
   redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
 end
-return {allowed, capacity, math.floor((full - x) / b), reset_after, retry_after}
+return {allowed, capacity, math.floor((full - x) / b), reset_after, retry_after,
+  granted, 0, 0}

@@ -8,8 +8,12 @@
 --          unit has drained in 1/b units (0 <= d < b; the exact level is
 --          l - d/b), ts = time of the last drain in ms. A missing key is an
 --          empty bucket.
--- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME)
--- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms}
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
+--          want (units a lease would like, >= cost; missing = cost), hold_ms
+--          (unused: units taken early are only ever more conservative)
+-- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms,
+--          granted, use_within_ms (0: no bound), ref (0)}; see
+--          docs/algorithms.md, "Leases"
 --
 -- Integers only: Limit.Validate bounds capacity*b and a by 2^52, so no value
 -- here exceeds capacity*b + a <= 2^53 and Lua numbers (doubles) hold every
@@ -36,6 +40,7 @@ local function int(x)
   return string.format("%.0f", x)
 end
 
+local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
 local level, d, last = 0, 0, now
@@ -68,8 +73,11 @@ else
   -- The time for the exact level to drop to capacity - c.
   retry_after = ceildiv((level + c - capacity) * b - d, a)
 end
+local granted = 0
 if allowed == 1 and cost > 0 then
-  level = level + cost
+  -- A lease takes up to want of the room there is.
+  granted = math.max(cost, math.min(want, capacity - level))
+  level = level + granted
 end
 local reset_after = ceildiv(level * b - d, a)
 
@@ -78,4 +86,4 @@ if allowed == 1 and cost > 0 then
   redis.call("HSET", key, "l", int(level), "d", int(d), "ts", int(last))
   redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
 end
-return {allowed, capacity, capacity - level, reset_after, retry_after}
+return {allowed, capacity, capacity - level, reset_after, retry_after, granted, 0, 0}

@@ -6,8 +6,11 @@
 --
 -- KEYS[1]  base:sc  HASH {w = current window start ms, cur = units spent in
 --                         window w, prev = units spent in window w - period}
--- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME)
--- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms}
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
+--          want (units a lease would like, >= cost; missing = cost),
+--          hold_ms (how long a lease keeps them; missing = 0)
+-- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms,
+--          granted, use_within_ms, ref}; see docs/algorithms.md, "Leases"
 
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
@@ -18,6 +21,7 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
 -- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
@@ -46,8 +50,14 @@ local e = math.max(0, now - w)
 local pw = math.floor((prev * (period - e) + period - 1) / period)
 
 local allowed = pw + cur + c <= limit
+local granted, use_within, ref = 0, 0, 0
 if allowed and cost > 0 then
-  cur = cur + cost
+  -- A lease takes up to want of what is left; its units belong to window w
+  -- and must not be spent in the next, where they would only count as a
+  -- weighted share of the previous window.
+  granted = math.max(cost, math.min(want, limit - pw - cur))
+  use_within, ref = w + period - now, w
+  cur = cur + granted
   redis.call('HSET', key, 'w', int(w), 'cur', int(cur), 'prev', int(prev))
   redis.call('PEXPIRE', key, int(math.max(1, w + 2 * period - now)))
 end
@@ -72,4 +82,5 @@ if not allowed then
     retry_after = w + period + math.max(0, period - k) - now
   end
 end
-return {allowed and 1 or 0, limit, math.max(0, limit - pw - cur), reset_after, retry_after}
+return {allowed and 1 or 0, limit, math.max(0, limit - pw - cur), reset_after, retry_after,
+  granted, use_within, ref}

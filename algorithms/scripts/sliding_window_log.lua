@@ -3,12 +3,20 @@
 -- Go model (algorithms/sliding_window_log.go), are docs/algorithms.md,
 -- "Sliding window log".
 --
--- KEYS[1]  base:sl   ZSET, one member "seq:cost" per admitted request, score ts
+-- KEYS[1]  base:sl   ZSET, one member "seq:cost" per admitted request or lease
+--                    grant, score ts
 -- KEYS[2]  base:slm  HASH {sum = total cost in the log, seq = last seq used}
--- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME)
--- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms}
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
+--          want (units a lease would like, >= cost; missing = cost),
+--          hold_ms (how long a lease keeps them; missing = 0)
+-- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms,
+--          granted, use_within_ms, ref (the entry's seq)}; see
+--          docs/algorithms.md, "Leases"
 --
--- An entry counts while ts > now - period.
+-- An entry counts while ts > now - period. A lease grant's entry is recorded
+-- at ts = now + hold_ms, the lease's end, so that however late in the lease a
+-- unit is spent it stays in the window a period after; without a hold there
+-- is no end to record at, and it grants only cost.
 
 local log, meta = KEYS[1], KEYS[2]
 local limit = tonumber(ARGV[1])
@@ -19,6 +27,9 @@ if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local want = tonumber(ARGV[8]) or cost
+-- Clamped to the longest period, which keeps now + hold exact.
+local hold = math.max(0, math.min(tonumber(ARGV[9]) or 0, 31536000000))
 local c = math.max(cost, 1)
 
 -- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
@@ -50,16 +61,23 @@ local expired = redis.call('ZRANGEBYSCORE', log, '-inf', cutoff)
 for _, member in ipairs(expired) do sum = sum - cost_of(member) end
 
 local allowed = sum + c <= limit
+local granted, use_within, ref = 0, 0, 0
 if allowed and cost > 0 then
+  granted, use_within = cost, hold
+  if hold > 0 then granted = math.max(cost, math.min(want, limit - sum)) end
   -- Expired entries are dropped only here, when the check writes anyway:
   -- a denial or a cost-0 check writes nothing, as in the Go model, so the
   -- two agree even when the clock steps back over an expiry.
   if #expired > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', cutoff) end
-  seq, sum = seq + 1, sum + cost
-  -- If every entry had expired, newest <= now - period < now.
-  newest = math.max(newest, now)
+  -- Seqs restart once every entry has expired (newest <= now - period),
+  -- alike whether the keys have expired yet or not.
+  if newest <= now - period then seq = 0 end
+  seq, sum = seq + 1, sum + granted
+  ref = seq
+  -- If every entry had expired, newest <= now - period < now + hold.
+  newest = math.max(newest, now + hold)
   local ttl = int(newest + period - now)
-  redis.call('ZADD', log, int(now), int(seq) .. ':' .. int(cost))
+  redis.call('ZADD', log, int(now + hold), int(seq) .. ':' .. int(granted))
   redis.call('HSET', meta, 'sum', int(sum), 'seq', int(seq))
   redis.call('PEXPIRE', log, ttl)
   redis.call('PEXPIRE', meta, ttl)
@@ -87,4 +105,5 @@ if not allowed then
   end
 end
 -- sum exceeds limit only when the key's limit shrank since it was spent.
-return {allowed and 1 or 0, limit, math.max(0, limit - sum), reset_after, retry_after}
+return {allowed and 1 or 0, limit, math.max(0, limit - sum), reset_after, retry_after,
+  granted, use_within, ref}

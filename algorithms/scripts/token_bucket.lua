@@ -6,8 +6,12 @@
 -- KEYS[1]  base..":tb", a HASH: t = whole tokens, r = the part of the next
 --          token refilled so far in 1/b tokens (0 <= r < b), ts = time of the
 --          last refill in ms. A missing key is a full bucket.
--- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME)
--- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms}
+-- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
+--          want (units a lease would like, >= cost; missing = cost), hold_ms
+--          (unused: units taken early are only ever more conservative)
+-- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms,
+--          granted, use_within_ms (0: no bound), ref (0)}; see
+--          docs/algorithms.md, "Leases"
 --
 -- Integers only: Limit.Validate bounds capacity*b and a by 2^52, so no value
 -- here exceeds capacity*b + a <= 2^53 and Lua numbers (doubles) hold every
@@ -34,6 +38,7 @@ local function int(x)
   return string.format("%.0f", x)
 end
 
+local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
 local tokens, r, last = capacity, 0, now
@@ -65,8 +70,11 @@ if tokens >= c then
 else
   retry_after = ceildiv((c - tokens) * b - r, a)
 end
+local granted = 0
 if allowed == 1 and cost > 0 then
-  tokens = tokens - cost
+  -- A lease takes up to want of the tokens there are.
+  granted = math.max(cost, math.min(want, tokens))
+  tokens = tokens - granted
 end
 local reset_after = ceildiv((capacity - tokens) * b - r, a)
 
@@ -75,4 +83,4 @@ if allowed == 1 and cost > 0 then
   redis.call("HSET", key, "t", int(tokens), "r", int(r), "ts", int(last))
   redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
 end
-return {allowed, capacity, tokens, reset_after, retry_after}
+return {allowed, capacity, tokens, reset_after, retry_after, granted, 0, 0}

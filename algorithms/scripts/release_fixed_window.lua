@@ -1,0 +1,41 @@
+-- Fixed window release: gives back unused units of a lease grant to the
+-- window they were taken in, while it is the current one. The rules, shared
+-- with the Go model (FixedWindowState.Release), are docs/algorithms.md,
+-- "Leases".
+--
+-- KEYS[1]  base:fw  HASH {w = window start ms, n = units spent in window w}
+-- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" = Redis TIME),
+--          ref (the grant's window start), granted
+-- Reply    {returned}
+--
+-- Never creates the key and sets no TTL: HSET keeps the one the check set.
+
+local key = KEYS[1]
+local period = tonumber(ARGV[2])
+-- Never more than the grant took, nor than any grant can hold.
+local units = math.min(tonumber(ARGV[4]), tonumber(ARGV[9]), tonumber(ARGV[3]))
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local ref = tonumber(ARGV[8])
+
+-- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
+local function int(x) return string.format('%.0f', x) end
+
+if units <= 0 then return {0} end
+local state = redis.call('HMGET', key, 'w', 'n')
+-- A missing key is an empty window already.
+if not state[1] then return {0} end
+-- The current window as the check computes it.
+local stored_w = tonumber(state[1])
+stored_w = stored_w - stored_w % period
+local w = math.max(now - now % period, stored_w)
+-- Once the grant's window has ended its units are gone with it.
+if w ~= ref or w ~= stored_w then return {0} end
+local used = tonumber(state[2]) or 0
+local returned = math.min(units, used)
+if returned <= 0 then return {0} end
+redis.call('HSET', key, 'n', int(used - returned))
+return {returned}

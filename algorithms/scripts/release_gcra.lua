@@ -1,0 +1,55 @@
+-- GCRA release: moves the theoretical arrival time back by the emission
+-- intervals of unused units of a lease grant, but not before now. The rules,
+-- shared with the Go model (GCRAState.Release), are docs/algorithms.md,
+-- "Leases".
+--
+-- KEYS[1]  base..":gc", a HASH: tat = whole ms of tat, r = its fraction in
+--          1/a ms (0 <= r < a). A missing key is tat = now.
+-- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" reads TIME),
+--          ref (unused), granted
+-- Reply    {returned}: the units whose emission had not passed, a partly
+--          passed one counting as one
+--
+-- Never creates the key and sets no TTL: HSET keeps the one the check set.
+
+local key = KEYS[1]
+local capacity = tonumber(ARGV[3])
+-- Never more than the grant took, nor than any grant can hold.
+local units = math.min(tonumber(ARGV[4]), tonumber(ARGV[9]), capacity)
+local a = tonumber(ARGV[5])
+local b = tonumber(ARGV[6])
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- ceil(x / y) for integers x and y > 0, exact while |x| < 2^53.
+local function ceildiv(x, y)
+  return math.floor((x + y - 1) / y)
+end
+
+-- tostring keeps only 14 significant digits; %.0f writes the whole integer.
+local function int(x)
+  return string.format("%.0f", x)
+end
+
+if units <= 0 then return {0} end
+local st = redis.call("HMGET", key, "tat", "r")
+-- A missing key is tat = now already.
+if not st[1] then return {0} end
+local full = capacity * b
+-- x, how far tat lies beyond now in 1/a ms, read as the check does. A tat
+-- the check reads capped (the clock went backwards or the limit shrank) is
+-- left alone: moving it back from the cap could read looser than the tat
+-- without those units.
+local ahead = tonumber(st[1]) - now
+if ahead < 0 or ahead > math.floor(full / a) then return {0} end
+local x = ahead * a + math.min(tonumber(st[2]), a - 1)
+if x <= 0 or x > full then return {0} end
+
+local returned = math.min(units, ceildiv(x, b))
+x = math.max(0, x - units * b)
+local whole = math.floor(x / a)
+redis.call("HSET", key, "tat", int(now + whole), "r", int(x - whole * a))
+return {returned}

@@ -1,0 +1,63 @@
+-- Leaky bucket release: drains to now as a check does, then takes unused
+-- units of a lease grant out, down to an empty bucket. The rules, shared with
+-- the Go model (LeakyBucketState.Release), are docs/algorithms.md, "Leases".
+--
+-- KEYS[1]  base..":lb", a HASH: l = level rounded up, d = how much of the top
+--          unit has drained in 1/b units (0 <= d < b), ts = time of the last
+--          drain in ms. A missing key is an empty bucket.
+-- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" reads TIME),
+--          ref (unused), granted
+-- Reply    {returned}: the units taken out before the bucket was empty
+--
+-- Never creates the key and sets no TTL: HSET keeps the one the check set.
+
+local key = KEYS[1]
+local capacity = tonumber(ARGV[3])
+-- Never more than the grant took, nor than any grant can hold.
+local units = math.min(tonumber(ARGV[4]), tonumber(ARGV[9]), capacity)
+local a = tonumber(ARGV[5])
+local b = tonumber(ARGV[6])
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- ceil(x / y) for integers x and y > 0, exact while |x| < 2^53.
+local function ceildiv(x, y)
+  return math.floor((x + y - 1) / y)
+end
+
+-- tostring keeps only 14 significant digits; %.0f writes the whole integer.
+local function int(x)
+  return string.format("%.0f", x)
+end
+
+if units <= 0 then return {0} end
+local st = redis.call("HMGET", key, "l", "d", "ts")
+-- A missing key is an empty bucket already.
+if not st[1] then return {0} end
+local level = tonumber(st[1])
+-- A level above the capacity was written under a larger limit and is read
+-- clamped; taking units from the clamped level could read looser than the
+-- level without them, so leave it.
+if level > capacity then return {0} end
+-- Drain exactly as the check does.
+local d = math.min(tonumber(st[2]), b - 1)
+local last = tonumber(st[3])
+local e = math.max(0, now - last)
+if e >= ceildiv(level * b - d, a) then
+  level, d = 0, 0
+else
+  local acc = d + e * a
+  local whole = math.floor(acc / b)
+  level, d = level - whole, acc - whole * b
+end
+last = math.max(last, now)
+
+if level <= 0 then return {0} end
+local returned = math.min(units, level)
+level = level - units
+if level <= 0 then level, d = 0, 0 end
+redis.call("HSET", key, "l", int(level), "d", int(d), "ts", int(last))
+return {returned}

@@ -1,0 +1,45 @@
+-- Sliding window counter release: gives back unused units of a lease grant
+-- to the window they were taken in, while it is the current one. The rules,
+-- shared with the Go model (SlidingCounterState.Release), are
+-- docs/algorithms.md, "Leases".
+--
+-- KEYS[1]  base:sc  HASH {w = current window start ms, cur = units spent in
+--                         window w, prev = units spent in window w - period}
+-- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" = Redis TIME),
+--          ref (the grant's window start), granted
+-- Reply    {returned}
+--
+-- Never creates the key and sets no TTL: HSET keeps the one the check set.
+
+local key = KEYS[1]
+local period = tonumber(ARGV[2])
+-- Never more than the grant took, nor than any grant can hold.
+local units = math.min(tonumber(ARGV[4]), tonumber(ARGV[9]), tonumber(ARGV[3]))
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local ref = tonumber(ARGV[8])
+
+-- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
+local function int(x) return string.format('%.0f', x) end
+
+if units <= 0 then return {0} end
+local state = redis.call('HMGET', key, 'w', 'cur')
+-- A missing key counts nothing already.
+if not state[1] then return {0} end
+-- The current window as the check computes it.
+local stored_w = tonumber(state[1])
+stored_w = stored_w - stored_w % period
+local w = math.max(now - now % period, stored_w)
+-- Once the grant's window has ended its units count as the previous
+-- window's, which spending them there would have made them too.
+if w ~= ref or w ~= stored_w then return {0} end
+-- The stored count, not the one a check reads capped under a smaller limit:
+-- reducing the capped one could read looser than the count without them.
+local cur = tonumber(state[2]) or 0
+local returned = math.min(units, cur)
+if returned <= 0 then return {0} end
+redis.call('HSET', key, 'cur', int(cur - returned))
+return {returned}

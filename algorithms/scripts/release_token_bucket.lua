@@ -1,0 +1,59 @@
+-- Token bucket release: refills to now as a check does, then puts unused
+-- units of a lease grant back, up to a full bucket. The rules, shared with
+-- the Go model (TokenBucketState.Release), are docs/algorithms.md, "Leases".
+--
+-- KEYS[1]  base..":tb", a HASH: t = whole tokens, r = the part of the next
+--          token refilled so far in 1/b tokens (0 <= r < b), ts = time of the
+--          last refill in ms. A missing key is a full bucket.
+-- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" reads TIME),
+--          ref (unused), granted
+-- Reply    {returned}: the units put back before the bucket was full
+--
+-- Never creates the key and sets no TTL: HSET keeps the one the check set.
+
+local key = KEYS[1]
+local capacity = tonumber(ARGV[3])
+-- Never more than the grant took, nor than any grant can hold.
+local units = math.min(tonumber(ARGV[4]), tonumber(ARGV[9]), capacity)
+local a = tonumber(ARGV[5])
+local b = tonumber(ARGV[6])
+local now = tonumber(ARGV[7])
+if not now then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- ceil(x / y) for integers x and y > 0, exact while |x| < 2^53.
+local function ceildiv(x, y)
+  return math.floor((x + y - 1) / y)
+end
+
+-- tostring keeps only 14 significant digits; %.0f writes the whole integer.
+local function int(x)
+  return string.format("%.0f", x)
+end
+
+if units <= 0 then return {0} end
+local st = redis.call("HMGET", key, "t", "r", "ts")
+-- A missing key is a full bucket already.
+if not st[1] then return {0} end
+-- Read and refill exactly as the check does.
+local tokens = math.min(tonumber(st[1]), capacity)
+local r = math.min(tonumber(st[2]), b - 1)
+local last = tonumber(st[3])
+local e = math.max(0, now - last)
+if e >= ceildiv((capacity - tokens) * b - r, a) then
+  tokens, r = capacity, 0
+else
+  local acc = r + e * a
+  local whole = math.floor(acc / b)
+  tokens, r = tokens + whole, acc - whole * b
+end
+last = math.max(last, now)
+
+local returned = math.min(units, capacity - tokens)
+if returned <= 0 then return {0} end
+tokens = tokens + units
+if tokens >= capacity then tokens, r = capacity, 0 end
+redis.call("HSET", key, "t", int(tokens), "r", int(r), "ts", int(last))
+return {returned}
