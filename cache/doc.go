@@ -1,0 +1,12 @@
+// Package cache holds a quotad node's process-local hot state: the denied
+// keys it can answer without asking the authority (Denied), backed by
+// ristretto.
+//
+// Everything here is advisory. A lost, evicted or dropped entry only costs
+// a call to the authoritative store; it never loosens a limit, and an entry
+// that is present never denies a request the authority would have allowed.
+//
+// The package reads no clock for its decisions: every method that needs the
+// time takes it as an argument, in whole milliseconds since the Unix epoch,
+// as package algorithms does. Callers must use one clock for a given cache.
+package cache
