@@ -63,8 +63,8 @@ func (s *MemoryStore) shard(base string) *memoryShard {
 	return &s.shards[maphash.String(s.seed, base)%memoryShards]
 }
 
-// Check implements Store. It never fails and never blocks on I/O.
-func (s *MemoryStore) Check(_ context.Context, base string, l algorithms.Limit, cost int64) (algorithms.Decision, error) {
+// Acquire implements Store. It never fails and never blocks on I/O.
+func (s *MemoryStore) Acquire(_ context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
 	nowMs := s.now().UnixMilli()
 	k := memoryKey{base, l.Algorithm}
 	sh := s.shard(base)
@@ -74,15 +74,33 @@ func (s *MemoryStore) Check(_ context.Context, base string, l algorithms.Limit, 
 	if e == nil || e.expiresAtMs <= nowMs {
 		e = &memoryEntry{state: algorithms.NewState(l.Algorithm)}
 	}
-	d := e.state.Check(l, nowMs, cost)
+	d, g := e.state.Acquire(l, nowMs, cost, want, hold.Milliseconds())
 	if d.ResetAfter > 0 {
 		e.expiresAtMs = nowMs + d.ResetAfter.Milliseconds()
 		sh.states[k] = e
 	} else {
 		delete(sh.states, k)
 	}
-	return d, nil
+	return d, g, nil
 }
+
+// Release implements Store. Like the Redis scripts, it never brings back a
+// state that has expired.
+func (s *MemoryStore) Release(_ context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
+	nowMs := s.now().UnixMilli()
+	sh := s.shard(base)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.states[memoryKey{base, l.Algorithm}]
+	if e == nil || e.expiresAtMs <= nowMs {
+		return 0, nil
+	}
+	return e.state.Release(l, nowMs, units, g), nil
+}
+
+// Remote implements Store: the memory store is in process, as fast as a
+// lease, so the node neither leases nor caches denials in front of it.
+func (s *MemoryStore) Remote() bool { return false }
 
 // Reset implements Store.
 func (s *MemoryStore) Reset(_ context.Context, base string) error {

@@ -10,8 +10,11 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/cache"
 )
 
 // Config is a node's configuration. Build it with defaults, apply overrides,
@@ -25,6 +28,13 @@ type Config struct {
 	// DefaultFailureMode applies to policies whose OnStoreError is
 	// FailDefault. Default FailOpen.
 	DefaultFailureMode FailureMode
+	// Lease sizes leases (remote stores only).
+	Lease LeaseConfig
+	// DeniedCache sizes the hot denied-key cache (remote stores only).
+	DeniedCache cache.DeniedConfig
+	// ClusterSize reports how many nodes share the store, for lease caps;
+	// nil means 1. It is called on the miss path and must be cheap.
+	ClusterSize func() int
 }
 
 // Validate reports the first problem with c.
@@ -36,6 +46,12 @@ func (c Config) Validate() error {
 	case FailDefault, FailOpen, FailClosed:
 	default:
 		return fmt.Errorf("default failure mode: %w %d", ErrInvalidFailureMode, int(c.DefaultFailureMode))
+	}
+	if err := c.Lease.withDefaults().Validate(); err != nil {
+		return err
+	}
+	if err := c.DeniedCache.Validate(); err != nil {
+		return fmt.Errorf("denied cache: %w", err)
 	}
 	seen := make(map[string]bool, len(c.Policies))
 	for i, p := range c.Policies {
@@ -57,6 +73,10 @@ func (c Config) withDefaults() Config {
 	if c.DefaultFailureMode == FailDefault {
 		c.DefaultFailureMode = FailOpen
 	}
+	c.Lease = c.Lease.withDefaults()
+	if c.ClusterSize == nil {
+		c.ClusterSize = func() int { return 1 }
+	}
 	return c
 }
 
@@ -68,10 +88,59 @@ type Result struct {
 
 // Node answers checks. It is safe for concurrent use.
 type Node struct {
-	cfg      Config
-	store    Store
-	log      *slog.Logger
-	policies map[string]Policy
+	cfg         Config
+	lcfg        LeaseConfig
+	store       Store
+	log         *slog.Logger
+	policies    map[string]Policy
+	clusterSize func() int
+
+	// Local pre-aggregation, used only with a remote store: in process, the
+	// memory store is as fast as a lease.
+	leases *leaseTable
+	denied *cache.Denied
+	stats  stats
+
+	stopJanitor context.CancelFunc
+	janitorDone chan struct{}
+	closed      atomic.Bool
+}
+
+// stats are the node's lease and cache counters.
+type stats struct {
+	leasesGranted, unitsLeased, unitsReturned, denialsCached atomic.Int64
+	leaseHits, deniedCacheHits                               atomic.Int64
+}
+
+// Stats is a snapshot of the node's local pre-aggregation.
+type Stats struct {
+	// LeasesGranted counts grants of more than the checking request's cost.
+	LeasesGranted int64
+	// UnitsLeased counts units taken in leases beyond the granting checks'
+	// own cost; UnitsReturned counts those given back unused.
+	UnitsLeased, UnitsReturned int64
+	// UnitsHeld is the units this node's leases hold right now.
+	UnitsHeld int64
+	// DenialsCached counts store denials remembered for later checks.
+	DenialsCached int64
+	// LeaseHits and DeniedCacheHits count checks answered locally.
+	LeaseHits, DeniedCacheHits int64
+	// Denied is the denied cache's own counters.
+	Denied cache.DeniedStats
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	return Stats{
+		LeasesGranted:   n.stats.leasesGranted.Load(),
+		UnitsLeased:     n.stats.unitsLeased.Load(),
+		UnitsReturned:   n.stats.unitsReturned.Load(),
+		UnitsHeld:       n.unitsHeld(),
+		DenialsCached:   n.stats.denialsCached.Load(),
+		LeaseHits:       n.stats.leaseHits.Load(),
+		DeniedCacheHits: n.stats.deniedCacheHits.Load(),
+		Denied:          n.denied.Stats(),
+	}
 }
 
 // New returns a node deciding with store. The node owns store from now on
@@ -87,7 +156,16 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, store: store, log: log, policies: make(map[string]Policy, len(cfg.Policies))}
+	denied, err := cache.NewDenied(cfg.DeniedCache)
+	if err != nil {
+		return nil, fmt.Errorf("denied cache: %w", err)
+	}
+	n := &Node{
+		cfg: cfg, lcfg: cfg.Lease, store: store, log: log, clusterSize: cfg.ClusterSize,
+		policies: make(map[string]Policy, len(cfg.Policies)),
+		leases:   newLeaseTable(),
+		denied:   denied,
+	}
 	for _, p := range cfg.Policies {
 		// Resolve the default now so that status pages and ListPolicies
 		// show the mode that applies.
@@ -96,7 +174,33 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		}
 		n.policies[p.Name] = p
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
+	go n.janitor(ctx)
 	return n, nil
+}
+
+// janitor returns the unused units of expired leases and forgets idle
+// keys, until ctx ends.
+func (n *Node) janitor(ctx context.Context) {
+	defer close(n.janitorDone)
+	if !n.store.Remote() {
+		return
+	}
+	t := time.NewTicker(n.lcfg.Hold / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			// A key that needs a lease is checked every few milliseconds
+			// (its rate × horizon must reach two checks), so one idle for a
+			// second has nothing worth keeping; its denial, if any, lives
+			// on in the denied cache.
+			n.sweepLeases(ctx, max(time.Second, 4*n.lcfg.Hold))
+		}
+	}
 }
 
 // Policy returns the configured policy called name.
@@ -136,7 +240,10 @@ func (n *Node) Check(ctx context.Context, p Policy, key string, cost int64) (Res
 	if err := p.Limit.ValidateCost(cost); err != nil {
 		return Result{}, err
 	}
-	d, err := n.store.Check(ctx, n.keyBase(p.Name, key), p.Limit, cost)
+	if n.store.Remote() {
+		return n.checkLeased(ctx, p, key, cost)
+	}
+	d, _, err := n.store.Acquire(ctx, n.keyBase(p.Name, key), p.Limit, cost, cost, 0)
 	if err == nil {
 		return Result{Decision: d, Source: SourceStore}, nil
 	}
@@ -171,6 +278,18 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
+	// Local state goes first, so no lease or cached denial survives the
+	// authority's reset. Units held in a lease are not returned: the
+	// authority forgets them anyway.
+	k := leaseKey{policy, key}
+	if l := n.leases.remove(k); l != nil {
+		// Checks still holding l must not spend pre-reset units.
+		if g := l.cur.Swap(nil); g != nil {
+			g.units.Store(0)
+		}
+		l.denial.Store(nil)
+	}
+	n.denied.Forget(cache.Key{Policy: policy, Key: key})
 	if err := n.store.Reset(ctx, n.keyBase(policy, key)); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fmt.Errorf("reset %s: %w", policy, ctxErr)
@@ -197,8 +316,23 @@ func (n *Node) keyBase(policy, key string) string {
 	return b.String()
 }
 
-// Close releases the node's store.
+// cacheKey is the denied cache's name for a key under lim.
+func (n *Node) cacheKey(k leaseKey, lim algorithms.Limit) cache.Key {
+	return cache.Key{Policy: k.policy, Key: k.key, Limit: lim}
+}
+
+// Close returns the unused units of every lease to the store, then closes
+// the store. Checks must have stopped. Calls after the first return nil.
 func (n *Node) Close() error {
+	if !n.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	n.stopJanitor()
+	<-n.janitorDone
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n.releaseAll(ctx)
+	n.denied.Close()
 	if err := n.store.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
 	}

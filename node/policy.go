@@ -110,6 +110,9 @@ type Policy struct {
 	Limit algorithms.Limit
 	// OnStoreError is the failure mode; FailDefault defers to the node's.
 	OnStoreError FailureMode
+	// Lease switches leases for this policy: LeaseAuto (the zero value) or
+	// LeaseOff.
+	Lease LeaseMode
 }
 
 // Validate reports the first problem with p, naming the field.
@@ -124,6 +127,9 @@ func (p Policy) Validate() error {
 	case FailDefault, FailOpen, FailClosed:
 	default:
 		return fmt.Errorf("on_store_error: %w %d", ErrInvalidFailureMode, int(p.OnStoreError))
+	}
+	if p.Lease != LeaseAuto && p.Lease != LeaseOff {
+		return fmt.Errorf("lease: %w: mode %d", ErrInvalidConfig, int(p.Lease))
 	}
 	return nil
 }

@@ -43,13 +43,15 @@ func (c RedisConfig) withDefaults() RedisConfig {
 }
 
 // RedisStore runs the algorithms' Lua scripts on Redis, the authority shared
-// by every node. Safe for concurrent use.
+// by every node. Script calls are pipelined (see redis_pipeline.go). Safe
+// for concurrent use.
 type RedisStore struct {
 	client   redis.UniversalClient
 	cfg      RedisConfig
 	describe string
-	scripts  map[algorithms.Algorithm]*redis.Script
-	allKeys  func(base string) []string
+	check    map[algorithms.Algorithm]*redis.Script
+	release  map[algorithms.Algorithm]*redis.Script
+	pipe     *pipeline
 }
 
 // NewRedisStore connects to Redis, checks that it answers and loads every
@@ -61,24 +63,30 @@ func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
 		return nil, err
 	}
 	opts, _ := redis.ParseURL(cfg.URL) // validated above
+	// No automatic retries: a script whose reply was lost may have run, and
+	// running a release twice would hand back units twice. A failed call
+	// takes the policy's failure mode instead.
+	opts.MaxRetries = -1
 	client := redis.NewClient(opts)
 	s := &RedisStore{
 		client:   client,
 		cfg:      cfg,
 		describe: fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB),
-		scripts:  make(map[algorithms.Algorithm]*redis.Script),
-		allKeys:  algorithms.AllKeys,
+		check:    make(map[algorithms.Algorithm]*redis.Script),
+		release:  make(map[algorithms.Algorithm]*redis.Script),
 	}
 	if opts.TLSConfig != nil {
 		s.describe += " (tls)"
 	}
 	for _, a := range algorithms.Algorithms() {
-		s.scripts[a] = redis.NewScript(algorithms.CheckScript(a))
+		s.check[a] = redis.NewScript(algorithms.CheckScript(a))
+		s.release[a] = redis.NewScript(algorithms.ReleaseScript(a))
 	}
 	if err := s.loadScripts(ctx); err != nil {
 		client.Close()
 		return nil, err
 	}
+	s.pipe = newPipeline(client, cfg.Timeout, s.loadScripts)
 	return s, nil
 }
 
@@ -86,33 +94,57 @@ func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
 func (s *RedisStore) loadScripts(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	for a, sc := range s.scripts {
-		if err := sc.Load(ctx, s.client).Err(); err != nil {
-			return fmt.Errorf("load %s script on %s: %w", a, s.describe, err)
+	for _, scripts := range []map[algorithms.Algorithm]*redis.Script{s.check, s.release} {
+		for a, sc := range scripts {
+			if err := sc.Load(ctx, s.client).Err(); err != nil {
+				return fmt.Errorf("load %s script on %s: %w", a, s.describe, err)
+			}
 		}
 	}
 	return nil
 }
 
-// Check implements Store.
-func (s *RedisStore) Check(ctx context.Context, base string, l algorithms.Limit, cost int64) (algorithms.Decision, error) {
-	sc := s.scripts[l.Algorithm]
+// Acquire implements Store.
+func (s *RedisStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+	sc := s.check[l.Algorithm]
 	if sc == nil {
-		return algorithms.Decision{}, fmt.Errorf("redis check: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
+		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	// Run uses EVALSHA and falls back to EVAL (which reloads the script) on
-	// NOSCRIPT, so a restarted or failed-over Redis heals on first use.
-	reply, err := sc.Run(ctx, s.client, algorithms.Keys(l.Algorithm, base), algorithms.CheckArgs(l, cost, 0)...).Result()
+	reply, err := s.pipe.run(ctx, sc, algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
 	if err != nil {
-		return algorithms.Decision{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
+		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
-	d, err := algorithms.DecodeCheckReply(reply)
+	d, g, err := algorithms.DecodeAcquireReply(reply)
 	if err != nil {
-		return algorithms.Decision{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
+		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
-	return d, nil
+	return d, g, nil
+}
+
+// Release implements Store.
+func (s *RedisStore) Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
+	sc := s.release[l.Algorithm]
+	if sc == nil {
+		return 0, fmt.Errorf("redis release: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
+	}
+	reply, err := s.pipe.run(ctx, sc, algorithms.Keys(l.Algorithm, base), algorithms.ReleaseArgs(l, units, g, 0))
+	if err != nil {
+		return 0, fmt.Errorf("redis release %s: %w", l.Algorithm, err)
+	}
+	returned, err := algorithms.DecodeReleaseReply(reply)
+	if err != nil {
+		return 0, fmt.Errorf("redis release %s: %w", l.Algorithm, err)
+	}
+	return returned, nil
+}
+
+// Remote implements Store: every call is a network round trip.
+func (s *RedisStore) Remote() bool { return true }
+
+// PipelineStats reports how many script calls the store made and in how
+// many round trips (a retry after NOSCRIPT counts as one more).
+func (s *RedisStore) PipelineStats() (calls, roundTrips int64) {
+	return s.pipe.calls.Load(), s.pipe.roundTrips.Load()
 }
 
 // Reset implements Store. All keys of one base share a hash tag, so one DEL
@@ -120,7 +152,7 @@ func (s *RedisStore) Check(ctx context.Context, base string, l algorithms.Limit,
 func (s *RedisStore) Reset(ctx context.Context, base string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	if err := s.client.Del(ctx, s.allKeys(base)...).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	if err := s.client.Del(ctx, algorithms.AllKeys(base)...).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis reset: %w", err)
 	}
 	return nil
@@ -129,5 +161,8 @@ func (s *RedisStore) Reset(ctx context.Context, base string) error {
 // Describe implements Store.
 func (s *RedisStore) Describe() string { return s.describe }
 
-// Close implements Store.
-func (s *RedisStore) Close() error { return s.client.Close() }
+// Close implements Store: queued calls fail, then the connections close.
+func (s *RedisStore) Close() error {
+	s.pipe.close()
+	return s.client.Close()
+}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"time"
 
 	"github.com/quotad/quotad/algorithms"
 )
@@ -9,11 +10,20 @@ import (
 // Store is the authority for limits: Redis through Lua scripts, or the
 // embedded memory store. Implementations are safe for concurrent use.
 type Store interface {
-	// Check decides whether cost units of l fit for the limit stored under
-	// base (a key base with a Redis hash tag, see Node.keyBase) and spends
-	// them if so. l and cost must be valid. It may block on the network until
-	// ctx is done; an error means nothing is known about the decision.
-	Check(ctx context.Context, base string, l algorithms.Limit, cost int64) (algorithms.Decision, error)
+	// Acquire decides whether cost units of l fit for the limit stored
+	// under base (a key base with a Redis hash tag, see Node.keyBase) and,
+	// if so, spends between cost and want units, reporting the extra as a
+	// grant to be spent within hold (docs/algorithms.md, "Leases"). A plain
+	// check passes want = cost and hold = 0. l, cost and want (cost ≤ want
+	// ≤ capacity) must be valid. It may block on the network until ctx is
+	// done; an error means nothing is known about the decision.
+	Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error)
+	// Release gives back up to units unused units of grant g and reports
+	// how many made a difference.
+	Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error)
+	// Remote reports whether calls cross the network; the node leases and
+	// caches denials only for remote stores.
+	Remote() bool
 	// Reset forgets every algorithm's state stored under base.
 	Reset(ctx context.Context, base string) error
 	// Describe says what the store is, for logs and status pages, e.g.

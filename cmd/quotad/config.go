@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/cache"
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/rpc"
 )
@@ -39,6 +40,12 @@ type config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
+	// Lease sizes leases; the zero value takes node's defaults (horizon
+	// 200ms, hold 500ms, max fraction 0.05).
+	Lease node.LeaseConfig
+	// DeniedCache sizes the hot denied-key cache; the zero value means
+	// 100,000 entries.
+	DeniedCache cache.DeniedConfig
 }
 
 func defaultConfig() config {
@@ -55,7 +62,10 @@ func defaultConfig() config {
 
 // nodeConfig, redisConfig and rpcConfig hand each package its part.
 func (c config) nodeConfig() node.Config {
-	return node.Config{KeyPrefix: c.KeyPrefix, Policies: c.Policies, DefaultFailureMode: c.DefaultOnStoreError}
+	return node.Config{
+		KeyPrefix: c.KeyPrefix, Policies: c.Policies, DefaultFailureMode: c.DefaultOnStoreError,
+		Lease: c.Lease, DeniedCache: c.DeniedCache,
+	}
 }
 
 func (c config) redisConfig() node.RedisConfig {
@@ -97,7 +107,20 @@ type fileConfig struct {
 	DefaultOnStoreError *string        `yaml:"default_on_store_error"`
 	ShutdownTimeout     *yamlDuration  `yaml:"shutdown_timeout"`
 	LogLevel            *string        `yaml:"log_level"`
+	Lease               *fileLease     `yaml:"lease"`
+	DeniedCache         *fileDenied    `yaml:"denied_cache"`
 	Policies            []filePolicyAt `yaml:"policies"`
+}
+
+type fileLease struct {
+	Horizon     *yamlDuration `yaml:"horizon"`
+	Hold        *yamlDuration `yaml:"hold"`
+	MaxFraction *float64      `yaml:"max_fraction"`
+}
+
+type fileDenied struct {
+	MaxEntries *int64 `yaml:"max_entries"`
+	MaxBytes   *int64 `yaml:"max_bytes"`
 }
 
 type fileRedis struct {
@@ -112,6 +135,7 @@ type filePolicy struct {
 	Period       yamlDuration `yaml:"period"`
 	Burst        int64        `yaml:"burst"`
 	OnStoreError string       `yaml:"on_store_error"`
+	Lease        string       `yaml:"lease"`
 }
 
 // filePolicyAt remembers where a policy stands in the file, so errors about
@@ -131,13 +155,13 @@ func (p *filePolicyAt) UnmarshalYAML(n *yaml.Node) error {
 	for i := 0; i < len(n.Content); i += 2 {
 		k := n.Content[i]
 		if !policyFields[k.Value] {
-			return fmt.Errorf("line %d: field %s not found in policy (known: name, algorithm, limit, period, burst, on_store_error)", k.Line, k.Value)
+			return fmt.Errorf("line %d: field %s not found in policy (known: name, algorithm, limit, period, burst, on_store_error, lease)", k.Line, k.Value)
 		}
 	}
 	return n.Decode(&p.filePolicy)
 }
 
-var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": true, "period": true, "burst": true, "on_store_error": true}
+var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": true, "period": true, "burst": true, "on_store_error": true, "lease": true}
 
 // yamlDuration is a duration written as Go does: "1s", "5m", "250ms".
 type yamlDuration time.Duration
@@ -184,6 +208,19 @@ func (f fileConfig) apply(c *config) error {
 			c.RedisTimeout = time.Duration(*f.Redis.Timeout)
 		}
 	}
+	if f.Lease != nil {
+		if f.Lease.Horizon != nil {
+			c.Lease.Horizon = time.Duration(*f.Lease.Horizon)
+		}
+		if f.Lease.Hold != nil {
+			c.Lease.Hold = time.Duration(*f.Lease.Hold)
+		}
+		setIf(&c.Lease.MaxFraction, f.Lease.MaxFraction)
+	}
+	if f.DeniedCache != nil {
+		setIf(&c.DeniedCache.MaxEntries, f.DeniedCache.MaxEntries)
+		setIf(&c.DeniedCache.MaxBytes, f.DeniedCache.MaxBytes)
+	}
 	if f.DefaultOnStoreError != nil {
 		m, err := node.ParseFailureMode(*f.DefaultOnStoreError)
 		if err != nil {
@@ -221,6 +258,11 @@ func (fp filePolicyAt) policy() (node.Policy, error) {
 	if fp.OnStoreError != "" {
 		if p.OnStoreError, err = node.ParseFailureMode(fp.OnStoreError); err != nil {
 			return node.Policy{}, fmt.Errorf("on_store_error: %w", err)
+		}
+	}
+	if fp.Lease != "" {
+		if p.Lease, err = node.ParseLeaseMode(fp.Lease); err != nil {
+			return node.Policy{}, err
 		}
 	}
 	if err := p.Validate(); err != nil {

@@ -51,6 +51,18 @@ func settings() []setting {
 			c.DefaultOnStoreError = m
 			return err
 		}},
+		{name: "lease-horizon", usage: "a lease covers about this much of a key's recent demand on this node (`duration`); 0 takes the default 200ms", apply: func(c *config, v string) error { return parseDurationInto(&c.Lease.Horizon, v) }},
+		{name: "lease-hold", usage: "longest a lease is spent before its unused units go back to Redis (`duration`, at least the horizon); 0 takes the default 500ms", apply: func(c *config, v string) error { return parseDurationInto(&c.Lease.Hold, v) }},
+		{name: "lease-max-fraction", usage: "all nodes' leases on one key together hold at most this `fraction` of its limit, in (0, 1]; 0 takes the default 0.05", apply: func(c *config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return fmt.Errorf("want a number such as 0.05, got %q", v)
+			}
+			c.Lease.MaxFraction = f
+			return nil
+		}},
+		{name: "denied-cache-entries", usage: "size of the hot denied-key cache in `entries`; 0 with no --denied-cache-bytes means 100000", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxEntries, v) }},
+		{name: "denied-cache-bytes", usage: "size of the hot denied-key cache in `bytes` instead of entries", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
 	}
@@ -62,6 +74,15 @@ func parseDurationInto(dst *time.Duration, v string) error {
 		return fmt.Errorf("invalid duration %q (write e.g. 50ms, 2s)", v)
 	}
 	*dst = d
+	return nil
+}
+
+func parseIntInto(dst *int64, v string) error {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return fmt.Errorf("want a whole number, got %q", v)
+	}
+	*dst = n
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/internal/redistest"
+	"github.com/quotad/quotad/node"
 )
 
 // startQuotad runs quotad in-process on a free loopback port and returns its
@@ -160,6 +161,19 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 }
 
+func TestLeaseAndCacheSettings(t *testing.T) {
+	path := writeFile(t, "q.yaml", "lease:\n  horizon: 50ms\n  hold: 1s\n  max_fraction: 0.1\ndenied_cache:\n  max_bytes: 1048576\n"+
+		"policies:\n  - name: a\n    algorithm: gcra\n    limit: 5\n    period: 1s\n    lease: off\n")
+	c, err := loadConfig([]string{"--config", path, "--lease-hold", "2s"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := node.LeaseConfig{Horizon: 50 * time.Millisecond, Hold: 2 * time.Second, MaxFraction: 0.1}
+	if c.Lease != want || c.DeniedCache.MaxBytes != 1<<20 || len(c.Policies) != 1 || c.Policies[0].Lease != node.LeaseOff {
+		t.Fatalf("lease %+v, denied cache %+v, policies %+v", c.Lease, c.DeniedCache, c.Policies)
+	}
+}
+
 // Every bad configuration stops quotad with one error that names the
 // source, the line where there is one, and the field.
 func TestConfigErrors(t *testing.T) {
@@ -191,6 +205,13 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad redis url", args: []string{"--redis", "http://x"}, want: []string{"redis url"}},
 		{name: "bad env", env: map[string]string{"QUOTAD_REDIS_TIMEOUT": "soon"}, want: []string{"QUOTAD_REDIS_TIMEOUT", "soon"}},
 		{name: "prefix with braces", args: []string{"--key-prefix", "a{b"}, want: []string{"key_prefix"}},
+		{name: "bad lease mode", file: policy + "    lease: sometimes\n", want: []string{"line 2", "lease", "sometimes"}},
+		{name: "lease fraction above 1", file: "lease:\n  max_fraction: 2\n", want: []string{"lease max fraction", "2"}},
+		{name: "unknown lease field", file: "lease:\n  horizon: 1s\n  holds: 2s\n", want: []string{"line 3", "holds"}},
+		{name: "hold under horizon", args: []string{"--lease-horizon", "1s", "--lease-hold", "100ms"}, want: []string{"lease hold", "horizon"}},
+		{name: "bad lease fraction flag", args: []string{"--lease-max-fraction", "most"}, want: []string{"--lease-max-fraction", "most"}},
+		{name: "denied cache sized twice", args: []string{"--denied-cache-entries", "10", "--denied-cache-bytes", "100000"}, want: []string{"denied cache", "at most one"}},
+		{name: "negative denied cache", file: "denied_cache:\n  max_entries: -1\n", want: []string{"denied cache", "max entries"}},
 		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"lissten"}},
 		{name: "stray argument", args: []string{"serve"}, want: []string{"serve"}},
 	}

@@ -1,0 +1,521 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quotad/quotad/algorithms"
+)
+
+// LeaseMode is a policy's lease switch.
+type LeaseMode int
+
+const (
+	// LeaseAuto leases when the key's demand makes it worthwhile and the
+	// limit is large enough (the zero value).
+	LeaseAuto LeaseMode = iota
+	// LeaseOff sends every check to the store.
+	LeaseOff
+)
+
+// String returns "auto" or "off".
+func (m LeaseMode) String() string {
+	if m == LeaseOff {
+		return "off"
+	}
+	return "auto"
+}
+
+// ParseLeaseMode accepts "auto" or "off".
+func ParseLeaseMode(s string) (LeaseMode, error) {
+	switch s {
+	case "auto":
+		return LeaseAuto, nil
+	case "off":
+		return LeaseOff, nil
+	}
+	return 0, fmt.Errorf("lease: %w: %q (want auto or off)", ErrInvalidConfig, s)
+}
+
+// LeaseConfig sizes leases. The zero value is the default.
+type LeaseConfig struct {
+	// Horizon is how far ahead a lease covers the key's recent demand on
+	// this node: a lease holds about rate × Horizon units. Default 200ms.
+	Horizon time.Duration
+	// Hold is the longest a lease is spent before its unused units go back
+	// to the store (fixed and sliding windows also end a lease at the
+	// window's end). Default 500ms; at least Horizon.
+	Hold time.Duration
+	// MaxFraction caps the units all nodes hold in leases for one key at
+	// this fraction of the limit's capacity; each node takes at most
+	// MaxFraction × capacity / cluster size. It bounds how far leases can
+	// make the cluster under-admit. Default 0.05; in (0, 1].
+	MaxFraction float64
+}
+
+func (c LeaseConfig) withDefaults() LeaseConfig {
+	if c.Horizon == 0 {
+		c.Horizon = 200 * time.Millisecond
+	}
+	if c.Hold == 0 {
+		c.Hold = max(500*time.Millisecond, c.Horizon)
+	}
+	if c.MaxFraction == 0 {
+		c.MaxFraction = 0.05
+	}
+	return c
+}
+
+// Validate reports the first problem with c (after defaults).
+func (c LeaseConfig) Validate() error {
+	switch {
+	case c.Horizon <= 0:
+		return fmt.Errorf("lease horizon: %w: %s must be > 0", ErrInvalidConfig, c.Horizon)
+	case c.Hold < c.Horizon:
+		return fmt.Errorf("lease hold: %w: %s must be at least the horizon %s", ErrInvalidConfig, c.Hold, c.Horizon)
+	case !(c.MaxFraction > 0 && c.MaxFraction <= 1):
+		return fmt.Errorf("lease max fraction: %w: %g must be in (0, 1]", ErrInvalidConfig, c.MaxFraction)
+	}
+	return nil
+}
+
+// leaseKey names one policy's key on this node. Its fields are the
+// request's own strings, so looking a key up allocates nothing. A key has
+// one lease whatever its limit; a grant taken under another limit (an
+// inline limit that changed) is not spent, and the next refill returns it.
+type leaseKey struct {
+	policy, key string
+}
+
+// lease is one key's local state on this node: the grant it is spending,
+// the demand that sizes the next one, and the last denial the store gave.
+type lease struct {
+	// cur is the grant being spent; nil before the first. A refill installs
+	// a new one rather than refilling this one, so a unit claimed from a
+	// grant is always judged by that grant's own expiry.
+	cur      atomic.Pointer[grant]
+	demand   atomic.Int64 // units asked for since sampleStart
+	lastUsed atomic.Int64 // unix ns of the last check, for eviction
+
+	base string // the store's key base, built once
+
+	mu          sync.Mutex // guards the fields below; never held on the hit path
+	refilling   chan struct{}
+	sampleStart int64   // unix ns when the current demand sample began
+	rate        float64 // units per second, smoothed over past samples
+
+	// denial is the last denial the store gave this key, so that checks
+	// that waited on a coalesced store call need not repeat it (the
+	// denied cache's writes become visible asynchronously).
+	denial atomic.Pointer[denial]
+}
+
+// grant is units taken from the store in one call, spent locally until
+// expiresAt. Everything but units is fixed when the grant is installed.
+//
+// The hit path is lock-free: units are claimed with a CAS, so each leased
+// unit is spent at most once, and whoever gives the rest back claims it
+// all with a Swap first.
+type grant struct {
+	units     atomic.Int64 // unspent
+	expiresAt int64        // unix ns after which no unit may be spent
+	// authRemaining and resetAt describe the store's state right after the
+	// grant, for the honest estimate a lease hit reports.
+	authRemaining int64
+	resetAt       int64 // unix ns
+	capacity      int64
+	// taken and limit are what Release needs.
+	taken algorithms.Grant
+	limit algorithms.Limit
+}
+
+// take spends cost units of the current grant if it was taken under lim,
+// holds them and has not expired; it reports the decision to return. cost 0
+// asks whether one unit is held and spends nothing.
+func (l *lease) take(lim algorithms.Limit, cost int64) (algorithms.Decision, bool) {
+	g := l.cur.Load()
+	if g == nil || g.limit != lim {
+		return algorithms.Decision{}, false
+	}
+	need := max(cost, 1)
+	for {
+		u := g.units.Load()
+		if u < need || time.Now().UnixNano() >= g.expiresAt {
+			return algorithms.Decision{}, false
+		}
+		if !g.units.CompareAndSwap(u, u-cost) {
+			continue
+		}
+		// Read the clock again after claiming: units claimed just as the
+		// grant expired are dropped, not spent late (a window's units must
+		// not spill into the next window). Dropping only under-admits, by at
+		// most cost.
+		now := time.Now().UnixNano()
+		if now >= g.expiresAt {
+			return algorithms.Decision{}, false
+		}
+		return algorithms.Decision{
+			Allowed:    true,
+			Limit:      g.capacity,
+			Remaining:  min(g.capacity, g.authRemaining+u-cost),
+			ResetAfter: time.Duration(max(0, g.resetAt-now)),
+		}, true
+	}
+}
+
+// unspent claims the current grant's unspent units so they can be given
+// back, and returns the grant with them (nil, 0 when there are none). If
+// onlyExpired, a grant still in force is left alone.
+func (l *lease) unspent(now int64, onlyExpired bool) (*grant, int64) {
+	g := l.cur.Load()
+	if g == nil || (onlyExpired && now < g.expiresAt) {
+		return nil, 0
+	}
+	return g, g.units.Swap(0)
+}
+
+// denial is a store denial of cost units under limit that holds until
+// untilNs.
+type denial struct {
+	limit    algorithms.Limit
+	cost     int64
+	untilNs  int64
+	decision algorithms.Decision
+}
+
+// deniedFor returns the remembered denial if it holds for cost under lim at
+// now.
+func (l *lease) deniedFor(lim algorithms.Limit, cost int64, now time.Time) (algorithms.Decision, bool) {
+	dn := l.denial.Load()
+	if dn == nil || dn.limit != lim || max(cost, 1) < dn.cost || now.UnixNano() >= dn.untilNs {
+		return algorithms.Decision{}, false
+	}
+	d := dn.decision
+	d.RetryAfter = time.Duration(dn.untilNs - now.UnixNano())
+	return d, true
+}
+
+// leaseTable holds the leases of this node, sharded to keep lock hold
+// times short. Lookups take a read lock and allocate nothing.
+type leaseTable struct {
+	seed   maphash.Seed
+	shards [64]leaseShard
+}
+
+type leaseShard struct {
+	mu sync.RWMutex
+	m  map[leaseKey]*lease
+}
+
+func newLeaseTable() *leaseTable {
+	t := &leaseTable{seed: maphash.MakeSeed()}
+	for i := range t.shards {
+		t.shards[i].m = make(map[leaseKey]*lease)
+	}
+	return t
+}
+
+func (t *leaseTable) shard(k leaseKey) *leaseShard {
+	return &t.shards[maphash.String(t.seed, k.key)%uint64(len(t.shards))]
+}
+
+func (t *leaseTable) get(k leaseKey) *lease {
+	sh := t.shard(k)
+	sh.mu.RLock()
+	l := sh.m[k]
+	sh.mu.RUnlock()
+	return l
+}
+
+func (t *leaseTable) getOrCreate(k leaseKey, base string, now int64) *lease {
+	sh := t.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if l := sh.m[k]; l != nil {
+		return l
+	}
+	l := &lease{base: base, sampleStart: now}
+	l.lastUsed.Store(now)
+	sh.m[k] = l
+	return l
+}
+
+func (t *leaseTable) remove(k leaseKey) *lease {
+	sh := t.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l := sh.m[k]
+	delete(sh.m, k)
+	return l
+}
+
+// each calls f for every lease; f must not call back into the table.
+func (t *leaseTable) each(f func(leaseKey, *lease) (drop bool)) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for k, l := range sh.m {
+			if f(k, l) {
+				delete(sh.m, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// minLeaseChecks is the smallest lease worth taking, in checks of the
+// requesting cost: a lease costs a call to take and often one to give back.
+const minLeaseChecks = 4
+
+// leaseWant sizes the next grant for l and says how long it may be held.
+// The size is the key's demand on this node over the horizon, capped at
+// this node's share of MaxFraction of the capacity. It returns want = cost
+// (a plain check) when a lease is not worthwhile: leases off, a cold key, a
+// limit too small for the cap to hold a few checks' worth.
+//
+// Demand is measured over samples at least one horizon long and smoothed;
+// until a sample completes, the checks seen so far bound the rate from
+// below, so a key that turns hot leases within its first horizon while two
+// checks a microsecond apart never look like a hot key.
+// Called with l.mu held.
+func (n *Node) leaseWant(l *lease, p Policy, cost int64, now int64) (want int64, hold time.Duration) {
+	if p.Lease == LeaseOff {
+		return cost, 0
+	}
+	// Units in a lease are spent at the authority but not yet admitted, so
+	// a lease held for a large part of the period under-admits: the sliding
+	// log, which records a leased unit at the lease's end, would keep each
+	// unit in its window for period + hold. Holding a lease at most
+	// MaxFraction of the period bounds that to the same fraction.
+	hold = min(n.lcfg.Hold, time.Duration(n.lcfg.MaxFraction*float64(p.Limit.Period))).Truncate(time.Millisecond)
+	if hold <= 0 {
+		return cost, 0
+	}
+	horizon := min(n.lcfg.Horizon, hold)
+	demand := l.demand.Load()
+	if elapsed := now - l.sampleStart; elapsed >= int64(horizon) {
+		l.demand.Add(-demand)
+		sample := float64(demand) / (float64(elapsed) / float64(time.Second))
+		if l.rate == 0 {
+			l.rate = sample
+		} else {
+			l.rate = 0.5*l.rate + 0.5*sample
+		}
+		l.sampleStart, demand = now, 0
+	}
+	rate := max(l.rate, float64(demand)/horizon.Seconds())
+	share := int64(n.lcfg.MaxFraction * float64(p.Limit.Capacity()) / float64(max(1, n.clusterSize())))
+	want = min(int64(rate*horizon.Seconds()), share)
+	if want < minLeaseChecks*max(cost, 1) {
+		return cost, 0
+	}
+	return want, hold
+}
+
+// checkLeased is the check path of a remote store: lease hit, denied cache,
+// then the store (coalesced per key while a lease is being taken).
+func (n *Node) checkLeased(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+	k := leaseKey{p.Name, key}
+	now := time.Now()
+	l := n.leases.get(k)
+	if l != nil {
+		l.demand.Add(max(cost, 1))
+		l.lastUsed.Store(now.UnixNano())
+		if d, ok := l.take(p.Limit, cost); ok {
+			n.stats.leaseHits.Add(1)
+			return Result{Decision: d, Source: SourceLease}, nil
+		}
+		// The key's last denial covers the moment before the denied cache's
+		// asynchronous write becomes visible; the cache outlives idle keys.
+		if d, ok := l.deniedFor(p.Limit, cost, now); ok {
+			n.stats.deniedCacheHits.Add(1)
+			return Result{Decision: d, Source: SourceDeniedCache}, nil
+		}
+	}
+	if d, ok := n.denied.Lookup(n.cacheKey(k, p.Limit), cost, now.UnixMilli()); ok {
+		n.stats.deniedCacheHits.Add(1)
+		return Result{Decision: d, Source: SourceDeniedCache}, nil
+	}
+	if l == nil {
+		l = n.leases.getOrCreate(k, n.keyBase(p.Name, key), now.UnixNano())
+		l.demand.Add(max(cost, 1))
+	}
+	return n.refill(ctx, k, l, p, cost)
+}
+
+// refill takes a new grant for l, or goes to the store directly when a
+// lease is not worthwhile. Either way at most one store call per key is in
+// flight on this node: concurrent misses wait for it (coalescing), then try
+// the new grant or the denial it brought back before calling again. So a
+// flood on a denied key costs one call per retry_after, at the price of
+// deciding a key that cannot lease one call at a time on each node (calls
+// for different keys still share pipelined round trips).
+func (n *Node) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
+	l.mu.Lock()
+	for l.refilling != nil {
+		wait := l.refilling
+		l.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
+		}
+		if d, ok := l.take(p.Limit, cost); ok {
+			n.stats.leaseHits.Add(1)
+			return Result{Decision: d, Source: SourceLease}, nil
+		}
+		if d, ok := l.deniedFor(p.Limit, cost, time.Now()); ok {
+			n.stats.deniedCacheHits.Add(1)
+			return Result{Decision: d, Source: SourceDeniedCache}, nil
+		}
+		l.mu.Lock()
+	}
+	start := time.Now()
+	want, hold := n.leaseWant(l, p, cost, start.UnixNano())
+	done := make(chan struct{})
+	l.refilling = done
+	l.mu.Unlock()
+
+	if want > cost {
+		// Leftovers of the previous grant go back before the new one is
+		// taken, so the key never holds two grants' worth of units. A plain
+		// check leaves them: a smaller cost may still use them.
+		if old, left := l.unspent(start.UnixNano(), false); left > 0 {
+			n.release(ctx, l.base, old, left)
+		}
+	}
+	d, taken, err := n.store.Acquire(ctx, l.base, p.Limit, cost, want, hold)
+
+	// The lease's life is measured from before the call: the store read its
+	// clock later, so the lease ends no later than the store assumes (only
+	// durations cross over; the clocks need not agree). One millisecond
+	// less, because the store counts in whole milliseconds of a clock it
+	// read down to the millisecond: its window may end up to 1ms sooner
+	// than now + use_within, and a sliding-log entry may sit up to 1ms
+	// before the lease's true end.
+	life := hold
+	if taken.UseWithin > 0 {
+		life = min(life, taken.UseWithin)
+	}
+	life -= time.Millisecond
+	if err == nil && d.Allowed && taken.Units > cost && life > 0 {
+		g := &grant{
+			expiresAt:     start.Add(life).UnixNano(),
+			authRemaining: d.Remaining,
+			resetAt:       start.Add(d.ResetAfter).UnixNano(),
+			capacity:      d.Limit,
+			taken:         taken,
+			limit:         p.Limit,
+		}
+		g.units.Store(taken.Units - cost)
+		l.cur.Store(g)
+		// As on a lease hit: what the store has left plus what this node
+		// now holds for the key.
+		d.Remaining = min(d.Limit, d.Remaining+taken.Units-cost)
+		n.stats.leasesGranted.Add(1)
+		n.stats.unitsLeased.Add(taken.Units - cost)
+	}
+	if err == nil && d.Allowed && taken.Units > cost && life <= 0 {
+		// Granted as its window closed: too late to spend, so give it back
+		// (a no-op if the window has already turned).
+		n.release(ctx, l.base, &grant{taken: taken, limit: p.Limit}, taken.Units-cost)
+	}
+	l.mu.Lock()
+	l.refilling = nil
+	close(done)
+	l.mu.Unlock()
+	return n.storeResult(ctx, k, l, p, cost, start, d, err)
+}
+
+// storeResult finishes a check the store answered (or failed to): a denial
+// is remembered in the denied cache; an error takes the failure mode.
+//
+// start is when the store call began: a denial holds for RetryAfter from
+// the store's reading of its clock, which came after start, so measuring
+// from start never holds a denial longer than the store meant.
+func (n *Node) storeResult(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64, start time.Time, d algorithms.Decision, err error) (Result, error) {
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctxErr)
+		}
+		return n.storeFailed(p, err), nil
+	}
+	if !d.Allowed && d.RetryAfter > 0 {
+		l.denial.Store(&denial{limit: p.Limit, cost: max(cost, 1), untilNs: start.Add(d.RetryAfter).UnixNano(), decision: d})
+		n.denied.Add(n.cacheKey(k, p.Limit), max(cost, 1), d, start.UnixMilli())
+		n.stats.denialsCached.Add(1)
+	}
+	return Result{Decision: d, Source: SourceStore}, nil
+}
+
+// release gives units of g back to the store. A failure only costs
+// under-admission until the window or refill restores them, so it is
+// logged, not returned.
+func (n *Node) release(ctx context.Context, base string, g *grant, units int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	returned, err := n.store.Release(ctx, base, g.limit, units, g.taken)
+	if err != nil {
+		n.log.Warn("lease release failed; units return when the window or refill restores them", "units", units, "err", err)
+		return
+	}
+	n.stats.unitsReturned.Add(returned)
+}
+
+// sweepLeases returns the unused units of expired grants and forgets keys
+// idle for idleAfter. It runs on the node's janitor.
+func (n *Node) sweepLeases(ctx context.Context, idleAfter time.Duration) {
+	n.giveBack(ctx, true, func(l *lease, now int64) bool { return now-l.lastUsed.Load() > int64(idleAfter) })
+}
+
+// releaseAll returns every lease's unused units and forgets every lease;
+// used on shutdown.
+func (n *Node) releaseAll(ctx context.Context) {
+	n.giveBack(ctx, false, func(*lease, int64) bool { return true })
+}
+
+// giveBack returns the unspent units of every grant (only expired ones if
+// onlyExpired) and drops the leases forget picks.
+func (n *Node) giveBack(ctx context.Context, onlyExpired bool, forget func(*lease, int64) bool) {
+	type pending struct {
+		base  string
+		g     *grant
+		units int64
+	}
+	var toRelease []pending
+	now := time.Now().UnixNano()
+	n.leases.each(func(_ leaseKey, l *lease) bool {
+		if g, left := l.unspent(now, onlyExpired); left > 0 {
+			toRelease = append(toRelease, pending{l.base, g, left})
+		}
+		// A lease in the middle of a refill stays; the next sweep sees it.
+		return forget(l, now) && !l.busy()
+	})
+	for _, p := range toRelease {
+		n.release(ctx, p.base, p.g, p.units)
+	}
+}
+
+// busy reports whether a store call for l is in flight.
+func (l *lease) busy() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refilling != nil
+}
+
+// unitsHeld sums the unspent units of every lease, expired ones included
+// until the janitor returns them.
+func (n *Node) unitsHeld() int64 {
+	var held int64
+	n.leases.each(func(_ leaseKey, l *lease) bool {
+		if g := l.cur.Load(); g != nil {
+			held += g.units.Load()
+		}
+		return false
+	})
+	return held
+}

@@ -1,0 +1,485 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/redistest"
+	"github.com/quotad/quotad/node"
+)
+
+// countingStore counts the calls a node makes to the store it wraps, and
+// how many of the checks among them came back denied.
+type countingStore struct {
+	node.Store
+	acquires, denials, releases atomic.Int64
+}
+
+func (s *countingStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+	s.acquires.Add(1)
+	d, g, err := s.Store.Acquire(ctx, base, l, cost, want, hold)
+	if err == nil && !d.Allowed {
+		s.denials.Add(1)
+	}
+	return d, g, err
+}
+
+func (s *countingStore) Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
+	s.releases.Add(1)
+	return s.Store.Release(ctx, base, l, units, g)
+}
+
+func (s *countingStore) calls() int64 { return s.acquires.Load() + s.releases.Load() }
+
+// remoteMemory is the memory store presented as a remote one, so the node
+// leases in front of it: the local paths measured without a network.
+type remoteMemory struct{ *node.MemoryStore }
+
+func (remoteMemory) Remote() bool { return true }
+
+// cluster is k nodes sharing one Redis, each with its own connection and a
+// cluster size of k for lease caps.
+func cluster(t *testing.T, r *redistest.Server, k int) ([]*node.Node, []*countingStore) {
+	t.Helper()
+	nodes := make([]*node.Node, k)
+	stores := make([]*countingStore, k)
+	for i := range k {
+		stores[i] = &countingStore{Store: newRedisStore(t, r)}
+		nodes[i] = newNode(t, stores[i], node.Config{ClusterSize: func() int { return k }})
+	}
+	return nodes, stores
+}
+
+// allowedCheck is one allowed check as the client saw it: the unit was
+// spent at some instant between before and after.
+type allowedCheck struct{ before, after time.Time }
+
+// hammer sends checks of cost 1 for key from perNode goroutines on every
+// node until stop, and returns the allowed ones and the total.
+func hammer(t *testing.T, nodes []*node.Node, p node.Policy, key string, perNode int, stop time.Time) ([]allowedCheck, int64) {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		allowed []allowedCheck
+		total   atomic.Int64
+		wg      sync.WaitGroup
+		failed  atomic.Value
+	)
+	for _, n := range nodes {
+		for range perNode {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var mine []allowedCheck
+				for time.Now().Before(stop) {
+					before := time.Now()
+					res, err := n.Check(context.Background(), p, key, 1)
+					after := time.Now()
+					total.Add(1)
+					if err != nil || res.Source == node.SourceFailOpen || res.Source == node.SourceFailClosed {
+						failed.Store(fmt.Sprintf("%+v, %v", res, err))
+						return
+					}
+					if res.Allowed {
+						mine = append(mine, allowedCheck{before, after})
+					}
+				}
+				mu.Lock()
+				allowed = append(allowed, mine...)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	if f := failed.Load(); f != nil {
+		t.Fatalf("a check failed: %s", f)
+	}
+	sort.Slice(allowed, func(i, j int) bool { return allowed[i].before.Before(allowed[j].before) })
+	return allowed, total.Load()
+}
+
+// Several nodes hammering one key never get more allowed than the limit
+// allows, for every algorithm, with leases and the denied cache in play;
+// and under demand far above the limit they get close to it.
+func TestLeasesNeverAdmitMoreThanTheLimit(t *testing.T) {
+	r := redistest.Start(t)
+	const (
+		limit  = 600
+		period = 500 * time.Millisecond
+		run    = 2 * time.Second
+	)
+	for _, a := range algorithms.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			nodes, stores := cluster(t, r, 3)
+			p := node.Policy{Name: "acc", Limit: algorithms.Limit{Algorithm: a, Limit: limit, Period: period}}
+			start := time.Now()
+			allowed, total := hammer(t, nodes, p, "hot", 3, start.Add(run))
+			var leased, calls int64
+			for i, n := range nodes {
+				leased += n.Stats().LeasesGranted
+				calls += stores[i].calls()
+			}
+			if leased == 0 {
+				t.Fatal("no lease was ever granted: the test would not exercise leases")
+			}
+			share := checkNoOverAdmission(t, a, limit, period, start, run, allowed)
+			t.Logf("%s: %d checks, %d allowed, %d store calls, %d leases; allowed %.1f%% of what the limit permits",
+				a, total, len(allowed), calls, leased, 100*share)
+			if share < 0.85 {
+				t.Errorf("allowed only %.1f%% of the limit under demand far above it", 100*share)
+			}
+		})
+	}
+}
+
+// checkNoOverAdmission fails t if allowed holds more than a's limit permits,
+// and returns allowed as a share of what the limit permits over the run.
+func checkNoOverAdmission(t *testing.T, a algorithms.Algorithm, limit int64, period time.Duration, start time.Time, run time.Duration, allowed []allowedCheck) float64 {
+	t.Helper()
+	end := start.Add(run)
+	switch a {
+	case algorithms.FixedWindow, algorithms.SlidingWindowCounter:
+		// Windows are aligned to the epoch. Only checks that certainly fell
+		// in one window count towards it; the counter's weighted estimate
+		// also keeps each window's own count within the limit.
+		perWindow := map[int64]int64{}
+		for _, c := range allowed {
+			w := c.before.UnixMilli() / period.Milliseconds()
+			if w == c.after.UnixMilli()/period.Milliseconds() {
+				perWindow[w]++
+			}
+		}
+		var full, fullAllowed int64
+		for w, n := range perWindow {
+			if n > limit {
+				t.Errorf("window %d: %d allowed, limit %d", w, n, limit)
+			}
+			if ws := time.UnixMilli(w * period.Milliseconds()); ws.After(start) && ws.Add(period).Before(end) {
+				full++
+				fullAllowed += n
+			}
+		}
+		if full == 0 {
+			t.Fatal("no complete window in the run")
+		}
+		return float64(fullAllowed) / float64(full*limit)
+	case algorithms.SlidingWindowLog:
+		// Any span of one period: checks that certainly fell inside it.
+		worst := 0
+		for i, c := range allowed {
+			n := 0
+			for _, d := range allowed[i:] {
+				if d.before.Sub(c.before) >= period {
+					break
+				}
+				if d.after.Sub(c.before) < period {
+					n++
+				}
+			}
+			worst = max(worst, n)
+		}
+		if worst > int(limit) {
+			t.Errorf("%d allowed within one period, limit %d", worst, limit)
+		}
+		// A rolling window admits the limit at the start and again each
+		// period after.
+		return float64(len(allowed)) / float64(limit*int64((run-1)/period+1))
+	default:
+		// Buckets and GCRA start full: by any instant, at most the burst
+		// plus what the rate refilled since start (one unit of rounding).
+		rate := float64(limit) / float64(period)
+		byAfter := make([]time.Time, len(allowed))
+		for i, c := range allowed {
+			byAfter[i] = c.after
+		}
+		sort.Slice(byAfter, func(i, j int) bool { return byAfter[i].Before(byAfter[j]) })
+		for i, at := range byAfter {
+			bound := float64(limit) + rate*float64(at.Sub(start)) + 1
+			if float64(i+1) > bound {
+				t.Fatalf("%d allowed %s after start, bound %.0f", i+1, at.Sub(start), math.Floor(bound))
+			}
+		}
+		return float64(len(allowed)) / (float64(limit) + rate*float64(run))
+	}
+}
+
+// With leases a hot key costs the store a small fraction of a call per
+// check; with leases off, one call each.
+func TestLeasesCutStoreCalls(t *testing.T) {
+	r := redistest.Start(t)
+	big := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1_000_000, Period: time.Minute}
+	for _, mode := range []node.LeaseMode{node.LeaseAuto, node.LeaseOff} {
+		t.Run(mode.String(), func(t *testing.T) {
+			nodes, stores := cluster(t, r, 1)
+			p := node.Policy{Name: "calls", Limit: big, Lease: mode}
+			const checks = 20000
+			var wg sync.WaitGroup
+			var allowed atomic.Int64
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range checks / 4 {
+						if res, err := nodes[0].Check(context.Background(), p, "hot-"+mode.String(), 1); err == nil && res.Allowed {
+							allowed.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if allowed.Load() != checks {
+				t.Fatalf("%d of %d allowed under a limit far above them", allowed.Load(), checks)
+			}
+			calls := stores[0].calls()
+			t.Logf("lease %s: %d checks, %d store calls (%.4f per check)", mode, checks, calls, float64(calls)/checks)
+			switch mode {
+			case node.LeaseAuto:
+				if calls*20 > checks {
+					t.Errorf("%d store calls for %d checks: want at least 20x fewer", calls, checks)
+				}
+			case node.LeaseOff:
+				if calls != checks {
+					t.Errorf("%d store calls for %d checks with leases off", calls, checks)
+				}
+			}
+		})
+	}
+}
+
+// A denied flood costs each node about one store call per retry_after: the
+// rest are answered from the denied cache.
+func TestDeniedFloodIsAnsweredLocally(t *testing.T) {
+	r := redistest.Start(t)
+	nodes, stores := cluster(t, r, 2)
+	// 5 per 300ms: too small to lease, so every allowed check is a store
+	// call and every denial comes from the store once per window.
+	p := node.Policy{Name: "flood", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Period: 300 * time.Millisecond}}
+	start := time.Now()
+	allowed, total := hammer(t, nodes, p, "abuser", 4, start.Add(1500*time.Millisecond))
+	windows := int64(time.Since(start)/p.Limit.Period) + 2
+	var cached int64
+	for i, n := range nodes {
+		den := stores[i].denials.Load()
+		cached += n.Stats().DeniedCacheHits
+		t.Logf("node %d: %d store denials over %d windows", i, den, windows)
+		// The store's denial holds until the window ends; at the boundary a
+		// call can land just before it and bring back a denial of under a
+		// millisecond, hence up to two per window.
+		if den > 2*windows {
+			t.Errorf("node %d: %d store denials over %d windows; want about one per window", i, den, windows)
+		}
+	}
+	if int64(len(allowed)) > windows*5 {
+		t.Errorf("%d allowed over %d windows of 5", len(allowed), windows)
+	}
+	if cached == 0 || total < 10*windows {
+		t.Errorf("%d checks, %d denied-cache hits: the flood did not exercise the cache", total, cached)
+	}
+}
+
+// A node that dies holding a lease loses at most its unspent units; one
+// that shuts down gives them back.
+func TestNodeLossLosesOnlyItsLeasedUnits(t *testing.T) {
+	r := redistest.Start(t)
+	// A long period so that nothing refills or rolls over during the test.
+	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 20000, Period: time.Hour}
+	for _, graceful := range []bool{false, true} {
+		t.Run(fmt.Sprintf("graceful=%v", graceful), func(t *testing.T) {
+			p := node.Policy{Name: fmt.Sprintf("loss-%v", graceful), Limit: lim}
+			storeA := newRedisStore(t, r)
+			a, err := node.New(node.Config{ClusterSize: func() int { return 2 }}, storeA, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := newNode(t, newRedisStore(t, r), node.Config{ClusterSize: func() int { return 2 }})
+			ctx := context.Background()
+			var spent int64
+			for a.Stats().UnitsHeld == 0 {
+				res, err := a.Check(ctx, p, "k", 1)
+				if err != nil || !res.Allowed {
+					t.Fatalf("node A: %+v, %v", res, err)
+				}
+				spent++
+				if spent > 5000 {
+					t.Fatal("node A never took a lease")
+				}
+			}
+			held := a.Stats().UnitsHeld
+			if graceful {
+				if err := a.Close(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// A crash: A's connections die with it and nothing is given
+				// back (A's janitor finds Redis gone).
+				storeA.Close()
+				t.Cleanup(func() { a.Close() })
+			}
+			for {
+				res, err := b.Check(ctx, p, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.Allowed {
+					break
+				}
+				spent++
+			}
+			// B's own leases are counted as spent by the store: give them
+			// back before reading the authority.
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			lost := lim.Limit - spent
+			t.Logf("A held %d units; %d admitted in all, %d lost", held, spent, lost)
+			switch {
+			case spent > lim.Limit:
+				t.Fatalf("%d admitted, limit %d", spent, lim.Limit)
+			case graceful && lost != 0:
+				t.Fatalf("a graceful shutdown lost %d units: B should have got them back", lost)
+			case !graceful && (lost > held || lost < held/2):
+				t.Fatalf("%d units lost; A held %d", lost, held)
+			}
+			if graceful {
+				// Everything B did not spend went back: the authority shows exactly what was admitted.
+				fresh := newNode(t, newRedisStore(t, r), node.Config{})
+				res, err := fresh.Check(ctx, node.Policy{Name: p.Name, Limit: lim, Lease: node.LeaseOff}, "k", 0)
+				if err != nil || res.Remaining != lim.Limit-spent {
+					t.Fatalf("authority remaining %d (%v), want %d", res.Remaining, err, lim.Limit-spent)
+				}
+			}
+		})
+	}
+}
+
+// Reset drops the node's lease and cached denial along with the authority's
+// state.
+func TestResetClearsLeaseAndDeniedCache(t *testing.T) {
+	r := redistest.Start(t)
+	nodes, _ := cluster(t, r, 1)
+	n := nodes[0]
+	ctx := context.Background()
+	p := node.Policy{Name: "reset", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1000, Period: time.Hour}}
+	check := func(key string) node.Result {
+		t.Helper()
+		res, err := n.Check(ctx, p, key, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+
+	// A held lease is dropped, not spent after the reset.
+	for n.Stats().UnitsHeld == 0 {
+		if res := check("leased"); !res.Allowed {
+			t.Fatalf("denied before any lease: %+v", res)
+		}
+	}
+	if err := n.Reset(ctx, "reset", "leased"); err != nil {
+		t.Fatal(err)
+	}
+	if held := n.Stats().UnitsHeld; held != 0 {
+		t.Fatalf("%d units still held after reset", held)
+	}
+	if res := check("leased"); !res.Allowed || res.Source != node.SourceStore || res.Remaining != 999 {
+		t.Fatalf("after reset: %+v", res)
+	}
+
+	// A cached denial is forgotten.
+	for check("denied").Allowed {
+	}
+	if res := check("denied"); res.Source != node.SourceDeniedCache {
+		t.Fatalf("the denial was not cached: %+v", res)
+	}
+	if err := n.Reset(ctx, "reset", "denied"); err != nil {
+		t.Fatal(err)
+	}
+	if res := check("denied"); !res.Allowed || res.Source != node.SourceStore {
+		t.Fatalf("after reset: %+v", res)
+	}
+}
+
+// A lease hit answers from memory without allocating.
+func TestLeaseHitDoesNotAllocate(t *testing.T) {
+	n, p := leasedNode(t)
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		if res, err := n.Check(ctx, p, "hot", 1); err != nil || res.Source != node.SourceLease {
+			t.Fatalf("not a lease hit: %+v, %v", res, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("a lease hit allocates %.1f times", allocs)
+	}
+}
+
+// leasedNode returns a node in front of a remote-looking memory store whose
+// key "hot" holds a large lease.
+func leasedNode(t testing.TB) (*node.Node, node.Policy) {
+	t.Helper()
+	n, err := node.New(node.Config{Lease: node.LeaseConfig{Horizon: time.Second, Hold: time.Hour}}, remoteMemory{node.NewMemoryStore(nil, 0)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	p := node.Policy{Name: "bench", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1_000_000_000_000, Period: time.Hour}}
+	ctx := context.Background()
+	for i := 0; i%1000 != 0 || n.Stats().UnitsHeld < 100_000; i++ {
+		if i > 10_000_000 {
+			t.Fatal("no large lease after 10M checks")
+		}
+		if _, err := n.Check(ctx, p, "hot", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n, p
+}
+
+func BenchmarkLeaseHit(b *testing.B) {
+	n, p := leasedNode(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := n.Check(ctx, p, "hot", 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(n.Stats().LeasesGranted), "leases")
+}
+
+func BenchmarkDeniedCacheHit(b *testing.B) {
+	n, err := node.New(node.Config{}, remoteMemory{node.NewMemoryStore(nil, 0)}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { n.Close() })
+	p := node.Policy{Name: "bench", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Period: time.Hour}}
+	ctx := context.Background()
+	for {
+		res, err := n.Check(ctx, p, "denied", 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Source == node.SourceDeniedCache {
+			break
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if res, _ := n.Check(ctx, p, "denied", 1); res.Source != node.SourceDeniedCache {
+				b.Fatalf("not a denied-cache hit: %+v", res)
+			}
+		}
+	})
+}

@@ -1,0 +1,211 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Natural batching of script calls. Checks that miss locally become script
+// calls on a queue; a few pipeliners each take whatever has queued up while
+// their previous round trip was in flight and send it as one pipeline. A
+// lone call goes at once (no timer, so no added latency when idle); under
+// load, calls for different keys share round trips. Calls for the same key
+// are already coalesced by the node before they get here.
+
+const (
+	// pipeliners is how many round trips may be in flight at once. More
+	// than one keeps a slow reply from stalling every other key; few keep
+	// batches large.
+	pipeliners = 4
+	// maxPipeline bounds one round trip, so that one huge batch does not
+	// hold back the calls queued behind it.
+	maxPipeline = 256
+	// queueLen is the queue's capacity; a full queue makes callers wait
+	// (back-pressure), bounded by their context.
+	queueLen = 4096
+)
+
+// scriptCall is one queued EVALSHA and, once done is closed, its outcome.
+type scriptCall struct {
+	ctx    context.Context
+	script *redis.Script
+	keys   []string
+	args   []any
+	done   chan struct{}
+	reply  any
+	err    error
+}
+
+// pipeline sends queued script calls to Redis in batches.
+type pipeline struct {
+	client  redis.UniversalClient
+	timeout time.Duration
+	queue   chan *scriptCall
+	stop    chan struct{}
+	stopped sync.Once
+	wg      sync.WaitGroup
+	// reload loads every script again after a NOSCRIPT (Redis restarted,
+	// failed over or flushed its script cache); reloading guards against
+	// running it twice at once.
+	reload    func(context.Context) error
+	reloading atomic.Bool
+
+	roundTrips, calls atomic.Int64
+}
+
+func newPipeline(client redis.UniversalClient, timeout time.Duration, reload func(context.Context) error) *pipeline {
+	p := &pipeline{
+		client:  client,
+		timeout: timeout,
+		queue:   make(chan *scriptCall, queueLen),
+		stop:    make(chan struct{}),
+		reload:  reload,
+	}
+	for range pipeliners {
+		p.wg.Add(1)
+		go p.loop()
+	}
+	return p
+}
+
+// run queues one script call and waits for its reply, at most until ctx is
+// done. A call abandoned by its caller may still reach Redis.
+func (p *pipeline) run(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
+	c := &scriptCall{ctx: ctx, script: sc, keys: keys, args: args, done: make(chan struct{})}
+	select {
+	case p.queue <- c:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-p.stop:
+		return nil, redis.ErrClosed
+	}
+	select {
+	case <-c.done:
+		return c.reply, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// close stops the pipeliners; calls still queued fail with ErrClosed. It
+// may be called more than once.
+func (p *pipeline) close() {
+	p.stopped.Do(func() { close(p.stop) })
+	p.wg.Wait()
+	for {
+		select {
+		case c := <-p.queue:
+			c.err = redis.ErrClosed
+			close(c.done)
+		default:
+			return
+		}
+	}
+}
+
+func (p *pipeline) loop() {
+	defer p.wg.Done()
+	batch := make([]*scriptCall, 0, maxPipeline)
+	for {
+		select {
+		case <-p.stop:
+			return
+		case c := <-p.queue:
+			batch = append(batch[:0], c)
+		}
+	fill:
+		for len(batch) < maxPipeline {
+			select {
+			case c := <-p.queue:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		p.send(batch)
+		clear(batch) // drop references so finished calls can be collected
+	}
+}
+
+// send runs batch as one pipeline of EVALSHAs, then the calls that met
+// NOSCRIPT again as EVALs (which load their script), and delivers every
+// outcome.
+func (p *pipeline) send(batch []*scriptCall) {
+	live := batch[:0:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	p.roundTrips.Add(1)
+	p.calls.Add(int64(len(live)))
+	cmds := p.exec(ctx, live, func(pipe redis.Pipeliner, c *scriptCall) *redis.Cmd {
+		return c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	})
+	var missing []*scriptCall
+	for i, c := range live {
+		if err := cmds[i].Err(); err != nil && isNoScript(err) {
+			missing = append(missing, c)
+			continue
+		}
+		c.reply, c.err = cmds[i].Val(), cmds[i].Err()
+		close(c.done)
+	}
+	if len(missing) == 0 {
+		return
+	}
+	p.reloadInBackground()
+	p.roundTrips.Add(1)
+	cmds = p.exec(ctx, missing, func(pipe redis.Pipeliner, c *scriptCall) *redis.Cmd {
+		return c.script.Eval(ctx, pipe, c.keys, c.args...)
+	})
+	for i, c := range missing {
+		c.reply, c.err = cmds[i].Val(), cmds[i].Err()
+		close(c.done)
+	}
+}
+
+// exec sends one command per call, pipelined when there is more than one.
+func (p *pipeline) exec(ctx context.Context, calls []*scriptCall, cmd func(redis.Pipeliner, *scriptCall) *redis.Cmd) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	// Exec's own error repeats the first failed command's; each command
+	// carries its own, which is what callers get.
+	_, _ = p.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, c := range calls {
+			cmds[i] = cmd(pipe, c)
+		}
+		return nil
+	})
+	return cmds
+}
+
+// reloadInBackground loads every script again, once at a time, so the
+// next checks on a restarted Redis find them cached.
+func (p *pipeline) reloadInBackground() {
+	if !p.reloading.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer p.reloading.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.reload(ctx) // a failure shows up as NOSCRIPT again on the next call
+	}()
+}
+
+func isNoScript(err error) bool {
+	return strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
