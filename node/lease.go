@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/cache"
 )
 
 // LeaseMode is a policy's lease switch.
@@ -47,8 +48,9 @@ type LeaseConfig struct {
 	// this node: a lease holds about rate × Horizon units. Default 200ms.
 	Horizon time.Duration
 	// Hold is the longest a lease is spent before its unused units go back
-	// to the store (fixed and sliding windows also end a lease at the
-	// window's end). Default 500ms; at least Horizon.
+	// to the store; it is further capped at MaxFraction of the limit's
+	// period, and fixed and sliding windows also end a lease at the
+	// window's end. Default 500ms; at least Horizon.
 	Hold time.Duration
 	// MaxFraction caps the units all nodes hold in leases for one key at
 	// this fraction of the limit's capacity; each node takes at most
@@ -86,7 +88,8 @@ func (c LeaseConfig) Validate() error {
 // leaseKey names one policy's key on this node. Its fields are the
 // request's own strings, so looking a key up allocates nothing. A key has
 // one lease whatever its limit; a grant taken under another limit (an
-// inline limit that changed) is not spent, and the next refill returns it.
+// inline limit that changed) is not spent, and goes back at the next lease
+// refill or, at the latest, when it expires.
 type leaseKey struct {
 	policy, key string
 }
@@ -99,14 +102,18 @@ type lease struct {
 	// grant is always judged by that grant's own expiry.
 	cur      atomic.Pointer[grant]
 	demand   atomic.Int64 // units asked for since sampleStart
-	lastUsed atomic.Int64 // unix ns of the last check, for eviction
+	lastUsed atomic.Int64 // node clock (ns) of a recent check, for eviction
 
 	base string // the store's key base, built once
 
-	mu          sync.Mutex // guards the fields below; never held on the hit path
-	refilling   chan struct{}
-	sampleStart int64   // unix ns when the current demand sample began
+	mu sync.Mutex // guards the fields below; never held on the hit path
+	// refilling is the store call in flight for the key, if any.
+	refilling   *fetch
+	sampleStart int64   // node clock (ns) when the current demand sample began
 	rate        float64 // units per second, smoothed over past samples
+	// dead marks a lease Reset removed from the table: a store call still
+	// in flight for it must not install its grant or remember its denial.
+	dead bool
 
 	// denial is the last denial the store gave this key, so that checks
 	// that waited on a coalesced store call need not repeat it (the
@@ -122,21 +129,22 @@ type lease struct {
 // all with a Swap first.
 type grant struct {
 	units     atomic.Int64 // unspent
-	expiresAt int64        // unix ns after which no unit may be spent
+	expiresAt int64        // node clock (ns) from which no unit may be spent
 	// authRemaining and resetAt describe the store's state right after the
 	// grant, for the honest estimate a lease hit reports.
 	authRemaining int64
-	resetAt       int64 // unix ns
+	resetAt       int64 // node clock (ns)
 	capacity      int64
 	// taken and limit are what Release needs.
 	taken algorithms.Grant
 	limit algorithms.Limit
 }
 
-// take spends cost units of the current grant if it was taken under lim,
-// holds them and has not expired; it reports the decision to return. cost 0
-// asks whether one unit is held and spends nothing.
-func (l *lease) take(lim algorithms.Limit, cost int64) (algorithms.Decision, bool) {
+// take spends cost units of l's current grant if it was taken under lim,
+// holds them and has not expired at now (node clock); it reports the
+// decision to return. cost 0 asks whether one unit is held and spends
+// nothing.
+func (n *Node) take(l *lease, lim algorithms.Limit, cost, now int64) (algorithms.Decision, bool) {
 	g := l.cur.Load()
 	if g == nil || g.limit != lim {
 		return algorithms.Decision{}, false
@@ -144,7 +152,7 @@ func (l *lease) take(lim algorithms.Limit, cost int64) (algorithms.Decision, boo
 	need := max(cost, 1)
 	for {
 		u := g.units.Load()
-		if u < need || time.Now().UnixNano() >= g.expiresAt {
+		if u < need || now >= g.expiresAt {
 			return algorithms.Decision{}, false
 		}
 		if !g.units.CompareAndSwap(u, u-cost) {
@@ -154,7 +162,7 @@ func (l *lease) take(lim algorithms.Limit, cost int64) (algorithms.Decision, boo
 		// grant expired are dropped, not spent late (a window's units must
 		// not spill into the next window). Dropping only under-admits, by at
 		// most cost.
-		now := time.Now().UnixNano()
+		now = n.clock()
 		if now >= g.expiresAt {
 			return algorithms.Decision{}, false
 		}
@@ -179,23 +187,25 @@ func (l *lease) unspent(now int64, onlyExpired bool) (*grant, int64) {
 }
 
 // denial is a store denial of cost units under limit that holds until
-// untilNs.
+// untilNs on the node clock.
 type denial struct {
-	limit    algorithms.Limit
-	cost     int64
-	untilNs  int64
-	decision algorithms.Decision
+	limit            algorithms.Limit
+	cost             int64
+	sinceNs, untilNs int64
+	decision         algorithms.Decision
 }
 
 // deniedFor returns the remembered denial if it holds for cost under lim at
 // now.
-func (l *lease) deniedFor(lim algorithms.Limit, cost int64, now time.Time) (algorithms.Decision, bool) {
+func (l *lease) deniedFor(lim algorithms.Limit, cost, now int64) (algorithms.Decision, bool) {
 	dn := l.denial.Load()
-	if dn == nil || dn.limit != lim || max(cost, 1) < dn.cost || now.UnixNano() >= dn.untilNs {
+	if dn == nil || dn.limit != lim || max(cost, 1) < dn.cost || now >= dn.untilNs {
 		return algorithms.Decision{}, false
 	}
 	d := dn.decision
-	d.RetryAfter = time.Duration(dn.untilNs - now.UnixNano())
+	d.ResetAfter -= time.Duration(now - dn.sinceNs)
+	d.RetryAfter = time.Duration(dn.untilNs - now)
+	d.ResetAfter = max(d.ResetAfter, d.RetryAfter)
 	return d, true
 }
 
@@ -267,6 +277,19 @@ func (t *leaseTable) each(f func(leaseKey, *lease) (drop bool)) {
 	}
 }
 
+// eachRead calls f for every lease under read locks; f must not call back
+// into the table.
+func (t *leaseTable) eachRead(f func(*lease)) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.RLock()
+		for _, l := range sh.m {
+			f(l)
+		}
+		sh.mu.RUnlock()
+	}
+}
+
 // minLeaseChecks is the smallest lease worth taking, in checks of the
 // requesting cost: a lease costs a call to take and often one to give back.
 const minLeaseChecks = 4
@@ -316,16 +339,20 @@ func (n *Node) leaseWant(l *lease, p Policy, cost int64, now int64) (want int64,
 	return want, hold
 }
 
-// checkLeased is the check path of a remote store: lease hit, denied cache,
-// then the store (coalesced per key while a lease is being taken).
+// checkLeased is the check path of a remote store: the key's lease, its
+// last denial and the denied cache, then the store.
 func (n *Node) checkLeased(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
 	k := leaseKey{p.Name, key}
-	now := time.Now()
+	now := n.clock()
 	l := n.leases.get(k)
 	if l != nil {
 		l.demand.Add(max(cost, 1))
-		l.lastUsed.Store(now.UnixNano())
-		if d, ok := l.take(p.Limit, cost); ok {
+		// A coarse timestamp is enough for eviction, and skipping the write
+		// keeps hits on a hot key from contending on it.
+		if now-l.lastUsed.Load() > int64(time.Millisecond) {
+			l.lastUsed.Store(now)
+		}
+		if d, ok := n.take(l, p.Limit, cost, now); ok {
 			n.stats.leaseHits.Add(1)
 			return Result{Decision: d, Source: SourceLease}, nil
 		}
@@ -336,59 +363,105 @@ func (n *Node) checkLeased(ctx context.Context, p Policy, key string, cost int64
 			return Result{Decision: d, Source: SourceDeniedCache}, nil
 		}
 	}
-	if d, ok := n.denied.Lookup(n.cacheKey(k, p.Limit), cost, now.UnixMilli()); ok {
+	if d, ok := n.denied.Lookup(n.cacheKey(k, p.Limit), cost, now/int64(time.Millisecond)); ok {
 		n.stats.deniedCacheHits.Add(1)
 		return Result{Decision: d, Source: SourceDeniedCache}, nil
 	}
 	if l == nil {
-		l = n.leases.getOrCreate(k, n.keyBase(p.Name, key), now.UnixNano())
+		l = n.leases.getOrCreate(k, n.keyBase(p.Name, key), now)
 		l.demand.Add(max(cost, 1))
 	}
 	return n.refill(ctx, k, l, p, cost)
 }
 
-// refill takes a new grant for l, or goes to the store directly when a
-// lease is not worthwhile. Either way at most one store call per key is in
-// flight on this node: concurrent misses wait for it (coalescing), then try
-// the new grant or the denial it brought back before calling again. So a
-// flood on a denied key costs one call per retry_after, at the price of
-// deciding a key that cannot lease one call at a time on each node (calls
-// for different keys still share pipelined round trips).
+// fetch is one store call for a key, shared by the checks that wait for it.
+type fetch struct {
+	done chan struct{} // closed when res and err are set
+	// res and err answer the check that started the call.
+	res Result
+	err error
+}
+
+// fetchTimeout bounds a store call that no caller waits for any more; the
+// store's own per-call deadline normally ends it much sooner.
+const fetchTimeout = 10 * time.Second
+
+// refill takes a new grant for l, or asks the store for this check alone
+// when a lease is not worthwhile. Either way at most one such call per key
+// is in flight on this node: concurrent misses wait for it (coalescing),
+// then try the new grant or the denial it brought back before calling
+// again. So a flood on a denied key costs one call per retry_after, at the
+// price of deciding a key that cannot lease one call at a time on each
+// node (calls for different keys still share pipelined round trips).
+//
+// The call runs on its own goroutine and finishes even if ctx ends first:
+// a grant taken at the store is spent there, and only a call that runs to
+// completion can install it or give it back.
 func (n *Node) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
 	l.mu.Lock()
 	for l.refilling != nil {
-		wait := l.refilling
+		f := l.refilling
 		l.mu.Unlock()
 		select {
-		case <-wait:
+		case <-f.done:
 		case <-ctx.Done():
 			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
 		}
-		if d, ok := l.take(p.Limit, cost); ok {
+		now := n.clock()
+		if d, ok := n.take(l, p.Limit, cost, now); ok {
 			n.stats.leaseHits.Add(1)
 			return Result{Decision: d, Source: SourceLease}, nil
 		}
-		if d, ok := l.deniedFor(p.Limit, cost, time.Now()); ok {
+		if d, ok := l.deniedFor(p.Limit, cost, now); ok {
 			n.stats.deniedCacheHits.Add(1)
 			return Result{Decision: d, Source: SourceDeniedCache}, nil
 		}
 		l.mu.Lock()
 	}
-	start := time.Now()
-	want, hold := n.leaseWant(l, p, cost, start.UnixNano())
-	done := make(chan struct{})
-	l.refilling = done
+	start := n.clock()
+	if l.dead {
+		// Reset removed this lease while we held it: use the key's new one.
+		l.mu.Unlock()
+		return n.refill(ctx, k, n.leases.getOrCreate(k, l.base, start), p, cost)
+	}
+	want, hold := n.leaseWant(l, p, cost, start)
+	f := &fetch{done: make(chan struct{})}
+	l.refilling = f
 	l.mu.Unlock()
 
+	go n.fetch(context.WithoutCancel(ctx), k, l, f, p, cost, want, hold, start)
+	select {
+	case <-f.done:
+		return f.res, f.err
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
+	}
+}
+
+// fetch makes the store call refill started at start (node clock) and
+// installs what it brought back: the grant, or the denial.
+func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Policy, cost, want int64, hold time.Duration, start int64) {
+	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	defer cancel()
+	defer func() {
+		l.mu.Lock()
+		l.refilling = nil
+		l.mu.Unlock()
+		close(f.done)
+	}()
 	if want > cost {
 		// Leftovers of the previous grant go back before the new one is
 		// taken, so the key never holds two grants' worth of units. A plain
 		// check leaves them: a smaller cost may still use them.
-		if old, left := l.unspent(start.UnixNano(), false); left > 0 {
-			n.release(ctx, l.base, old, left)
+		if old, left := l.unspent(start, false); left > 0 {
+			n.release(ctx, k, l, old, left)
 		}
 	}
 	d, taken, err := n.store.Acquire(ctx, l.base, p.Limit, cost, want, hold)
+	if err != nil {
+		f.res = n.storeFailed(p, err)
+		return
+	}
 
 	// The lease's life is measured from before the call: the store read its
 	// clock later, so the lease ends no later than the store assumes (only
@@ -402,68 +475,63 @@ func (n *Node) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost 
 		life = min(life, taken.UseWithin)
 	}
 	life -= time.Millisecond
-	if err == nil && d.Allowed && taken.Units > cost && life > 0 {
+	extra := taken.Units - cost // > 0 only when allowed with a lease
+	var unused *grant
+	l.mu.Lock()
+	switch {
+	case extra > 0 && life > 0 && !l.dead:
 		g := &grant{
-			expiresAt:     start.Add(life).UnixNano(),
+			expiresAt:     start + int64(life),
 			authRemaining: d.Remaining,
-			resetAt:       start.Add(d.ResetAfter).UnixNano(),
+			resetAt:       start + int64(d.ResetAfter),
 			capacity:      d.Limit,
 			taken:         taken,
 			limit:         p.Limit,
 		}
-		g.units.Store(taken.Units - cost)
+		g.units.Store(extra)
 		l.cur.Store(g)
 		// As on a lease hit: what the store has left plus what this node
 		// now holds for the key.
-		d.Remaining = min(d.Limit, d.Remaining+taken.Units-cost)
+		d.Remaining = min(d.Limit, d.Remaining+extra)
 		n.stats.leasesGranted.Add(1)
-		n.stats.unitsLeased.Add(taken.Units - cost)
-	}
-	if err == nil && d.Allowed && taken.Units > cost && life <= 0 {
-		// Granted as its window closed: too late to spend, so give it back
-		// (a no-op if the window has already turned).
-		n.release(ctx, l.base, &grant{taken: taken, limit: p.Limit}, taken.Units-cost)
-	}
-	l.mu.Lock()
-	l.refilling = nil
-	close(done)
-	l.mu.Unlock()
-	return n.storeResult(ctx, k, l, p, cost, start, d, err)
-}
-
-// storeResult finishes a check the store answered (or failed to): a denial
-// is remembered in the denied cache; an error takes the failure mode.
-//
-// start is when the store call began: a denial holds for RetryAfter from
-// the store's reading of its clock, which came after start, so measuring
-// from start never holds a denial longer than the store meant.
-func (n *Node) storeResult(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64, start time.Time, d algorithms.Decision, err error) (Result, error) {
-	if err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctxErr)
-		}
-		return n.storeFailed(p, err), nil
-	}
-	if !d.Allowed && d.RetryAfter > 0 {
-		l.denial.Store(&denial{limit: p.Limit, cost: max(cost, 1), untilNs: start.Add(d.RetryAfter).UnixNano(), decision: d})
-		n.denied.Add(n.cacheKey(k, p.Limit), max(cost, 1), d, start.UnixMilli())
+		n.stats.unitsLeased.Add(extra)
+	case extra > 0:
+		// Granted as its window closed, or for a key reset meanwhile: give
+		// it back (a no-op if the window has turned or the state is gone).
+		unused = &grant{taken: taken, limit: p.Limit}
+	case !d.Allowed && d.RetryAfter > 0 && !l.dead:
+		// The denial holds for RetryAfter from the store's reading of its
+		// clock, which came after start: measuring from start never holds
+		// it longer than the store meant. Both writes happen under l.mu, so
+		// a Reset either sees them (and forgets them) or prevents them.
+		l.denial.Store(&denial{limit: p.Limit, cost: max(cost, 1), sinceNs: start, untilNs: start + int64(d.RetryAfter), decision: d})
+		n.denied.Add(n.cacheKey(k, p.Limit), max(cost, 1), d, start/int64(time.Millisecond))
 		n.stats.denialsCached.Add(1)
 	}
-	return Result{Decision: d, Source: SourceStore}, nil
+	l.mu.Unlock()
+	if unused != nil {
+		n.release(ctx, k, l, unused, extra)
+	}
+	f.res = Result{Decision: d, Source: SourceStore}
 }
 
-// release gives units of g back to the store. A failure only costs
-// under-admission until the window or refill restores them, so it is
-// logged, not returned.
-func (n *Node) release(ctx context.Context, base string, g *grant, units int64) {
+// release gives units of g, a grant of l, back to the store. A failure only
+// costs under-admission until the window or refill restores them, so it is
+// logged, not returned. Units that went back may make room that the key's
+// remembered denial no longer reflects, so that denial is dropped.
+func (n *Node) release(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	returned, err := n.store.Release(ctx, base, g.limit, units, g.taken)
+	returned, err := n.store.Release(ctx, l.base, g.limit, units, g.taken)
 	if err != nil {
 		n.log.Warn("lease release failed; units return when the window or refill restores them", "units", units, "err", err)
 		return
 	}
 	n.stats.unitsReturned.Add(returned)
+	if returned > 0 {
+		l.denial.Store(nil)
+		n.denied.Forget(cache.Key{Policy: k.policy, Key: k.key})
+	}
 }
 
 // sweepLeases returns the unused units of expired grants and forgets keys
@@ -479,25 +547,33 @@ func (n *Node) releaseAll(ctx context.Context) {
 }
 
 // giveBack returns the unspent units of every grant (only expired ones if
-// onlyExpired) and drops the leases forget picks.
+// onlyExpired) and drops the leases forget picks. The releases run
+// concurrently, so the store pipelines them into few round trips.
 func (n *Node) giveBack(ctx context.Context, onlyExpired bool, forget func(*lease, int64) bool) {
 	type pending struct {
-		base  string
+		k     leaseKey
+		l     *lease
 		g     *grant
 		units int64
 	}
 	var toRelease []pending
-	now := time.Now().UnixNano()
-	n.leases.each(func(_ leaseKey, l *lease) bool {
+	now := n.clock()
+	n.leases.each(func(k leaseKey, l *lease) bool {
 		if g, left := l.unspent(now, onlyExpired); left > 0 {
-			toRelease = append(toRelease, pending{l.base, g, left})
+			toRelease = append(toRelease, pending{k, l, g, left})
 		}
 		// A lease in the middle of a refill stays; the next sweep sees it.
 		return forget(l, now) && !l.busy()
 	})
+	var wg sync.WaitGroup
 	for _, p := range toRelease {
-		n.release(ctx, p.base, p.g, p.units)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.release(ctx, p.k, p.l, p.g, p.units)
+		}()
 	}
+	wg.Wait()
 }
 
 // busy reports whether a store call for l is in flight.
@@ -511,11 +587,10 @@ func (l *lease) busy() bool {
 // until the janitor returns them.
 func (n *Node) unitsHeld() int64 {
 	var held int64
-	n.leases.each(func(_ leaseKey, l *lease) bool {
+	n.leases.eachRead(func(l *lease) {
 		if g := l.cur.Load(); g != nil {
 			held += g.units.Load()
 		}
-		return false
 	})
 	return held
 }

@@ -289,7 +289,7 @@ func TestDeniedFloodIsAnsweredLocally(t *testing.T) {
 func TestNodeLossLosesOnlyItsLeasedUnits(t *testing.T) {
 	r := redistest.Start(t)
 	// A long period so that nothing refills or rolls over during the test.
-	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 20000, Period: time.Hour}
+	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 20000, Period: algorithms.MaxPeriod}
 	for _, graceful := range []bool{false, true} {
 		t.Run(fmt.Sprintf("graceful=%v", graceful), func(t *testing.T) {
 			p := node.Policy{Name: fmt.Sprintf("loss-%v", graceful), Limit: lim}
@@ -301,7 +301,7 @@ func TestNodeLossLosesOnlyItsLeasedUnits(t *testing.T) {
 			b := newNode(t, newRedisStore(t, r), node.Config{ClusterSize: func() int { return 2 }})
 			ctx := context.Background()
 			var spent int64
-			for a.Stats().UnitsHeld == 0 {
+			for a.Stats().UnitsHeld < 100 {
 				res, err := a.Check(ctx, p, "k", 1)
 				if err != nil || !res.Allowed {
 					t.Fatalf("node A: %+v, %v", res, err)
@@ -344,7 +344,7 @@ func TestNodeLossLosesOnlyItsLeasedUnits(t *testing.T) {
 				t.Fatalf("%d admitted, limit %d", spent, lim.Limit)
 			case graceful && lost != 0:
 				t.Fatalf("a graceful shutdown lost %d units: B should have got them back", lost)
-			case !graceful && (lost > held || lost < held/2):
+			case !graceful && lost != held:
 				t.Fatalf("%d units lost; A held %d", lost, held)
 			}
 			if graceful {
@@ -366,7 +366,7 @@ func TestResetClearsLeaseAndDeniedCache(t *testing.T) {
 	nodes, _ := cluster(t, r, 1)
 	n := nodes[0]
 	ctx := context.Background()
-	p := node.Policy{Name: "reset", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1000, Period: time.Hour}}
+	p := node.Policy{Name: "reset", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1000, Period: algorithms.MaxPeriod}}
 	check := func(key string) node.Result {
 		t.Helper()
 		res, err := n.Check(ctx, p, key, 1)
@@ -403,6 +403,69 @@ func TestResetClearsLeaseAndDeniedCache(t *testing.T) {
 	}
 	if res := check("denied"); !res.Allowed || res.Source != node.SourceStore {
 		t.Fatalf("after reset: %+v", res)
+	}
+}
+
+// slowStore delays every store call, as a distant Redis would.
+type slowStore struct {
+	node.Store
+	delay time.Duration
+}
+
+func (s slowStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+	time.Sleep(s.delay)
+	return s.Store.Acquire(ctx, base, l, cost, want, hold)
+}
+
+// Callers that give up while a lease is being taken do not lose its units:
+// the store call finishes and the grant is installed (or given back), so
+// the authority never counts more than what was admitted plus, at most, the
+// cost of each abandoned check.
+func TestAbandonedChecksLoseNoLeasedUnits(t *testing.T) {
+	mem := node.NewMemoryStore(nil, 0)
+	n, err := node.New(node.Config{}, slowStore{remoteMemory{mem}, 3 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000_000, Period: algorithms.MaxPeriod}
+	p := node.Policy{Name: "impatient", Limit: lim}
+	var admitted, abandoned atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(500 * time.Millisecond)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if i%2 == 0 {
+					ctx, cancel = context.WithTimeout(ctx, time.Millisecond)
+				}
+				res, err := n.Check(ctx, p, "k", 1)
+				cancel()
+				switch {
+				case err != nil:
+					abandoned.Add(1)
+				case res.Allowed:
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n.Stats().LeasesGranted == 0 || abandoned.Load() == 0 {
+		t.Fatalf("%d leases, %d abandoned checks: the test exercised nothing", n.Stats().LeasesGranted, abandoned.Load())
+	}
+	// Close returns what the leases still hold; wait for in-flight calls first.
+	time.Sleep(50 * time.Millisecond)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, _, _ := mem.Acquire(context.Background(), "{quotad:impatient:k}", lim, 0, 0, 0)
+	used := lim.Limit - d.Remaining
+	t.Logf("%d admitted, %d abandoned, authority counts %d used", admitted.Load(), abandoned.Load(), used)
+	if used < admitted.Load() || used > admitted.Load()+abandoned.Load() {
+		t.Fatalf("authority counts %d used for %d admitted and %d abandoned checks", used, admitted.Load(), abandoned.Load())
 	}
 }
 

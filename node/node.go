@@ -104,7 +104,15 @@ type Node struct {
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
 	closed      atomic.Bool
+
+	// epoch anchors the node clock: leases and remembered denials measure
+	// time as the monotonic nanoseconds since it, so a step of the wall
+	// clock (NTP, a resumed VM) never stretches a lease or a denial.
+	epoch time.Time
 }
+
+// clock is the node clock: monotonic nanoseconds since the node started.
+func (n *Node) clock() int64 { return int64(time.Since(n.epoch)) }
 
 // stats are the node's lease and cache counters.
 type stats struct {
@@ -165,6 +173,7 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		policies: make(map[string]Policy, len(cfg.Policies)),
 		leases:   newLeaseTable(),
 		denied:   denied,
+		epoch:    time.Now(),
 	}
 	for _, p := range cfg.Policies {
 		// Resolve the default now so that status pages and ListPolicies
@@ -195,7 +204,7 @@ func (n *Node) janitor(ctx context.Context) {
 			return
 		case <-t.C:
 			// A key that needs a lease is checked every few milliseconds
-			// (its rate × horizon must reach two checks), so one idle for a
+			// (its rate × horizon must reach minLeaseChecks), so one idle for a
 			// second has nothing worth keeping; its denial, if any, lives
 			// on in the denied cache.
 			n.sweepLeases(ctx, max(time.Second, 4*n.lcfg.Hold))
@@ -283,13 +292,26 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 	// authority forgets them anyway.
 	k := leaseKey{policy, key}
 	if l := n.leases.remove(k); l != nil {
-		// Checks still holding l must not spend pre-reset units.
+		// A store call in flight for l must not install its grant or denial
+		// (fetch checks dead under l.mu), and checks still holding l must
+		// not spend pre-reset units.
+		l.mu.Lock()
+		l.dead = true
+		l.mu.Unlock()
 		if g := l.cur.Swap(nil); g != nil {
 			g.units.Store(0)
 		}
 		l.denial.Store(nil)
 	}
-	n.denied.Forget(cache.Key{Policy: policy, Key: key})
+	ck := cache.Key{Policy: policy, Key: key}
+	n.denied.Forget(ck)
+	// Forget again once the authority is reset, and wait for the cache to
+	// apply it: a denial added just before may become visible after the
+	// first Forget.
+	defer func() {
+		n.denied.Forget(ck)
+		n.denied.Wait()
+	}()
 	if err := n.store.Reset(ctx, n.keyBase(policy, key)); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fmt.Errorf("reset %s: %w", policy, ctxErr)

@@ -78,6 +78,11 @@ func newPipeline(client redis.UniversalClient, timeout time.Duration, reload fun
 func (p *pipeline) run(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
 	c := &scriptCall{ctx: ctx, script: sc, keys: keys, args: args, done: make(chan struct{})}
 	select {
+	case <-p.stop:
+		return nil, redis.ErrClosed
+	default:
+	}
+	select {
 	case p.queue <- c:
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -89,6 +94,9 @@ func (p *pipeline) run(ctx context.Context, sc *redis.Script, keys []string, arg
 		return c.reply, c.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-p.stop:
+		// Enqueued as the pipeline closed: nobody may be left to answer.
+		return nil, redis.ErrClosed
 	}
 }
 
@@ -178,7 +186,8 @@ func (p *pipeline) send(batch []*scriptCall) {
 	}
 }
 
-// exec sends one command per call, pipelined when there is more than one.
+// exec sends one command per call in one pipeline (a lone call is a
+// pipeline of one: the same single round trip).
 func (p *pipeline) exec(ctx context.Context, calls []*scriptCall, cmd func(redis.Pipeliner, *scriptCall) *redis.Cmd) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	// Exec's own error repeats the first failed command's; each command

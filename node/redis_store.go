@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,8 +17,10 @@ type RedisConfig struct {
 	// URL is redis://[user:password@]host:port/db or rediss:// for TLS.
 	// Required.
 	URL string
-	// Timeout bounds each store call (script run or reset), in addition to
-	// the caller's context. Default 100ms.
+	// Timeout bounds each round trip to Redis: one pipelined batch of script
+	// calls (and its retry after NOSCRIPT), or a reset. Time a call spends
+	// queued for a pipeliner is bounded by the caller's context. Default
+	// 100ms.
 	Timeout time.Duration
 }
 
@@ -30,7 +33,7 @@ func (c RedisConfig) Validate() error {
 		return fmt.Errorf("redis url: %w: %v", ErrInvalidConfig, err)
 	}
 	if c.Timeout < 0 {
-		return fmt.Errorf("redis timeout: %w: %s must be > 0", ErrInvalidConfig, c.Timeout)
+		return fmt.Errorf("redis timeout: %w: %s must not be negative (0 means the default)", ErrInvalidConfig, c.Timeout)
 	}
 	return nil
 }
@@ -52,6 +55,7 @@ type RedisStore struct {
 	check    map[algorithms.Algorithm]*redis.Script
 	release  map[algorithms.Algorithm]*redis.Script
 	pipe     *pipeline
+	closed   sync.Once
 }
 
 // NewRedisStore connects to Redis, checks that it answers and loads every
@@ -162,7 +166,12 @@ func (s *RedisStore) Reset(ctx context.Context, base string) error {
 func (s *RedisStore) Describe() string { return s.describe }
 
 // Close implements Store: queued calls fail, then the connections close.
+// Calls after the first return nil.
 func (s *RedisStore) Close() error {
-	s.pipe.close()
-	return s.client.Close()
+	var err error
+	s.closed.Do(func() {
+		s.pipe.close()
+		err = s.client.Close()
+	})
+	return err
 }

@@ -19,7 +19,8 @@ type Store interface {
 	// done; an error means nothing is known about the decision.
 	Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error)
 	// Release gives back up to units unused units of grant g and reports
-	// how many made a difference.
+	// how many made a difference. Each grant's units may be given back at
+	// most once (the sliding log can tell; the other algorithms cannot).
 	Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error)
 	// Remote reports whether calls cross the network; the node leases and
 	// caches denials only for remote stores.
