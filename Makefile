@@ -40,5 +40,5 @@ proto: ## regenerate the protobuf code (buf from npm, local plugins only)
 proto-check: proto ## fail if regenerating the protobuf code changes anything
 	git diff --exit-code -- proto
 
-bench: redis-server ## Go benchmarks of the models and scripts
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./algorithms
+bench: redis-server ## Go benchmarks: models, scripts, lease and denied-cache hits
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./algorithms ./node ./cache
