@@ -203,10 +203,18 @@ func (l *lease) deniedFor(lim algorithms.Limit, cost, now int64) (algorithms.Dec
 		return algorithms.Decision{}, false
 	}
 	d := dn.decision
-	d.ResetAfter -= time.Duration(now - dn.sinceNs)
-	d.RetryAfter = time.Duration(dn.untilNs - now)
-	d.ResetAfter = max(d.ResetAfter, d.RetryAfter)
+	// Whole milliseconds, rounded up, like the store's own answers.
+	d.RetryAfter = ceilMillis(time.Duration(dn.untilNs - now))
+	d.ResetAfter = max(ceilMillis(d.ResetAfter-time.Duration(now-dn.sinceNs)), d.RetryAfter)
 	return d, true
+}
+
+// ceilMillis rounds d up to a whole millisecond.
+func ceilMillis(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r > 0 {
+		d += time.Millisecond - r
+	}
+	return d
 }
 
 // leaseTable holds the leases of this node, sharded to keep lock hold
