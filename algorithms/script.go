@@ -59,19 +59,25 @@ func CheckScript(a Algorithm) string { return embedded(scriptFile, a) }
 // DecodeReleaseReply reads. It never creates a key and sets no TTL.
 func ReleaseScript(a Algorithm) string { return embedded(releaseFile, a) }
 
-// embedded returns the source of algorithm a's script in files, or "".
+// embedded returns the source of algorithm a's script in files, or "":
+// scripts/prelude.lua (the clock and integer helpers every script shares;
+// Redis scripts cannot import) followed by the script itself.
 func embedded(files map[Algorithm]string, a Algorithm) string {
 	name, ok := files[a]
 	if !ok {
 		return ""
 	}
-	src, err := scriptFiles.ReadFile(name)
+	prelude, err := scriptFiles.ReadFile("scripts/prelude.lua")
 	if err != nil {
 		// The files are embedded at build time; a missing one is a build bug
 		// that the package tests catch.
 		return ""
 	}
-	return string(src)
+	src, err := scriptFiles.ReadFile(name)
+	if err != nil {
+		return ""
+	}
+	return string(prelude) + string(src)
 }
 
 // Keys returns the Redis keys algorithm a uses for the limit whose key base

@@ -271,28 +271,25 @@ func (t *leaseTable) remove(k leaseKey) *lease {
 	return l
 }
 
-// each calls f for every lease; f must not call back into the table.
-func (t *leaseTable) each(f func(leaseKey, *lease) (drop bool)) {
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		for k, l := range sh.m {
-			if f(k, l) {
-				delete(sh.m, k)
-			}
-		}
-		sh.mu.Unlock()
+// removeIf removes k's lease if it is still l and drop(l) holds under the
+// shard's write lock.
+func (t *leaseTable) removeIf(k leaseKey, l *lease, drop func(*lease) bool) {
+	sh := t.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m[k] == l && drop(l) {
+		delete(sh.m, k)
 	}
 }
 
-// eachRead calls f for every lease under read locks; f must not call back
-// into the table.
-func (t *leaseTable) eachRead(f func(*lease)) {
+// eachRead calls f for every lease under read locks, so checks on the
+// same shard proceed meanwhile; f must not call back into the table.
+func (t *leaseTable) eachRead(f func(leaseKey, *lease)) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.RLock()
-		for _, l := range sh.m {
-			f(l)
+		for k, l := range sh.m {
+			f(k, l)
 		}
 		sh.mu.RUnlock()
 	}
@@ -360,15 +357,8 @@ func (n *Node) checkLeased(ctx context.Context, p Policy, key string, cost int64
 		if now-l.lastUsed.Load() > int64(time.Millisecond) {
 			l.lastUsed.Store(now)
 		}
-		if d, ok := n.take(l, p.Limit, cost, now); ok {
-			n.stats.leaseHits.Add(1)
-			return Result{Decision: d, Source: SourceLease}, nil
-		}
-		// The key's last denial covers the moment before the denied cache's
-		// asynchronous write becomes visible; the cache outlives idle keys.
-		if d, ok := l.deniedFor(p.Limit, cost, now); ok {
-			n.stats.deniedCacheHits.Add(1)
-			return Result{Decision: d, Source: SourceDeniedCache}, nil
+		if res, ok := n.answerLocally(l, p.Limit, cost, now); ok {
+			return res, nil
 		}
 	}
 	if d, ok := n.denied.Lookup(n.cacheKey(k, p.Limit), cost, now/int64(time.Millisecond)); ok {
@@ -380,6 +370,22 @@ func (n *Node) checkLeased(ctx context.Context, p Policy, key string, cost int64
 		l.demand.Add(max(cost, 1))
 	}
 	return n.refill(ctx, k, l, p, cost)
+}
+
+// answerLocally answers a check of cost under lim from l alone: its grant,
+// or its last denial. The denial covers the moment before the denied
+// cache's asynchronous write becomes visible (and checks that waited on a
+// coalesced call); the cache outlives idle keys.
+func (n *Node) answerLocally(l *lease, lim algorithms.Limit, cost, now int64) (Result, bool) {
+	if d, ok := n.take(l, lim, cost, now); ok {
+		n.stats.leaseHits.Add(1)
+		return Result{Decision: d, Source: SourceLease}, true
+	}
+	if d, ok := l.deniedFor(lim, cost, now); ok {
+		n.stats.deniedCacheHits.Add(1)
+		return Result{Decision: d, Source: SourceDeniedCache}, true
+	}
+	return Result{}, false
 }
 
 // fetch is one store call for a key, shared by the checks that wait for it.
@@ -415,14 +421,8 @@ func (n *Node) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost 
 		case <-ctx.Done():
 			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
 		}
-		now := n.clock()
-		if d, ok := n.take(l, p.Limit, cost, now); ok {
-			n.stats.leaseHits.Add(1)
-			return Result{Decision: d, Source: SourceLease}, nil
-		}
-		if d, ok := l.deniedFor(p.Limit, cost, now); ok {
-			n.stats.deniedCacheHits.Add(1)
-			return Result{Decision: d, Source: SourceDeniedCache}, nil
+		if res, ok := n.answerLocally(l, p.Limit, cost, n.clock()); ok {
+			return res, nil
 		}
 		l.mu.Lock()
 	}
@@ -564,15 +564,24 @@ func (n *Node) giveBack(ctx context.Context, onlyExpired bool, forget func(*leas
 		g     *grant
 		units int64
 	}
-	var toRelease []pending
+	var toRelease, toForget []pending
 	now := n.clock()
-	n.leases.each(func(k leaseKey, l *lease) bool {
+	// Collect under read locks; checks on a shard only wait for the brief
+	// write lock of each removal.
+	n.leases.eachRead(func(k leaseKey, l *lease) {
 		if g, left := l.unspent(now, onlyExpired); left > 0 {
 			toRelease = append(toRelease, pending{k, l, g, left})
 		}
-		// A lease in the middle of a refill stays; the next sweep sees it.
-		return forget(l, now) && !l.busy()
+		if forget(l, now) {
+			toForget = append(toForget, pending{k: k, l: l})
+		}
 	})
+	for _, p := range toForget {
+		// Checked again under the write lock: a check may have used the key
+		// since. A lease in the middle of a refill stays; the next sweep sees
+		// it.
+		n.leases.removeIf(p.k, p.l, func(l *lease) bool { return forget(l, now) && !l.busy() })
+	}
 	var wg sync.WaitGroup
 	for _, p := range toRelease {
 		wg.Add(1)
@@ -595,7 +604,7 @@ func (l *lease) busy() bool {
 // until the janitor returns them.
 func (n *Node) unitsHeld() int64 {
 	var held int64
-	n.leases.eachRead(func(l *lease) {
+	n.leases.eachRead(func(_ leaseKey, l *lease) {
 		if g := l.cur.Load(); g != nil {
 			held += g.units.Load()
 		}

@@ -14,16 +14,9 @@ local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
 local cost = tonumber(ARGV[4])
-local now = tonumber(ARGV[7])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
-
--- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
-local function int(x) return string.format('%.0f', x) end
 
 local state = redis.call('HMGET', key, 'w', 'n')
 -- The stored window, aligned to this limit's period: a no-op unless the key's

@@ -24,21 +24,7 @@ local capacity = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
 local a = tonumber(ARGV[5])
 local b = tonumber(ARGV[6])
-local now = tonumber(ARGV[7])
-if not now then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- ceil(x / y) for integers x and y > 0, exact while |x| < 2^53.
-local function ceildiv(x, y)
-  return math.floor((x + y - 1) / y)
-end
-
--- tostring keeps only 14 significant digits; %.0f writes the whole integer.
-local function int(x)
-  return string.format("%.0f", x)
-end
+local now = now_ms(ARGV[7])
 
 local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)

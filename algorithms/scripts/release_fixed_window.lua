@@ -14,15 +14,8 @@ local key = KEYS[1]
 local period = tonumber(ARGV[2])
 -- Never more than the grant took, nor than any grant can hold.
 local units = math.min(tonumber(ARGV[4]), tonumber(ARGV[9]), tonumber(ARGV[3]))
-local now = tonumber(ARGV[7])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = now_ms(ARGV[7])
 local ref = tonumber(ARGV[8])
-
--- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
-local function int(x) return string.format('%.0f', x) end
 
 if units <= 0 then return {0} end
 local state = redis.call('HMGET', key, 'w', 'n')

@@ -22,18 +22,12 @@ local log, meta = KEYS[1], KEYS[2]
 local limit = tonumber(ARGV[1])
 local period = tonumber(ARGV[2])
 local cost = tonumber(ARGV[4])
-local now = tonumber(ARGV[7])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
 -- Clamped to the longest period, which keeps now + hold exact.
 local hold = math.max(0, math.min(tonumber(ARGV[9]) or 0, 31536000000))
 local c = math.max(cost, 1)
 
--- Numbers reach Redis as exact integer text; tostring keeps 14 digits only.
-local function int(x) return string.format('%.0f', x) end
 local function cost_of(member) return tonumber(string.match(member, ':(%d+)$')) end
 
 -- sum and seq are read only when the log is non-empty, so that a hash left

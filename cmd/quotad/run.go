@@ -36,7 +36,7 @@ func settings() []setting {
 	return []setting{
 		{name: "listen", usage: "address the API listens on (`host:port`)", apply: func(c *config, v string) error { c.Listen = v; return nil }},
 		{name: "redis", usage: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; empty uses the embedded memory store (single node)", apply: func(c *config, v string) error { c.RedisURL = v; return nil }},
-		{name: "redis-timeout", usage: "deadline of each Redis call (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.RedisTimeout, v) }},
+		{name: "redis-timeout", usage: "deadline of each Redis round trip, one pipelined batch of script calls (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.RedisTimeout, v) }},
 		{name: "key-prefix", usage: "prefix of every Redis key, {prefix:policy:key}", apply: func(c *config, v string) error { c.KeyPrefix = v; return nil }},
 		{name: "inline-limits", usage: "accept limits sent inline in requests (gubernator-style)", isBool: true, apply: func(c *config, v string) error {
 			b, err := strconv.ParseBool(v)
