@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -28,6 +29,14 @@ type Server struct {
 	dir  string
 	args []string
 	port int
+	// conf, when set, is a config file in dir passed before every other
+	// argument (Sentinel needs one it can rewrite).
+	conf string
+	// cluster makes the server a Redis Cluster node whose bus listens on
+	// busPort, chosen with port (the default, port+10000, may be out of
+	// range).
+	cluster bool
+	busPort int
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -40,6 +49,23 @@ type Option func(*Server)
 // WithArgs appends redis-server arguments, e.g. "--appendonly", "yes".
 func WithArgs(args ...string) Option {
 	return func(s *Server) { s.args = append(s.args, args...) }
+}
+
+// WithDurableWrites makes every write the server acknowledged survive Kill
+// and Restart: the append-only file is fsynced before each reply.
+func WithDurableWrites() Option {
+	return WithArgs("--appendonly", "yes", "--appendfsync", "always")
+}
+
+// withConfigFile writes text to name in the server's directory and starts
+// the server with that file as its config.
+func withConfigFile(name, text string) Option {
+	return func(s *Server) {
+		s.conf = filepath.Join(s.dir, name)
+		if err := os.WriteFile(s.conf, []byte(text), 0o644); err != nil {
+			s.t.Fatalf("redistest: write %s: %v", name, err)
+		}
+	}
 }
 
 // Binary returns the path of redis-server, failing the test with the install
@@ -67,6 +93,11 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for range 3 {
 		if s.port, err = FreePort(); err != nil {
 			t.Fatalf("redistest: %v", err)
+		}
+		if s.cluster {
+			if s.busPort, err = FreePort(); err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
 		}
 		if err = s.start(); err == nil {
 			break
@@ -105,7 +136,11 @@ func (s *Server) Dir() string { return s.dir }
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	args := append([]string{
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
+	}
+	args = append(append(args,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
@@ -113,7 +148,13 @@ func (s *Server) start() error {
 		"--appendonly", "no",
 		"--daemonize", "no",
 		"--protected-mode", "no",
-	}, s.args...)
+	), s.args...)
+	if s.cluster {
+		args = append(args,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", // in dir, kept across restarts
+			"--cluster-port", strconv.Itoa(s.busPort))
+	}
 	logFile, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -184,15 +225,22 @@ func (s *Server) Restart() {
 	s.t.Fatalf("redistest: restart: %v", err)
 }
 
-// Do sends one command over a fresh connection and returns the reply's
-// first line (for simple replies) or an error for a Redis error reply.
-// It is meant for test set-up (FLUSHALL, CONFIG SET), not for decoding data.
+// Do sends one command over a fresh connection and returns its reply as
+// text: a simple or bulk string as it is, an integer in decimal, a null as
+// "". An array reply is an error (use DoList), and so is a Redis error
+// reply. It is meant for test set-up and inspection, not for load.
 func (s *Server) Do(args ...string) (string, error) {
-	return do(s.Addr(), args...)
+	return doText(s.Addr(), args...)
+}
+
+// DoList is Do for a command whose reply is a flat array (SCRIPT EXISTS,
+// CLUSTER GETKEYSINSLOT): each element as Do would return it.
+func (s *Server) DoList(args ...string) ([]string, error) {
+	return doList(s.Addr(), args...)
 }
 
 func ping(addr string) error {
-	reply, err := do(addr, "PING")
+	reply, err := doText(addr, "PING")
 	if err != nil {
 		return err
 	}
@@ -202,10 +250,52 @@ func ping(addr string) error {
 	return nil
 }
 
-func do(addr string, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+func doText(addr string, args ...string) (string, error) {
+	reply, err := do(addr, args...)
 	if err != nil {
 		return "", err
+	}
+	return text(reply, args)
+}
+
+func doList(addr string, args ...string) ([]string, error) {
+	reply, err := do(addr, args...)
+	if err != nil {
+		return nil, err
+	}
+	elems, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: reply %v is not an array", args[0], reply)
+	}
+	out := make([]string, len(elems))
+	for i, e := range elems {
+		if out[i], err = text(e, args); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// text is a non-array reply as Do returns it.
+func text(reply any, args []string) (string, error) {
+	switch v := reply.(type) {
+	case string:
+		return v, nil
+	case int64:
+		return strconv.FormatInt(v, 10), nil
+	case nil:
+		return "", nil
+	}
+	return "", fmt.Errorf("%s: reply %v is an array", args[0], reply)
+}
+
+// do sends one command over a fresh connection and reads its whole reply:
+// string (simple or bulk), int64, nil (a null) or []any (an array of these).
+// A Redis error reply is returned as an error carrying its text.
+func do(addr string, args ...string) (any, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
@@ -215,23 +305,90 @@ func do(addr string, args ...string) (string, error) {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
 	if _, err := conn.Write([]byte(b.String())); err != nil {
-		return "", err
+		return nil, err
 	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	return readReply(bufio.NewReader(conn))
+}
+
+// readReply reads one RESP2 reply. An error reply nested in an array is
+// returned as the whole reply's error.
+func readReply(r *bufio.Reader) (any, error) {
+	line, err := r.ReadString('\n')
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	line = strings.TrimRight(line, "\r\n")
 	if line == "" {
-		return "", errors.New("empty reply")
+		return nil, errors.New("empty reply")
 	}
+	body := line[1:]
 	switch line[0] {
+	case '+':
+		return body, nil
 	case '-':
-		return "", errors.New(line[1:])
-	case '+', ':', '$', '*':
-		return line[1:], nil
+		return nil, errors.New(body)
+	case ':':
+		return strconv.ParseInt(body, 10, 64)
+	case '$':
+		n, err := strconv.Atoi(body)
+		if err != nil || n < 0 {
+			return nil, err // "$-1" is a null
+		}
+		buf := make([]byte, n+2) // the bulk and its CRLF
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(body)
+		if err != nil || n < 0 {
+			return nil, err // "*-1" is a null
+		}
+		elems := make([]any, n)
+		for i := range elems {
+			if elems[i], err = readReply(r); err != nil {
+				return nil, err
+			}
+		}
+		return elems, nil
 	}
-	return line, nil
+	return nil, fmt.Errorf("unexpected reply %q", line)
+}
+
+// Info returns one field of an INFO-style reply (INFO, CLUSTER INFO):
+// the value of the "name:value" line, or "" when there is none.
+func (s *Server) Info(command, name string) (string, error) {
+	reply, err := s.Do(strings.Fields(command)...)
+	if err != nil {
+		return "", err
+	}
+	return infoField(reply, name), nil
+}
+
+func infoField(reply, name string) string {
+	for line := range strings.Lines(reply) {
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// waitFor polls cond every few milliseconds until it returns nil, failing
+// t with cond's last error when timeout passes first.
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func tail(path string) string {
