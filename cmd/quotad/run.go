@@ -252,8 +252,17 @@ func parseLogLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// run is quotad: it serves until ctx is done, then shuts down in order:
-// stop accepting and finish in-flight requests, then close the store.
+// run is quotad: it serves until ctx is done, then shuts down in this
+// order (docs in the README, "Shutdown"):
+//
+//  1. readiness turns NOT_SERVING (gRPC health, /readyz), so load balancers
+//     stop sending;
+//  2. the listener closes and in-flight requests finish, for up to
+//     --shutdown-timeout; connections still busy then are cut;
+//  3. the node returns its leases' unused units to Redis;
+//  4. the Redis connections close.
+//
+// It returns nil after a shutdown that ctx asked for.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig(args, getenv, stderr)
 	if err != nil {
@@ -273,7 +282,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer n.Close()
 
-	handler, err := rpc.NewHandler(n, cfg.rpcConfig(), log)
+	health := rpc.NewHealth(n)
+	rcfg := cfg.rpcConfig()
+	rcfg.Health = health
+	handler, err := rpc.NewHandler(n, rcfg, log)
 	if err != nil {
 		return err
 	}
@@ -301,12 +313,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	started := time.Now()
+	log.Info("shutting down: draining", "timeout", cfg.ShutdownTimeout)
+	health.Drain()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
+		// Streams such as a health Watch never finish on their own; what is
+		// still open at the deadline is cut so the rest of the order runs.
+		log.Warn("shutdown: requests still running at the deadline were cut", "err", err)
+		srv.Close()
+	}
+	held := n.Stats().UnitsHeld
+	if err := n.Close(); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	log.Info("shut down", "lease_units_given_back", held, "took", time.Since(started).Round(time.Millisecond))
 	return nil
 }
 
