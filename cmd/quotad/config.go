@@ -202,6 +202,12 @@ func loadFile(c *config, path string) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	return parseFile(c, path, raw)
+}
+
+// parseFile applies raw, the YAML text of the file at path, on top of c.
+// Every error names path and, where the YAML parser knows it, the line.
+func parseFile(c *config, path string, raw []byte) error {
 	var f fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
