@@ -48,6 +48,12 @@ type config struct {
 	// DeniedCache sizes the hot denied-key cache; the zero value means
 	// 100,000 entries.
 	DeniedCache cache.DeniedConfig
+	// MaxBatch bounds the checks in one CheckBatch; 0 means rpc's
+	// default, 1000 (also the most allowed).
+	MaxBatch int
+	// MaxRequestBytes bounds one request message; 0 means rpc's default,
+	// 4 MiB.
+	MaxRequestBytes int
 }
 
 func defaultConfig() config {
@@ -62,7 +68,7 @@ func defaultConfig() config {
 	}
 }
 
-// nodeConfig, redisConfig and rpcConfig hand each package its part.
+// nodeConfig and rpcConfig hand each package its part.
 func (c config) nodeConfig() node.Config {
 	return node.Config{
 		KeyPrefix: c.KeyPrefix, Policies: c.Policies, DefaultFailureMode: c.DefaultOnStoreError,
@@ -76,7 +82,7 @@ func (c config) usesRedis() bool {
 }
 
 func (c config) rpcConfig() rpc.Config {
-	return rpc.Config{DisableInlineLimits: !c.InlineLimits}
+	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes}
 }
 
 // validate checks what no package checks for itself.
@@ -100,6 +106,9 @@ func (c config) validate() error {
 	} else if r := c.Redis; r.MasterName != "" || r.Username != "" || r.Password != "" || r.TLS || r.TLSCAFile != "" || r.DB != 0 {
 		return errors.New("redis: credentials, TLS, db or a master name are set but no Redis is (set --redis, --redis-cluster or --redis-sentinel)")
 	}
+	if err := c.rpcConfig().Validate(); err != nil {
+		return err
+	}
 	return c.nodeConfig().Validate()
 }
 
@@ -115,6 +124,8 @@ type fileConfig struct {
 	Lease               *fileLease     `yaml:"lease"`
 	DeniedCache         *fileDenied    `yaml:"denied_cache"`
 	Breaker             *fileBreaker   `yaml:"breaker"`
+	MaxBatch            *int           `yaml:"max_batch"`
+	MaxRequestBytes     *int           `yaml:"max_request_bytes"`
 	Policies            []filePolicyAt `yaml:"policies"`
 }
 
@@ -226,6 +237,8 @@ func (f fileConfig) apply(c *config) error {
 	setIf(&c.KeyPrefix, f.KeyPrefix)
 	setIf(&c.InlineLimits, f.InlineLimits)
 	setIf(&c.LogLevel, f.LogLevel)
+	setIf(&c.MaxBatch, f.MaxBatch)
+	setIf(&c.MaxRequestBytes, f.MaxRequestBytes)
 	if f.ShutdownTimeout != nil {
 		c.ShutdownTimeout = time.Duration(*f.ShutdownTimeout)
 	}

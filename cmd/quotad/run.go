@@ -43,25 +43,11 @@ func settings() []setting {
 		{name: "redis-password", usage: "`password` for --redis-cluster and --redis-sentinel servers; prefer the environment variable", apply: func(c *config, v string) error { c.Redis.Password = v; return nil }},
 		{name: "redis-sentinel-username", usage: "ACL `user` for the sentinels themselves", apply: func(c *config, v string) error { c.Redis.SentinelUsername = v; return nil }},
 		{name: "redis-sentinel-password", usage: "`password` for the sentinels themselves", apply: func(c *config, v string) error { c.Redis.SentinelPassword = v; return nil }},
-		{name: "redis-db", usage: "database `number` behind Sentinel (a URL names its own; Cluster has only 0)", apply: func(c *config, v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("want a whole number, got %q", v)
-			}
-			c.Redis.DB = n
-			return nil
-		}},
+		{name: "redis-db", usage: "database `number` behind Sentinel (a URL names its own; Cluster has only 0)", apply: func(c *config, v string) error { return parseIntInto32(&c.Redis.DB, v) }},
 		{name: "redis-tls", usage: "use TLS with --redis-cluster and --redis-sentinel (rediss:// does it for --redis)", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Redis.TLS, v) }},
 		{name: "redis-tls-ca", usage: "PEM `file` of the certificate authorities to trust for Redis TLS instead of the system's", apply: func(c *config, v string) error { c.Redis.TLSCAFile = v; return nil }},
 		{name: "redis-timeout", usage: "deadline of each Redis call, queueing included (`duration`); past it the policy's failure mode decides", apply: func(c *config, v string) error { return parseDurationInto(&c.Redis.Timeout, v) }},
-		{name: "breaker-failures", usage: "Redis calls failing in a row that open the circuit breaker (`count`); while open, checks take their failure mode at once; 0 takes the default 5", apply: func(c *config, v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("want a whole number, got %q", v)
-			}
-			c.Breaker.Failures = n
-			return nil
-		}},
+		{name: "breaker-failures", usage: "Redis calls failing in a row that open the circuit breaker (`count`); while open, checks take their failure mode at once; 0 takes the default 5", apply: func(c *config, v string) error { return parseIntInto32(&c.Breaker.Failures, v) }},
 		{name: "breaker-probe-every", usage: "how often an open breaker pings Redis; the first answer closes it (`duration`); 0 takes the default 250ms", apply: func(c *config, v string) error { return parseDurationInto(&c.Breaker.ProbeEvery, v) }},
 		{name: "key-prefix", usage: "prefix of every Redis key, {prefix:policy:key}", apply: func(c *config, v string) error { c.KeyPrefix = v; return nil }},
 		{name: "inline-limits", usage: "accept limits sent inline in requests (gubernator-style)", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.InlineLimits, v) }},
@@ -82,6 +68,8 @@ func settings() []setting {
 		}},
 		{name: "denied-cache-entries", usage: "size of the hot denied-key cache in `entries`; 0 with no --denied-cache-bytes means 100000", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxEntries, v) }},
 		{name: "denied-cache-bytes", usage: "size of the hot denied-key cache in `bytes` instead of entries", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxBytes, v) }},
+		{name: "max-batch", usage: "most checks one CheckBatch may carry, 1 to 1000 (`count`); 0 means 1000", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxBatch, v) }},
+		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
 	}
@@ -116,6 +104,15 @@ func parseAddrsInto(dst *[]string, v string) error {
 		}
 	}
 	*dst = addrs
+	return nil
+}
+
+func parseIntInto32(dst *int, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("want a whole number, got %q", v)
+	}
+	*dst = n
 	return nil
 }
 
@@ -224,6 +221,8 @@ Config file (YAML; unknown fields are errors):
     timeout: 50ms                   # also username, password, sentinel_username,
                                     # sentinel_password, db, tls, tls_ca_file
   breaker: {failures: 5, probe_every: 250ms}
+  max_batch: 1000
+  max_request_bytes: 4194304
   key_prefix: quotad
   inline_limits: true
   default_on_store_error: open      # open | closed

@@ -224,6 +224,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "negative breaker failures", file: "breaker:\n  failures: -1\n", want: []string{"breaker failures", "-1"}},
 		{name: "bad breaker probe", args: []string{"--breaker-probe-every", "often"}, want: []string{"--breaker-probe-every", "often"}},
 		{name: "tls ca without tls", args: []string{"--redis", "redis://a:1/0", "--redis-tls-ca", "/ca.pem"}, want: []string{"tls ca", "does not use TLS"}},
+		{name: "batch above 1000", args: []string{"--max-batch", "5000"}, want: []string{"max batch", "5000", "1 to 1000"}},
+		{name: "negative request bytes", file: "max_request_bytes: -1\n", want: []string{"max request bytes", "-1"}},
 		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"lissten"}},
 		{name: "stray argument", args: []string{"serve"}, want: []string{"serve"}},
 	}
