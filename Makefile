@@ -18,6 +18,8 @@ run: ## run quotad on :8080 with the embedded memory store
 test: redis-server lint ## the whole test suite (installs redis-server when missing)
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
+	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAcquireReply$$' -fuzztime $(FUZZTIME) ./algorithms
 
 redis-server: ## install redis-server (and redis-cli) when missing
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || \

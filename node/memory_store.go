@@ -102,6 +102,9 @@ func (s *MemoryStore) Release(_ context.Context, base string, l algorithms.Limit
 // lease, so the node neither leases nor caches denials in front of it.
 func (s *MemoryStore) Remote() bool { return false }
 
+// Ping implements Store: memory always answers.
+func (s *MemoryStore) Ping(context.Context) error { return nil }
+
 // Reset implements Store.
 func (s *MemoryStore) Reset(_ context.Context, base string) error {
 	sh := s.shard(base)

@@ -32,6 +32,8 @@ type Config struct {
 	Lease LeaseConfig
 	// DeniedCache sizes the hot denied-key cache (remote stores only).
 	DeniedCache cache.DeniedConfig
+	// Breaker configures the circuit breaker in front of a remote store.
+	Breaker BreakerConfig
 	// ClusterSize reports how many nodes share the store, for lease caps;
 	// nil means 1. It is called on the miss path and must be cheap.
 	ClusterSize func() int
@@ -48,6 +50,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("default failure mode: %w %d", ErrInvalidFailureMode, int(c.DefaultFailureMode))
 	}
 	if err := c.Lease.withDefaults().Validate(); err != nil {
+		return err
+	}
+	if err := c.Breaker.Validate(); err != nil {
 		return err
 	}
 	if err := c.DeniedCache.Validate(); err != nil {
@@ -101,6 +106,11 @@ type Node struct {
 	denied *cache.Denied
 	stats  stats
 
+	// breaker guards a remote store (store is then a breakerStore around
+	// it); nil for the memory store.
+	breaker     *breaker
+	stopBreaker context.CancelFunc
+
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
 	closed      atomic.Bool
@@ -135,11 +145,16 @@ type Stats struct {
 	LeaseHits, DeniedCacheHits int64
 	// Denied is the denied cache's own counters.
 	Denied cache.DeniedStats
+	// StoreErrors counts failed store calls (not those the breaker
+	// refused); BreakerOpens counts how often the breaker opened, and
+	// BreakerOpen says whether it is open now.
+	StoreErrors, BreakerOpens int64
+	BreakerOpen               bool
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
-	return Stats{
+	st := Stats{
 		LeasesGranted:   n.stats.leasesGranted.Load(),
 		UnitsLeased:     n.stats.unitsLeased.Load(),
 		UnitsReturned:   n.stats.unitsReturned.Load(),
@@ -149,7 +164,30 @@ func (n *Node) Stats() Stats {
 		DeniedCacheHits: n.stats.deniedCacheHits.Load(),
 		Denied:          n.denied.Stats(),
 	}
+	if n.breaker != nil {
+		st.StoreErrors = n.breaker.errors.Load()
+		st.BreakerOpens = n.breaker.opens.Load()
+		st.BreakerOpen = n.breaker.open.Load()
+	}
+	return st
 }
+
+// StoreAvailable reports whether checks reach the store: false while the
+// circuit breaker is open. The memory store is always available.
+func (n *Node) StoreAvailable() bool { return n.breaker == nil || !n.breaker.open.Load() }
+
+// OnStoreAvailability registers fn to be called each time the store becomes
+// unavailable (the breaker opens) or available again. fn runs on the node's
+// goroutine that saw the change and must not block.
+func (n *Node) OnStoreAvailability(fn func(available bool)) {
+	if n.breaker != nil {
+		n.breaker.onChange(fn)
+	}
+}
+
+// DefaultFailureMode is the failure mode of inline limits and of policies
+// that set none.
+func (n *Node) DefaultFailureMode() FailureMode { return n.cfg.DefaultFailureMode }
 
 // New returns a node deciding with store. The node owns store from now on
 // and closes it in Close. log may be nil (discard).
@@ -182,6 +220,11 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 			p.OnStoreError = cfg.DefaultFailureMode
 		}
 		n.policies[p.Name] = p
+	}
+	if store.Remote() {
+		ctx, cancel := context.WithCancel(context.Background())
+		n.breaker, n.stopBreaker = newBreaker(ctx, cfg.Breaker, store.Ping, log), cancel
+		n.store = breakerStore{Store: store, b: n.breaker}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
@@ -268,7 +311,10 @@ func (n *Node) storeFailed(p Policy, err error) Result {
 	if mode == FailDefault {
 		mode = n.cfg.DefaultFailureMode
 	}
-	n.log.Warn("store check failed", "policy", p.Name, "failure_mode", mode.String(), "err", err)
+	// While the breaker is open every check lands here; it logged once.
+	if !errors.Is(err, ErrStoreUnavailable) {
+		n.log.Warn("store check failed", "policy", p.Name, "failure_mode", mode.String(), "err", err)
+	}
 	capacity := p.Limit.Capacity()
 	if mode == FailOpen {
 		return Result{Decision: algorithms.Decision{Allowed: true, Limit: capacity, Remaining: capacity}, Source: SourceFailOpen}
@@ -354,6 +400,10 @@ func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	n.releaseAll(ctx)
+	if n.breaker != nil {
+		n.stopBreaker()
+		n.breaker.wait()
+	}
 	n.denied.Close()
 	if err := n.store.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)

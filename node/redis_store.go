@@ -2,8 +2,14 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,25 +18,87 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
-// RedisConfig says how to reach the authoritative Redis.
+// RedisConfig says how to reach the authoritative Redis: a single server
+// (URL), a Redis Cluster (ClusterAddrs) or a master watched by Sentinel
+// (SentinelAddrs and MasterName). Exactly one of the three is set. Commands
+// go to primaries only: a replica's counters may lag, and a limiter that
+// reads lagging counters over-admits.
 type RedisConfig struct {
-	// URL is redis://[user:password@]host:port/db or rediss:// for TLS.
-	// Required.
+	// URL is a single server: redis://[user:password@]host:port/db, or
+	// rediss:// for TLS.
 	URL string
-	// Timeout bounds each round trip to Redis: one pipelined batch of script
-	// calls (and its retry after NOSCRIPT), or a reset. Time a call spends
-	// queued for a pipeliner is bounded by the caller's context. Default
-	// 100ms.
+	// ClusterAddrs are seed addresses (host:port) of a Redis Cluster; the
+	// client discovers the other nodes and follows slot moves.
+	ClusterAddrs []string
+	// SentinelAddrs are Sentinel addresses (host:port); MasterName is the
+	// master they watch. The client follows failovers.
+	SentinelAddrs []string
+	MasterName    string
+	// Username and Password authenticate to Cluster and Sentinel-managed
+	// servers (an ACL user, or only a password for requirepass). A URL
+	// carries its own.
+	Username, Password string
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// themselves, when they require it.
+	SentinelUsername, SentinelPassword string
+	// DB is the database number behind Sentinel. Cluster has only db 0; a
+	// URL names its own.
+	DB int
+	// TLS connects to Cluster and Sentinel-managed servers with TLS; a
+	// rediss:// URL does it for a single server.
+	TLS bool
+	// TLSCAFile is a PEM file of the certificate authorities to trust
+	// instead of the system's, for any TLS connection.
+	TLSCAFile string
+	// Timeout bounds each store call as its caller sees it: waiting for a
+	// pipeliner plus the round trip of its batch. A call that takes longer
+	// fails, and the policy's failure mode decides. Default 50ms.
 	Timeout time.Duration
 }
 
 // Validate reports the first problem with c.
 func (c RedisConfig) Validate() error {
-	if c.URL == "" {
-		return fmt.Errorf("redis url: %w: must not be empty", ErrInvalidConfig)
+	modes := 0
+	for _, set := range []bool{c.URL != "", len(c.ClusterAddrs) > 0, len(c.SentinelAddrs) > 0} {
+		if set {
+			modes++
+		}
 	}
-	if _, err := redis.ParseURL(c.URL); err != nil {
-		return fmt.Errorf("redis url: %w: %v", ErrInvalidConfig, err)
+	switch {
+	case modes == 0:
+		return fmt.Errorf("redis: %w: set a URL, cluster addresses or sentinel addresses", ErrInvalidConfig)
+	case modes > 1:
+		return fmt.Errorf("redis: %w: set only one of a URL, cluster addresses and sentinel addresses", ErrInvalidConfig)
+	}
+	if c.URL != "" {
+		if _, err := redis.ParseURL(c.URL); err != nil {
+			return fmt.Errorf("redis url: %w: %v", ErrInvalidConfig, err)
+		}
+	}
+	for field, addrs := range map[string][]string{"redis cluster": c.ClusterAddrs, "redis sentinel": c.SentinelAddrs} {
+		for _, a := range addrs {
+			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+				return fmt.Errorf("%s address %q: %w: want host:port", field, a, ErrInvalidConfig)
+			}
+		}
+	}
+	if len(c.SentinelAddrs) > 0 && c.MasterName == "" {
+		return fmt.Errorf("redis master name: %w: sentinel addresses need the name of the master they watch", ErrInvalidConfig)
+	}
+	if c.MasterName != "" && len(c.SentinelAddrs) == 0 {
+		return fmt.Errorf("redis master name: %w: only meaningful with sentinel addresses", ErrInvalidConfig)
+	}
+	if c.DB != 0 && len(c.SentinelAddrs) == 0 {
+		return fmt.Errorf("redis db: %w: only meaningful with sentinel (a URL names its own; Cluster has only db 0)", ErrInvalidConfig)
+	}
+	if c.DB < 0 {
+		return fmt.Errorf("redis db: %w: %d must not be negative", ErrInvalidConfig, c.DB)
+	}
+	if c.URL != "" && (c.Username != "" || c.Password != "" || c.TLS) {
+		return fmt.Errorf("redis: %w: a URL carries its own user, password and TLS (rediss://)", ErrInvalidConfig)
+	}
+	if c.TLSCAFile != "" && !c.TLS && !strings.HasPrefix(c.URL, "rediss://") {
+		return fmt.Errorf("redis tls ca file: %w: %s given but the connection does not use TLS (rediss:// or TLS on)", ErrInvalidConfig, c.TLSCAFile)
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("redis timeout: %w: %s must not be negative (0 means the default)", ErrInvalidConfig, c.Timeout)
@@ -40,61 +108,158 @@ func (c RedisConfig) Validate() error {
 
 func (c RedisConfig) withDefaults() RedisConfig {
 	if c.Timeout == 0 {
-		c.Timeout = 100 * time.Millisecond
+		c.Timeout = DefaultRedisTimeout
 	}
 	return c
 }
+
+// DefaultRedisTimeout is RedisConfig.Timeout's default: long enough for a
+// loaded Redis's round trip, short enough that a check never waits long on
+// a sick one (the circuit breaker then stops the waiting altogether).
+const DefaultRedisTimeout = 50 * time.Millisecond
 
 // RedisStore runs the algorithms' Lua scripts on Redis, the authority shared
 // by every node. Script calls are pipelined (see redis_pipeline.go). Safe
 // for concurrent use.
 type RedisStore struct {
-	client   redis.UniversalClient
-	cfg      RedisConfig
-	describe string
-	check    map[algorithms.Algorithm]*redis.Script
-	release  map[algorithms.Algorithm]*redis.Script
-	pipe     *pipeline
-	closed   sync.Once
+	// client runs checks and resets. releases runs releases: on Redis
+	// Cluster it is a second client that never resends a command (see
+	// newRedisClients); otherwise it is client.
+	client, releases redis.UniversalClient
+	cfg              RedisConfig
+	describe         string
+	check            map[algorithms.Algorithm]*redis.Script
+	release          map[algorithms.Algorithm]*redis.Script
+	checkPipe        *pipeline
+	releasePipe      *pipeline
+	closed           sync.Once
 }
 
 // NewRedisStore connects to Redis, checks that it answers and loads every
-// script (so the first checks do not pay for EVAL). It fails when Redis is
-// unreachable: a node should not start against an authority it cannot reach.
+// script on every primary (so the first checks do not pay for EVAL). It
+// fails when Redis is unreachable: a node should not start against an
+// authority it cannot reach.
 func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	opts, _ := redis.ParseURL(cfg.URL) // validated above
-	// No automatic retries: a script whose reply was lost may have run, and
-	// running a release twice would hand back units twice. A failed call
-	// takes the policy's failure mode instead.
-	opts.MaxRetries = -1
-	client := redis.NewClient(opts)
+	client, releases, describe, err := newRedisClients(cfg)
+	if err != nil {
+		return nil, err
+	}
 	s := &RedisStore{
 		client:   client,
+		releases: releases,
 		cfg:      cfg,
-		describe: fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB),
+		describe: describe,
 		check:    make(map[algorithms.Algorithm]*redis.Script),
 		release:  make(map[algorithms.Algorithm]*redis.Script),
-	}
-	if opts.TLSConfig != nil {
-		s.describe += " (tls)"
 	}
 	for _, a := range algorithms.Algorithms() {
 		s.check[a] = redis.NewScript(algorithms.CheckScript(a))
 		s.release[a] = redis.NewScript(algorithms.ReleaseScript(a))
 	}
 	if err := s.loadScripts(ctx); err != nil {
-		client.Close()
+		s.closeClients()
 		return nil, err
 	}
-	s.pipe = newPipeline(client, cfg.Timeout, s.loadScripts)
+	s.checkPipe = newPipeline(client, cfg.Timeout, s.loadScripts)
+	s.releasePipe = newPipeline(releases, cfg.Timeout, s.loadScripts)
 	return s, nil
 }
 
-// loadScripts loads every script into Redis's script cache.
+// newRedisClients builds the clients for cfg (validated) and describes them
+// without secrets.
+//
+// No client resends a command after a connection error: a script whose
+// reply was lost may have run, and a release run twice would hand back its
+// units twice (a check run twice only spends twice, which under-admits).
+// Single servers and Sentinel have MaxRetries off. The Cluster client also
+// resends on MOVED and ASK, which it needs to follow slot moves, and it
+// counts connection-error resends in the same budget; so checks, which may
+// safely run twice, use a client that follows redirects, and releases use
+// one with MaxRedirects off: a release that meets a moving slot fails and
+// its units stay spent.
+func newRedisClients(cfg RedisConfig) (checks, releases redis.UniversalClient, describe string, err error) {
+	var tlsConfig *tls.Config
+	if cfg.TLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if cfg.URL != "" {
+		opts, _ := redis.ParseURL(cfg.URL) // validated
+		tlsConfig = opts.TLSConfig
+		if err := withCAFile(tlsConfig, cfg.TLSCAFile); err != nil {
+			return nil, nil, "", err
+		}
+		opts.MaxRetries = -1
+		opts.ContextTimeoutEnabled = true
+		// The breaker, not the dialer, decides how often a down server is
+		// tried.
+		opts.DialerRetries = 1
+		describe = fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB)
+		if tlsConfig != nil {
+			describe += " (tls)"
+		}
+		c := redis.NewClient(opts)
+		return c, c, describe, nil
+	}
+	if err := withCAFile(tlsConfig, cfg.TLSCAFile); err != nil {
+		return nil, nil, "", err
+	}
+	u := &redis.UniversalOptions{
+		Addrs:                 slices.Clone(cfg.ClusterAddrs),
+		Username:              cfg.Username,
+		Password:              cfg.Password,
+		TLSConfig:             tlsConfig,
+		MaxRetries:            -1,
+		ContextTimeoutEnabled: true,
+		// Primaries only: ReadOnly, RouteByLatency and RouteRandomly
+		// would send reads to replicas, and every script writes anyway.
+		ReadOnly:       false,
+		RouteByLatency: false,
+		RouteRandomly:  false,
+	}
+	suffix := ""
+	if tlsConfig != nil {
+		suffix = " (tls)"
+	}
+	if len(cfg.ClusterAddrs) > 0 {
+		checks := redis.NewClusterClient(u.Cluster())
+		noResend := u.Cluster()
+		noResend.MaxRedirects = -1
+		return checks, redis.NewClusterClient(noResend), "redis cluster " + strings.Join(cfg.ClusterAddrs, ",") + suffix, nil
+	}
+	u.Addrs = slices.Clone(cfg.SentinelAddrs)
+	u.MasterName = cfg.MasterName
+	u.SentinelUsername = cfg.SentinelUsername
+	u.SentinelPassword = cfg.SentinelPassword
+	u.DB = cfg.DB
+	c := redis.NewFailoverClient(u.Failover())
+	return c, c, fmt.Sprintf("redis sentinel %s master %s db %d%s", strings.Join(cfg.SentinelAddrs, ","), cfg.MasterName, cfg.DB, suffix), nil
+}
+
+// withCAFile makes tlsConfig trust the certificate authorities in the PEM
+// file path instead of the system's. An empty path changes nothing;
+// Validate refused a path without TLS.
+func withCAFile(tlsConfig *tls.Config, path string) error {
+	if path == "" || tlsConfig == nil {
+		return nil
+	}
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("redis tls ca file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("redis tls ca file %s: %w: no PEM certificate in it", path, ErrInvalidConfig)
+	}
+	tlsConfig.RootCAs = pool
+	return nil
+}
+
+// loadScripts loads every script into Redis's script cache: on Redis
+// Cluster, into every node's.
 func (s *RedisStore) loadScripts(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -114,7 +279,9 @@ func (s *RedisStore) Acquire(ctx context.Context, base string, l algorithms.Limi
 	if sc == nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
-	reply, err := s.pipe.run(ctx, sc, algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	reply, err := s.checkPipe.run(ctx, sc, algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
 	if err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
@@ -131,7 +298,9 @@ func (s *RedisStore) Release(ctx context.Context, base string, l algorithms.Limi
 	if sc == nil {
 		return 0, fmt.Errorf("redis release: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
-	reply, err := s.pipe.run(ctx, sc, algorithms.Keys(l.Algorithm, base), algorithms.ReleaseArgs(l, units, g, 0))
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	reply, err := s.releasePipe.run(ctx, sc, algorithms.Keys(l.Algorithm, base), algorithms.ReleaseArgs(l, units, g, 0))
 	if err != nil {
 		return 0, fmt.Errorf("redis release %s: %w", l.Algorithm, err)
 	}
@@ -148,7 +317,7 @@ func (s *RedisStore) Remote() bool { return true }
 // PipelineStats reports how many script calls the store made and in how
 // many round trips (a retry after NOSCRIPT counts as one more).
 func (s *RedisStore) PipelineStats() (calls, roundTrips int64) {
-	return s.pipe.calls.Load(), s.pipe.roundTrips.Load()
+	return s.checkPipe.calls.Load() + s.releasePipe.calls.Load(), s.checkPipe.roundTrips.Load() + s.releasePipe.roundTrips.Load()
 }
 
 // Reset implements Store. All keys of one base share a hash tag, so one DEL
@@ -170,8 +339,33 @@ func (s *RedisStore) Describe() string { return s.describe }
 func (s *RedisStore) Close() error {
 	var err error
 	s.closed.Do(func() {
-		s.pipe.close()
-		err = s.client.Close()
+		s.checkPipe.close()
+		s.releasePipe.close()
+		err = s.closeClients()
 	})
 	return err
+}
+
+func (s *RedisStore) closeClients() error {
+	err := s.client.Close()
+	if s.releases != s.client {
+		err = errors.Join(err, s.releases.Close())
+	}
+	return err
+}
+
+// Ping implements Store: every primary answers PING within the timeout.
+func (s *RedisStore) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
+			return fmt.Errorf("redis ping: %w", err)
+		}
+		return nil
+	}
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	return nil
 }

@@ -25,6 +25,9 @@ type Store interface {
 	// Remote reports whether calls cross the network; the node leases and
 	// caches denials only for remote stores.
 	Remote() bool
+	// Ping reports whether the store answers, without touching any limit.
+	// The circuit breaker probes with it while open.
+	Ping(ctx context.Context) error
 	// Reset forgets every algorithm's state stored under base.
 	Reset(ctx context.Context, base string) error
 	// Describe says what the store is, for logs and status pages, e.g.

@@ -40,6 +40,9 @@ type Config struct {
 	// 0 means DefaultMaxRequestBytes (4 MiB, room for a full batch of
 	// 1000 checks with 1 KiB keys in JSON).
 	MaxRequestBytes int
+	// Health is the server's readiness, which the caller keeps to Drain it
+	// on shutdown. nil means NewHandler makes its own.
+	Health *Health
 }
 
 // Validate reports the first problem with c. Zero values are valid: they

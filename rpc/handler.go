@@ -19,21 +19,15 @@ import (
 //     HTTP/JSON (POST /quotad.v1.QuotaService/Check with
 //     Content-Type: application/json);
 //   - gRPC server reflection, v1 and v1alpha (for grpcurl and buf curl);
-//   - gRPC health (grpc.health.v1.Health), SERVING for "" and
-//     quotad.v1.QuotaService;
-//   - GET /healthz, 200 "ok\n".
+//   - gRPC health (grpc.health.v1.Health) for "" and
+//     quotad.v1.QuotaService, and GET /readyz: readiness (see Health);
+//   - GET /healthz, liveness: 200 "ok\n".
 //
 // gRPC needs HTTP/2: serve the handler with an http.Server whose Protocols
 // enable HTTP/1 and unencrypted HTTP/2 (h2c), or over TLS. cfg is defaulted
 // and validated; log may be nil (discard). The handler is safe for
 // concurrent use.
 func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error) {
-	return newHandler(n, cfg, log, newHealth())
-}
-
-// newHandler is NewHandler with the health checker supplied, so that tests
-// can flip it.
-func newHandler(n *node.Node, cfg Config, log *slog.Logger, h *health) (http.Handler, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -43,6 +37,10 @@ func newHandler(n *node.Node, cfg Config, log *slog.Logger, h *health) (http.Han
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	h := cfg.Health
+	if h == nil {
+		h = NewHealth(n)
 	}
 	common := connect.WithHandlerOptions(
 		// Interceptors run in the order given, so recovery wraps
@@ -65,5 +63,6 @@ func newHandler(n *node.Node, cfg Config, log *slog.Logger, h *health) (http.Han
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, common))
 	mux.Handle(grpchealth.NewHandler(h, common))
 	mux.HandleFunc("GET /healthz", h.healthz)
+	mux.HandleFunc("GET /readyz", h.readyz)
 	return mux, nil
 }

@@ -6,19 +6,21 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
 
-func getHealthz(t *testing.T, url string) (int, string) {
+func getPage(t *testing.T, url string) (int, string) {
 	t.Helper()
-	res, err := http1Client(t).Get(url + "/healthz")
+	res, err := http1Client(t).Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,45 +32,101 @@ func getHealthz(t *testing.T, url string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
-// gRPC health answers SERVING over real gRPC for the server and the
-// service, NotFound for other services, and follows setServing, as does
-// GET /healthz.
-func TestHealth(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
-	ctx := context.Background()
-	c := grpchealth.NewClient(h2cClient(t), ts.URL, connect.WithGRPC())
-	status := func(service string) grpchealth.Status {
-		t.Helper()
-		res, err := c.Check(ctx, &grpchealth.CheckRequest{Service: service})
-		if err != nil {
-			t.Fatalf("check %q: %v", service, err)
-		}
-		return res.Status
+// grpcStatus asks gRPC health about service over real gRPC.
+func grpcStatus(t *testing.T, url, service string) grpchealth.Status {
+	t.Helper()
+	c := grpchealth.NewClient(h2cClient(t), url, connect.WithGRPC())
+	res, err := c.Check(context.Background(), &grpchealth.CheckRequest{Service: service})
+	if err != nil {
+		t.Fatalf("check %q: %v", service, err)
 	}
+	return res.Status
+}
+
+// gRPC health answers SERVING over real gRPC for the server and the
+// service, NotFound for other services; a drain turns both and /readyz to
+// not serving while /healthz (liveness) stays 200.
+func TestHealthAndDrain(t *testing.T) {
+	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
 	for _, service := range []string{"", quotadv1connect.QuotaServiceName} {
-		if got := status(service); got != grpchealth.StatusServing {
+		if got := grpcStatus(t, ts.URL, service); got != grpchealth.StatusServing {
 			t.Errorf("%q: %s, want SERVING", service, got)
 		}
 	}
-	if _, err := c.Check(ctx, &grpchealth.CheckRequest{Service: "no.such.Service"}); connect.CodeOf(err) != connect.CodeNotFound {
+	c := grpchealth.NewClient(h2cClient(t), ts.URL, connect.WithGRPC())
+	if _, err := c.Check(context.Background(), &grpchealth.CheckRequest{Service: "no.such.Service"}); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("unknown service: %v, want NotFound", err)
 	}
-	if code, body := getHealthz(t, ts.URL); code != http.StatusOK || body != "ok\n" {
+	if code, body := getPage(t, ts.URL+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Errorf("GET /healthz: %d %q", code, body)
 	}
+	if code, body := getPage(t, ts.URL+"/readyz"); code != http.StatusOK || body != "ready\n" {
+		t.Errorf("GET /readyz: %d %q", code, body)
+	}
 
-	ts.health.setServing(false)
+	// A Watch started before the drain sees it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := c.Watch(ctx, &grpchealth.CheckRequest{})
+	if ev := <-events; ev.Err != nil || ev.Response.Status != grpchealth.StatusServing {
+		t.Fatalf("first watch event: %+v", ev)
+	}
+	ts.health.Drain()
+	if ev := <-events; ev.Err != nil || ev.Response.Status != grpchealth.StatusNotServing {
+		t.Fatalf("watch event after the drain: %+v", ev)
+	}
 	for _, service := range []string{"", quotadv1connect.QuotaServiceName} {
-		if got := status(service); got != grpchealth.StatusNotServing {
-			t.Errorf("%q after setServing(false): %s", service, got)
+		if got := grpcStatus(t, ts.URL, service); got != grpchealth.StatusNotServing {
+			t.Errorf("%q after Drain: %s", service, got)
 		}
 	}
-	if code, _ := getHealthz(t, ts.URL); code != http.StatusServiceUnavailable {
-		t.Errorf("GET /healthz when not serving: %d", code)
+	if code, body := getPage(t, ts.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+		t.Errorf("GET /readyz when draining: %d %q", code, body)
 	}
-	ts.health.setServing(true)
-	if got := status(""); got != grpchealth.StatusServing {
-		t.Errorf("after setServing(true): %s", got)
+	if code, _ := getPage(t, ts.URL+"/healthz"); code != http.StatusOK {
+		t.Errorf("GET /healthz when draining: %d, want 200 (liveness)", code)
+	}
+}
+
+// With the default failure mode closed, an unreachable store makes the
+// server NOT_SERVING until the breaker sees Redis answer again; failing
+// open, it keeps serving.
+func TestHealthFollowsTheStore(t *testing.T) {
+	for _, mode := range []node.FailureMode{node.FailClosed, node.FailOpen} {
+		t.Run(mode.String(), func(t *testing.T) {
+			r := redistest.Start(t)
+			ts := startNodeServer(t, redisStoreOn(t, r), node.Config{
+				DefaultFailureMode: mode,
+				Breaker:            node.BreakerConfig{Failures: 1, ProbeEvery: 20 * time.Millisecond},
+			}, Config{})
+			p := node.Policy{Name: "p", Limit: fiveAMinute}
+			r.Kill()
+			if res, err := ts.node.Check(context.Background(), p, "k", 1); err != nil || res.Source == node.SourceStore {
+				t.Fatalf("check with Redis down: %+v, %v", res, err)
+			}
+			want := grpchealth.StatusServing
+			if mode == node.FailClosed {
+				want = grpchealth.StatusNotServing
+			}
+			if got := grpcStatus(t, ts.URL, ""); got != want || ts.node.StoreAvailable() {
+				t.Fatalf("store down, failing %s: %s (store available %t), want %s", mode, got, ts.node.StoreAvailable(), want)
+			}
+			code, body := getPage(t, ts.URL+"/readyz")
+			if (code == http.StatusOK) != (want == grpchealth.StatusServing) {
+				t.Errorf("GET /readyz with the store down: %d %q", code, body)
+			}
+			if mode == node.FailClosed && !strings.Contains(body, "store unavailable") {
+				t.Errorf("GET /readyz does not say why: %q", body)
+			}
+			r.Restart()
+			deadline := time.Now().Add(10 * time.Second)
+			for grpcStatus(t, ts.URL, "") != grpchealth.StatusServing {
+				if time.Now().After(deadline) {
+					t.Fatal("still not serving 10s after Redis came back")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
 }
 

@@ -30,7 +30,7 @@ type testServer struct {
 	// handler is NewHandler's handler, for tests that serve it differently.
 	handler http.Handler
 	node    *node.Node
-	health  *health
+	health  *Health
 	log     *syncBuffer
 	// lastProto is the HTTP major version of the last request served, so
 	// tests can see that gRPC really ran over HTTP/2.
@@ -70,14 +70,22 @@ var fiveAMinute = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, 
 // startServer starts a node on store with policies behind the handler.
 func startServer(t *testing.T, store node.Store, cfg Config, policies ...node.Policy) *testServer {
 	t.Helper()
-	n, err := node.New(node.Config{Policies: policies}, store, nil)
+	return startNodeServer(t, store, node.Config{Policies: policies}, cfg)
+}
+
+// startNodeServer starts a node configured by ncfg on store behind the
+// handler.
+func startNodeServer(t *testing.T, store node.Store, ncfg node.Config, cfg Config) *testServer {
+	t.Helper()
+	n, err := node.New(ncfg, store, nil)
 	if err != nil {
 		store.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	ts := &testServer{node: n, health: newHealth(), log: &syncBuffer{}}
-	h, err := newHandler(n, cfg, slogTo(ts.log), ts.health)
+	ts := &testServer{node: n, health: NewHealth(n), log: &syncBuffer{}}
+	cfg.Health = ts.health
+	h, err := NewHandler(n, cfg, slogTo(ts.log))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,11 +22,13 @@ import (
 type config struct {
 	// Listen is the address the API listens on. Default ":8080".
 	Listen string
-	// RedisURL makes Redis the authoritative store; empty means the
-	// embedded memory store.
-	RedisURL string
-	// RedisTimeout bounds each Redis call. Default 100ms.
-	RedisTimeout time.Duration
+	// Redis makes Redis the authoritative store (a URL, Cluster seeds or
+	// Sentinel); none of them set means the embedded memory store.
+	// Redis.Timeout defaults to node.DefaultRedisTimeout.
+	Redis node.RedisConfig
+	// Breaker configures the circuit breaker in front of Redis; the zero
+	// value takes node's defaults (5 failures, probe every 250ms).
+	Breaker node.BreakerConfig
 	// KeyPrefix starts every Redis key. Default "quotad".
 	KeyPrefix string
 	// InlineLimits lets requests carry their own limit. Default true.
@@ -46,12 +48,18 @@ type config struct {
 	// DeniedCache sizes the hot denied-key cache; the zero value means
 	// 100,000 entries.
 	DeniedCache cache.DeniedConfig
+	// MaxBatch bounds the checks in one CheckBatch; 0 means rpc's
+	// default, 1000 (also the most allowed).
+	MaxBatch int
+	// MaxRequestBytes bounds one request message; 0 means rpc's default,
+	// 4 MiB.
+	MaxRequestBytes int
 }
 
 func defaultConfig() config {
 	return config{
 		Listen:              ":8080",
-		RedisTimeout:        100 * time.Millisecond,
+		Redis:               node.RedisConfig{Timeout: node.DefaultRedisTimeout},
 		KeyPrefix:           "quotad",
 		InlineLimits:        true,
 		DefaultOnStoreError: node.FailOpen,
@@ -60,20 +68,21 @@ func defaultConfig() config {
 	}
 }
 
-// nodeConfig, redisConfig and rpcConfig hand each package its part.
+// nodeConfig and rpcConfig hand each package its part.
 func (c config) nodeConfig() node.Config {
 	return node.Config{
 		KeyPrefix: c.KeyPrefix, Policies: c.Policies, DefaultFailureMode: c.DefaultOnStoreError,
-		Lease: c.Lease, DeniedCache: c.DeniedCache,
+		Lease: c.Lease, DeniedCache: c.DeniedCache, Breaker: c.Breaker,
 	}
 }
 
-func (c config) redisConfig() node.RedisConfig {
-	return node.RedisConfig{URL: c.RedisURL, Timeout: c.RedisTimeout}
+// usesRedis reports whether Redis, not the memory store, is the authority.
+func (c config) usesRedis() bool {
+	return c.Redis.URL != "" || len(c.Redis.ClusterAddrs) > 0 || len(c.Redis.SentinelAddrs) > 0
 }
 
 func (c config) rpcConfig() rpc.Config {
-	return rpc.Config{DisableInlineLimits: !c.InlineLimits}
+	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes}
 }
 
 // validate checks what no package checks for itself.
@@ -81,8 +90,8 @@ func (c config) validate() error {
 	if c.Listen == "" {
 		return errors.New("listen: must not be empty")
 	}
-	if c.RedisTimeout <= 0 {
-		return fmt.Errorf("redis timeout: %s must be > 0", c.RedisTimeout)
+	if c.Redis.Timeout <= 0 {
+		return fmt.Errorf("redis timeout: %s must be > 0", c.Redis.Timeout)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown timeout: %s must be > 0", c.ShutdownTimeout)
@@ -90,10 +99,15 @@ func (c config) validate() error {
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return err
 	}
-	if c.RedisURL != "" {
-		if err := c.redisConfig().Validate(); err != nil {
+	if c.usesRedis() {
+		if err := c.Redis.Validate(); err != nil {
 			return err
 		}
+	} else if r := c.Redis; r.MasterName != "" || r.Username != "" || r.Password != "" || r.TLS || r.TLSCAFile != "" || r.DB != 0 {
+		return errors.New("redis: credentials, TLS, db or a master name are set but no Redis is (set --redis, --redis-cluster or --redis-sentinel)")
+	}
+	if err := c.rpcConfig().Validate(); err != nil {
+		return err
 	}
 	return c.nodeConfig().Validate()
 }
@@ -109,6 +123,9 @@ type fileConfig struct {
 	LogLevel            *string        `yaml:"log_level"`
 	Lease               *fileLease     `yaml:"lease"`
 	DeniedCache         *fileDenied    `yaml:"denied_cache"`
+	Breaker             *fileBreaker   `yaml:"breaker"`
+	MaxBatch            *int           `yaml:"max_batch"`
+	MaxRequestBytes     *int           `yaml:"max_request_bytes"`
 	Policies            []filePolicyAt `yaml:"policies"`
 }
 
@@ -124,8 +141,23 @@ type fileDenied struct {
 }
 
 type fileRedis struct {
-	URL     *string       `yaml:"url"`
-	Timeout *yamlDuration `yaml:"timeout"`
+	URL              *string       `yaml:"url"`
+	Cluster          []string      `yaml:"cluster"`
+	Sentinel         []string      `yaml:"sentinel"`
+	Master           *string       `yaml:"master"`
+	Username         *string       `yaml:"username"`
+	Password         *string       `yaml:"password"`
+	SentinelUsername *string       `yaml:"sentinel_username"`
+	SentinelPassword *string       `yaml:"sentinel_password"`
+	DB               *int          `yaml:"db"`
+	TLS              *bool         `yaml:"tls"`
+	TLSCAFile        *string       `yaml:"tls_ca_file"`
+	Timeout          *yamlDuration `yaml:"timeout"`
+}
+
+type fileBreaker struct {
+	Failures   *int          `yaml:"failures"`
+	ProbeEvery *yamlDuration `yaml:"probe_every"`
 }
 
 type filePolicy struct {
@@ -181,6 +213,12 @@ func loadFile(c *config, path string) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	return parseFile(c, path, raw)
+}
+
+// parseFile applies raw, the YAML text of the file at path, on top of c.
+// Every error names path and, where the YAML parser knows it, the line.
+func parseFile(c *config, path string, raw []byte) error {
 	var f fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
@@ -199,13 +237,35 @@ func (f fileConfig) apply(c *config) error {
 	setIf(&c.KeyPrefix, f.KeyPrefix)
 	setIf(&c.InlineLimits, f.InlineLimits)
 	setIf(&c.LogLevel, f.LogLevel)
+	setIf(&c.MaxBatch, f.MaxBatch)
+	setIf(&c.MaxRequestBytes, f.MaxRequestBytes)
 	if f.ShutdownTimeout != nil {
 		c.ShutdownTimeout = time.Duration(*f.ShutdownTimeout)
 	}
-	if f.Redis != nil {
-		setIf(&c.RedisURL, f.Redis.URL)
-		if f.Redis.Timeout != nil {
-			c.RedisTimeout = time.Duration(*f.Redis.Timeout)
+	if r := f.Redis; r != nil {
+		setIf(&c.Redis.URL, r.URL)
+		if r.Cluster != nil {
+			c.Redis.ClusterAddrs = r.Cluster
+		}
+		if r.Sentinel != nil {
+			c.Redis.SentinelAddrs = r.Sentinel
+		}
+		setIf(&c.Redis.MasterName, r.Master)
+		setIf(&c.Redis.Username, r.Username)
+		setIf(&c.Redis.Password, r.Password)
+		setIf(&c.Redis.SentinelUsername, r.SentinelUsername)
+		setIf(&c.Redis.SentinelPassword, r.SentinelPassword)
+		setIf(&c.Redis.DB, r.DB)
+		setIf(&c.Redis.TLS, r.TLS)
+		setIf(&c.Redis.TLSCAFile, r.TLSCAFile)
+		if r.Timeout != nil {
+			c.Redis.Timeout = time.Duration(*r.Timeout)
+		}
+	}
+	if b := f.Breaker; b != nil {
+		setIf(&c.Breaker.Failures, b.Failures)
+		if b.ProbeEvery != nil {
+			c.Breaker.ProbeEvery = time.Duration(*b.ProbeEvery)
 		}
 	}
 	if f.Lease != nil {

@@ -35,17 +35,22 @@ func (s setting) env() string {
 func settings() []setting {
 	return []setting{
 		{name: "listen", usage: "address the API listens on (`host:port`)", apply: func(c *config, v string) error { c.Listen = v; return nil }},
-		{name: "redis", usage: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; empty uses the embedded memory store (single node)", apply: func(c *config, v string) error { c.RedisURL = v; return nil }},
-		{name: "redis-timeout", usage: "deadline of each Redis round trip, one pipelined batch of script calls (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.RedisTimeout, v) }},
+		{name: "redis", usage: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; no Redis at all uses the embedded memory store (single node)", apply: func(c *config, v string) error { c.Redis.URL = v; return nil }},
+		{name: "redis-cluster", usage: "Redis Cluster seed addresses instead of --redis (`host:port,host:port`)", apply: func(c *config, v string) error { return parseAddrsInto(&c.Redis.ClusterAddrs, v) }},
+		{name: "redis-sentinel", usage: "Sentinel addresses instead of --redis (`host:port,host:port`); needs --redis-master", apply: func(c *config, v string) error { return parseAddrsInto(&c.Redis.SentinelAddrs, v) }},
+		{name: "redis-master", usage: "`name` of the master the sentinels watch", apply: func(c *config, v string) error { c.Redis.MasterName = v; return nil }},
+		{name: "redis-username", usage: "ACL `user` for --redis-cluster and --redis-sentinel servers (a URL carries its own)", apply: func(c *config, v string) error { c.Redis.Username = v; return nil }},
+		{name: "redis-password", usage: "`password` for --redis-cluster and --redis-sentinel servers; prefer the environment variable", apply: func(c *config, v string) error { c.Redis.Password = v; return nil }},
+		{name: "redis-sentinel-username", usage: "ACL `user` for the sentinels themselves", apply: func(c *config, v string) error { c.Redis.SentinelUsername = v; return nil }},
+		{name: "redis-sentinel-password", usage: "`password` for the sentinels themselves", apply: func(c *config, v string) error { c.Redis.SentinelPassword = v; return nil }},
+		{name: "redis-db", usage: "database `number` behind Sentinel (a URL names its own; Cluster has only 0)", apply: func(c *config, v string) error { return parseIntInto32(&c.Redis.DB, v) }},
+		{name: "redis-tls", usage: "use TLS with --redis-cluster and --redis-sentinel (rediss:// does it for --redis)", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Redis.TLS, v) }},
+		{name: "redis-tls-ca", usage: "PEM `file` of the certificate authorities to trust for Redis TLS instead of the system's", apply: func(c *config, v string) error { c.Redis.TLSCAFile = v; return nil }},
+		{name: "redis-timeout", usage: "deadline of each Redis call, queueing included (`duration`); past it the policy's failure mode decides", apply: func(c *config, v string) error { return parseDurationInto(&c.Redis.Timeout, v) }},
+		{name: "breaker-failures", usage: "Redis calls failing in a row that open the circuit breaker (`count`); while open, checks take their failure mode at once; 0 takes the default 5", apply: func(c *config, v string) error { return parseIntInto32(&c.Breaker.Failures, v) }},
+		{name: "breaker-probe-every", usage: "how often an open breaker pings Redis; the first answer closes it (`duration`); 0 takes the default 250ms", apply: func(c *config, v string) error { return parseDurationInto(&c.Breaker.ProbeEvery, v) }},
 		{name: "key-prefix", usage: "prefix of every Redis key, {prefix:policy:key}", apply: func(c *config, v string) error { c.KeyPrefix = v; return nil }},
-		{name: "inline-limits", usage: "accept limits sent inline in requests (gubernator-style)", isBool: true, apply: func(c *config, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("want true or false, got %q", v)
-			}
-			c.InlineLimits = b
-			return nil
-		}},
+		{name: "inline-limits", usage: "accept limits sent inline in requests (gubernator-style)", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.InlineLimits, v) }},
 		{name: "default-on-store-error", usage: "failure mode of policies that set none: open or closed", apply: func(c *config, v string) error {
 			m, err := node.ParseFailureMode(v)
 			c.DefaultOnStoreError = m
@@ -63,6 +68,8 @@ func settings() []setting {
 		}},
 		{name: "denied-cache-entries", usage: "size of the hot denied-key cache in `entries`; 0 with no --denied-cache-bytes means 100000", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxEntries, v) }},
 		{name: "denied-cache-bytes", usage: "size of the hot denied-key cache in `bytes` instead of entries", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxBytes, v) }},
+		{name: "max-batch", usage: "most checks one CheckBatch may carry, 1 to 1000 (`count`); 0 means 1000", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxBatch, v) }},
+		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
 	}
@@ -74,6 +81,38 @@ func parseDurationInto(dst *time.Duration, v string) error {
 		return fmt.Errorf("invalid duration %q (write e.g. 50ms, 2s)", v)
 	}
 	*dst = d
+	return nil
+}
+
+func parseBoolInto(dst *bool, v string) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("want true or false, got %q", v)
+	}
+	*dst = b
+	return nil
+}
+
+// parseAddrsInto splits a comma-separated list of addresses; empty items
+// are an error rather than silently dropped.
+func parseAddrsInto(dst *[]string, v string) error {
+	addrs := strings.Split(v, ",")
+	for i, a := range addrs {
+		addrs[i] = strings.TrimSpace(a)
+		if addrs[i] == "" {
+			return fmt.Errorf("empty address in %q (want host:port,host:port)", v)
+		}
+	}
+	*dst = addrs
+	return nil
+}
+
+func parseIntInto32(dst *int, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("want a whole number, got %q", v)
+	}
+	*dst = n
 	return nil
 }
 
@@ -176,7 +215,14 @@ default-on-store-error %s, shutdown-timeout %s, log-level %s.
 
 Config file (YAML; unknown fields are errors):
   listen: ":8080"
-  redis: {url: "redis://localhost:6379/0", timeout: 100ms}
+  redis:
+    url: "redis://localhost:6379/0" # or cluster: [host:port, ...]
+                                    # or sentinel: [host:port, ...] with master: NAME
+    timeout: 50ms                   # also username, password, sentinel_username,
+                                    # sentinel_password, db, tls, tls_ca_file
+  breaker: {failures: 5, probe_every: 250ms}
+  max_batch: 1000
+  max_request_bytes: 4194304
   key_prefix: quotad
   inline_limits: true
   default_on_store_error: open      # open | closed
@@ -194,7 +240,7 @@ Config file (YAML; unknown fields are errors):
 Try it:
   curl -s -H 'Content-Type: application/json' localhost:8080/quotad.v1.QuotaService/Check \
     -d '{"policy":"demo","key":"u1","limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"60s"}}'
-`, d.Listen, d.RedisTimeout, d.KeyPrefix, d.InlineLimits, d.DefaultOnStoreError, d.ShutdownTimeout, d.LogLevel)
+`, d.Listen, d.Redis.Timeout, d.KeyPrefix, d.InlineLimits, d.DefaultOnStoreError, d.ShutdownTimeout, d.LogLevel)
 }
 
 func parseLogLevel(s string) (slog.Level, error) {
@@ -205,8 +251,17 @@ func parseLogLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// run is quotad: it serves until ctx is done, then shuts down in order:
-// stop accepting and finish in-flight requests, then close the store.
+// run is quotad: it serves until ctx is done, then shuts down in this
+// order (docs in the README, "Shutdown"):
+//
+//  1. readiness turns NOT_SERVING (gRPC health, /readyz), so load balancers
+//     stop sending;
+//  2. the listener closes and in-flight requests finish, for up to
+//     --shutdown-timeout; connections still busy then are cut;
+//  3. the node returns its leases' unused units to Redis;
+//  4. the Redis connections close.
+//
+// It returns nil after a shutdown that ctx asked for.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig(args, getenv, stderr)
 	if err != nil {
@@ -226,7 +281,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer n.Close()
 
-	handler, err := rpc.NewHandler(n, cfg.rpcConfig(), log)
+	health := rpc.NewHealth(n)
+	rcfg := cfg.rpcConfig()
+	rcfg.Health = health
+	handler, err := rpc.NewHandler(n, rcfg, log)
 	if err != nil {
 		return err
 	}
@@ -254,20 +312,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	started := time.Now()
+	log.Info("shutting down: draining", "timeout", cfg.ShutdownTimeout)
+	health.Drain()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
+		// Streams such as a health Watch never finish on their own; what is
+		// still open at the deadline is cut so the rest of the order runs.
+		log.Warn("shutdown: requests still running at the deadline were cut", "err", err)
+		srv.Close()
+	}
+	held := n.Stats().UnitsHeld
+	if err := n.Close(); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	log.Info("shut down", "lease_units_given_back", held, "took", time.Since(started).Round(time.Millisecond))
 	return nil
 }
 
 func openStore(ctx context.Context, cfg config) (node.Store, error) {
-	if cfg.RedisURL == "" {
+	if !cfg.usesRedis() {
 		return node.NewMemoryStore(nil, 0), nil
 	}
-	s, err := node.NewRedisStore(ctx, cfg.redisConfig())
+	s, err := node.NewRedisStore(ctx, cfg.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}

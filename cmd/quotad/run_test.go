@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,7 +157,7 @@ func TestConfigPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Listen != ":8080" || d.RedisURL != "" || !d.InlineLimits {
+	if d.Listen != ":8080" || d.usesRedis() || !d.InlineLimits {
 		t.Fatalf("defaults: %+v", d)
 	}
 }
@@ -212,6 +213,19 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad lease fraction flag", args: []string{"--lease-max-fraction", "most"}, want: []string{"--lease-max-fraction", "most"}},
 		{name: "denied cache sized twice", args: []string{"--denied-cache-entries", "10", "--denied-cache-bytes", "100000"}, want: []string{"denied cache", "at most one"}},
 		{name: "negative denied cache", file: "denied_cache:\n  max_entries: -1\n", want: []string{"denied cache", "max entries"}},
+		{name: "two redis deployments", args: []string{"--redis", "redis://a:1", "--redis-cluster", "b:1,c:1"}, want: []string{"redis", "only one"}},
+		{name: "sentinel without master", args: []string{"--redis-sentinel", "a:26379"}, want: []string{"master name"}},
+		{name: "cluster address without port", file: "redis:\n  cluster: [a:1, b]\n", want: []string{"redis cluster address", `"b"`, "host:port"}},
+		{name: "empty address in list", args: []string{"--redis-cluster", "a:1,,b:1"}, want: []string{"--redis-cluster", "empty address"}},
+		{name: "password without redis", env: map[string]string{"QUOTAD_REDIS_PASSWORD": "s3cret"}, want: []string{"no Redis"}},
+		{name: "password beside a url", args: []string{"--redis", "redis://a:1/0", "--redis-password", "x"}, want: []string{"URL carries its own"}},
+		{name: "unknown redis field", file: "redis:\n  url: redis://a:1\n  adress: b:1\n", want: []string{"q.yaml", "line 3", "adress"}},
+		{name: "bad redis db", args: []string{"--redis-db", "one"}, want: []string{"--redis-db", "one"}},
+		{name: "negative breaker failures", file: "breaker:\n  failures: -1\n", want: []string{"breaker failures", "-1"}},
+		{name: "bad breaker probe", args: []string{"--breaker-probe-every", "often"}, want: []string{"--breaker-probe-every", "often"}},
+		{name: "tls ca without tls", args: []string{"--redis", "redis://a:1/0", "--redis-tls-ca", "/ca.pem"}, want: []string{"tls ca", "does not use TLS"}},
+		{name: "batch above 1000", args: []string{"--max-batch", "5000"}, want: []string{"max batch", "5000", "1 to 1000"}},
+		{name: "negative request bytes", file: "max_request_bytes: -1\n", want: []string{"max request bytes", "-1"}},
 		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"lissten"}},
 		{name: "stray argument", args: []string{"serve"}, want: []string{"serve"}},
 	}
@@ -249,5 +263,32 @@ func TestHelpDocumentsEverySetting(t *testing.T) {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("help lacks %q", w)
 		}
+	}
+}
+
+// Cluster and Sentinel settings reach node.RedisConfig from the file, the
+// environment and flags, and the breaker settings reach node.Config.
+func TestRedisDeploymentSettings(t *testing.T) {
+	file := writeFile(t, "q.yaml", "redis:\n  sentinel: [s1:26379, s2:26379]\n  master: mymaster\n  db: 2\n  username: app\n  tls: true\n  timeout: 80ms\nbreaker:\n  failures: 9\n  probe_every: 1s\n")
+	c, err := loadConfig([]string{"--config", file, "--breaker-failures", "7"}, func(k string) string {
+		return map[string]string{"QUOTAD_REDIS_PASSWORD": "pw"}[k]
+	}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Redis
+	if !slices.Equal(r.SentinelAddrs, []string{"s1:26379", "s2:26379"}) || r.MasterName != "mymaster" || r.DB != 2 ||
+		r.Username != "app" || r.Password != "pw" || !r.TLS || r.Timeout != 80*time.Millisecond {
+		t.Errorf("redis: %+v", r)
+	}
+	if b := c.nodeConfig().Breaker; b.Failures != 7 || b.ProbeEvery != time.Second {
+		t.Errorf("breaker: %+v", b)
+	}
+	c, err = loadConfig([]string{"--redis-cluster", "a:7000, b:7001"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Redis.ClusterAddrs, []string{"a:7000", "b:7001"}) || !c.usesRedis() || c.Redis.Timeout != node.DefaultRedisTimeout {
+		t.Errorf("cluster: %+v", c.Redis)
 	}
 }

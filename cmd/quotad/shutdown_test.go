@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/redistest"
+	"github.com/quotad/quotad/node"
+	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+)
+
+var (
+	buildOnce  sync.Once
+	binaryPath string
+	buildErr   error
+)
+
+// quotadBinary builds cmd/quotad once per test run and returns its path.
+func quotadBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "quotad-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binaryPath = filepath.Join(dir, "quotad")
+		out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = &buildError{err, string(out)}
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build quotad: %v", buildErr)
+	}
+	return binaryPath
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
+
+// quotadProcess is quotad running as its own process.
+type quotadProcess struct {
+	cmd    *exec.Cmd
+	URL    string
+	stderr *strings.Builder
+	exited chan error
+}
+
+// startProcess starts the quotad binary with args on a free loopback port
+// and waits until it says where it listens. It is killed when the test
+// ends if it is still running.
+func startProcess(t *testing.T, args ...string) *quotadProcess {
+	t.Helper()
+	cmd := exec.Command(quotadBinary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &quotadProcess{cmd: cmd, stderr: &strings.Builder{}, exited: make(chan error, 1)}
+	cmd.Stderr = &lockedWriter{w: p.stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		_ = cmd.Process.Kill()
+		t.Fatalf("quotad printed nothing: %v", cmd.Wait())
+	}
+	first := lines.Text()
+	go func() {
+		for lines.Scan() {
+		}
+		p.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	const marker = "quotad listening on "
+	if !strings.HasPrefix(first, marker) {
+		t.Fatalf("first line %q does not say where quotad listens", first)
+	}
+	p.URL = strings.Fields(strings.TrimPrefix(first, marker))[0]
+	return p
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// SIGTERM under load: every check the server admitted is answered, the
+// units its leases held go back to Redis (the authority ends up counting
+// exactly the allowed checks clients saw), and the process exits 0 within
+// the shutdown timeout.
+func TestSIGTERMUnderLoadReturnsLeasesAndExitsZero(t *testing.T) {
+	r := redistest.Start(t)
+	// A one-year fixed window: no window turns during the test, so every
+	// returned unit counts.
+	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000_000, Period: algorithms.MaxPeriod}
+	cfg := writeFile(t, "q.yaml", "policies:\n  - name: leased\n    algorithm: fixed_window\n    limit: 10000000\n    period: 8760h\n")
+	const shutdownTimeout = 10 * time.Second
+	p := startProcess(t, "--config", cfg, "--redis", r.URL(), "--redis-timeout", "1s", "--shutdown-timeout", shutdownTimeout.String())
+
+	store, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	used := func() int64 {
+		d, _, err := store.Acquire(context.Background(), "{quotad:leased:k}", lim, 0, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim.Limit - d.Remaining
+	}
+
+	client := quotadv1connect.NewQuotaServiceClient(&http.Client{Timeout: 5 * time.Second}, p.URL)
+	var allowed, answered, failedAfterTerm, failedBeforeTerm atomic.Int64
+	var termed atomic.Bool
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				res, err := client.Check(context.Background(), connect.NewRequest(&quotadv1.CheckRequest{Policy: "leased", Key: "k"}))
+				if err != nil {
+					// Once the listener closes, new requests are refused:
+					// that ends this client's load.
+					if termed.Load() {
+						failedAfterTerm.Add(1)
+						return
+					}
+					failedBeforeTerm.Add(1)
+					return
+				}
+				answered.Add(1)
+				if res.Msg.GetAllowed() {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+
+	// Wait until the load is well under way and the node holds leased
+	// units: the authority counts more than the clients have been allowed.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if u, a := used(), allowed.Load(); u > a && answered.Load() > 2000 {
+			t.Logf("under load: authority counts %d used, clients were allowed %d", u, a)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node never held leased units")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	termed.Store(true)
+	sent := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("quotad exited with %v; stderr:\n%s", err, p.stderr)
+		}
+	case <-time.After(shutdownTimeout + 5*time.Second):
+		t.Fatalf("quotad still running %s after SIGTERM", shutdownTimeout+5*time.Second)
+	}
+	took := time.Since(sent)
+	wg.Wait()
+
+	if n := failedBeforeTerm.Load(); n > 0 {
+		t.Fatalf("%d checks failed before SIGTERM", n)
+	}
+	if u, a := used(), allowed.Load(); u != a {
+		t.Fatalf("after shutdown the authority counts %d used for %d allowed checks: leased units were not returned, or an admitted check went unanswered", u, a)
+	}
+	if !strings.Contains(p.stderr.String(), "shut down") {
+		t.Errorf("no shutdown log line in:\n%s", p.stderr)
+	}
+	t.Logf("exit 0 %s after SIGTERM; %d checks answered, %d allowed; authority agrees", took.Round(time.Millisecond), answered.Load(), allowed.Load())
+}
