@@ -42,8 +42,22 @@ type scriptCall struct {
 }
 
 // pipeline sends queued script calls to Redis in batches.
+//
+// On Redis Cluster a batch is sent once, without go-redis's own pipeline
+// retry: when the first command a node answered must be retried
+// (TRYAGAIN, CLUSTERDOWN), go-redis resends that node's whole share of the
+// batch, including commands that ran and commands it has already queued
+// for an ASK target, so during a slot migration one script can run on two
+// nodes at once, its reply written by two goroutines. Instead, the calls a
+// batch got a redirection for (MOVED, ASK, TRYAGAIN: Redis refused to run
+// them, so a resend cannot run one twice) are resent one by one through
+// follow, whose single-command path follows redirections correctly.
 type pipeline struct {
-	client  redis.UniversalClient
+	// client sends batches; on Redis Cluster it must not follow
+	// redirections (MaxRedirects -1).
+	client redis.UniversalClient
+	// follow resends redirected calls; nil leaves them failed.
+	follow  redis.UniversalClient
 	timeout time.Duration
 	queue   chan *scriptCall
 	stop    chan struct{}
@@ -58,9 +72,10 @@ type pipeline struct {
 	roundTrips, calls atomic.Int64
 }
 
-func newPipeline(client redis.UniversalClient, timeout time.Duration, reload func(context.Context) error) *pipeline {
+func newPipeline(client, follow redis.UniversalClient, timeout time.Duration, reload func(context.Context) error) *pipeline {
 	p := &pipeline{
 		client:  client,
+		follow:  follow,
 		timeout: timeout,
 		queue:   make(chan *scriptCall, queueLen),
 		stop:    make(chan struct{}),
@@ -140,9 +155,9 @@ func (p *pipeline) loop() {
 	}
 }
 
-// send runs batch as one pipeline of EVALSHAs, then the calls that met
-// NOSCRIPT again as EVALs (which load their script), and delivers every
-// outcome.
+// send runs batch as one pipeline of EVALSHAs, resends the calls it got a
+// Cluster redirection for, then runs the calls that met NOSCRIPT again as
+// EVALs (which load their script), and delivers every outcome.
 func (p *pipeline) send(batch []*scriptCall) {
 	live := batch[:0:0]
 	for _, c := range batch {
@@ -158,10 +173,9 @@ func (p *pipeline) send(batch []*scriptCall) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
-	p.roundTrips.Add(1)
 	p.calls.Add(int64(len(live)))
-	cmds := p.exec(ctx, live, func(pipe redis.Pipeliner, c *scriptCall) *redis.Cmd {
-		return c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	cmds := p.exec(ctx, live, func(s redis.Scripter, c *scriptCall) *redis.Cmd {
+		return c.script.EvalSha(ctx, s, c.keys, c.args...)
 	})
 	var missing []*scriptCall
 	for i, c := range live {
@@ -176,9 +190,8 @@ func (p *pipeline) send(batch []*scriptCall) {
 		return
 	}
 	p.reloadInBackground()
-	p.roundTrips.Add(1)
-	cmds = p.exec(ctx, missing, func(pipe redis.Pipeliner, c *scriptCall) *redis.Cmd {
-		return c.script.Eval(ctx, pipe, c.keys, c.args...)
+	cmds = p.exec(ctx, missing, func(s redis.Scripter, c *scriptCall) *redis.Cmd {
+		return c.script.Eval(ctx, s, c.keys, c.args...)
 	})
 	for i, c := range missing {
 		c.reply, c.err = cmds[i].Val(), cmds[i].Err()
@@ -187,9 +200,11 @@ func (p *pipeline) send(batch []*scriptCall) {
 }
 
 // exec sends one command per call in one pipeline (a lone call is a
-// pipeline of one: the same single round trip).
-func (p *pipeline) exec(ctx context.Context, calls []*scriptCall, cmd func(redis.Pipeliner, *scriptCall) *redis.Cmd) []*redis.Cmd {
+// pipeline of one: the same single round trip), then resends the calls
+// Redis Cluster redirected, each on its own and all at once.
+func (p *pipeline) exec(ctx context.Context, calls []*scriptCall, cmd func(redis.Scripter, *scriptCall) *redis.Cmd) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
+	p.roundTrips.Add(1)
 	// Exec's own error repeats the first failed command's; each command
 	// carries its own, which is what callers get.
 	_, _ = p.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
@@ -198,6 +213,22 @@ func (p *pipeline) exec(ctx context.Context, calls []*scriptCall, cmd func(redis
 		}
 		return nil
 	})
+	if p.follow == nil {
+		return cmds
+	}
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		if err := cmds[i].Err(); err == nil || !isRedirect(err) {
+			continue
+		}
+		p.roundTrips.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmds[i] = cmd(p.follow, c)
+		}()
+	}
+	wg.Wait()
 	return cmds
 }
 
@@ -217,4 +248,13 @@ func (p *pipeline) reloadInBackground() {
 
 func isNoScript(err error) bool {
 	return strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// isRedirect reports whether err is Redis Cluster refusing to run a
+// command on this node for now: the slot moved (MOVED), is moving (ASK), or
+// its keys are split mid-move (TRYAGAIN). CLUSTERDOWN is not one: no other
+// node will take the command, and the call should fail fast.
+func isRedirect(err error) bool {
+	s := err.Error()
+	return strings.HasPrefix(s, "MOVED ") || strings.HasPrefix(s, "ASK ") || strings.HasPrefix(s, "TRYAGAIN ")
 }

@@ -164,8 +164,12 @@ func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
 		s.closeClients()
 		return nil, err
 	}
-	s.checkPipe = newPipeline(client, cfg.Timeout, s.loadScripts)
-	s.releasePipe = newPipeline(releases, cfg.Timeout, s.loadScripts)
+	// Batches go through the client that never resends (see
+	// redis_pipeline.go for why, on Redis Cluster); checks a slot move
+	// redirected are resent through the one that follows redirections.
+	// Releases that meet a slot move fail (see newRedisClients).
+	s.checkPipe = newPipeline(releases, client, cfg.Timeout, s.loadScripts)
+	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, s.loadScripts)
 	return s, nil
 }
 
@@ -315,7 +319,8 @@ func (s *RedisStore) Release(ctx context.Context, base string, l algorithms.Limi
 func (s *RedisStore) Remote() bool { return true }
 
 // PipelineStats reports how many script calls the store made and in how
-// many round trips (a retry after NOSCRIPT counts as one more).
+// many round trips (a retry after NOSCRIPT counts as one more, and so
+// does each call resent after a Redis Cluster redirection).
 func (s *RedisStore) PipelineStats() (calls, roundTrips int64) {
 	return s.checkPipe.calls.Load() + s.releasePipe.calls.Load(), s.checkPipe.roundTrips.Load() + s.releasePipe.roundTrips.Load()
 }
