@@ -211,7 +211,7 @@ type tally struct {
 }
 
 // drive sends checks of cost 1 for key from one goroutine per node until
-// stop closes, and returns when they have all ended. Every answer must be a
+// stop closes; the goroutines are counted in wg. Every answer must be a
 // decision or the policy's (fail-closed) failure mode: never an error, never
 // fail-open.
 func drive(nodes []*node.Node, p node.Policy, key string, stop <-chan struct{}, tl *tally, wg *sync.WaitGroup) {
@@ -250,43 +250,79 @@ func drive(nodes []*node.Node, p node.Policy, key string, stop <-chan struct{}, 
 						mine = append(mine, allowedCheck{before, after})
 					}
 				}
+				if !res.Allowed {
+					// A client backing off, briefly: spinning on local
+					// denials would starve the other limits' checks of CPU.
+					time.Sleep(min(res.RetryAfter, 5*time.Millisecond))
+				}
 			}
 		}()
 	}
 }
 
-// hotLimits are one fail-closed policy per algorithm and lease mode, each
-// with a key in slot: the load a migration or restart runs under.
-type hotLimits struct {
+// hotLoad is two nodes hammering one fail-closed policy per algorithm and
+// lease mode, each with a key in one slot, plus a long limit in that slot
+// whose remaining units show whether its state survived: the load a
+// migration or a restart runs under.
+type hotLoad struct {
+	c        *redistest.Cluster
 	policies []node.Policy
 	keys     []string
 	tallies  []*tally
+	start    time.Time
+	stop     func()
+	longKey  string
+	longLeft int64
 }
 
-// Small limits and short periods: the limits are reached, refilled and
-// reached again many times during a run, and leases still form (the cap
-// is 5% of 200 across two nodes: 5 units).
+// Short periods and limits below the demand, so that the limits are
+// reached, refilled and reached again many times during a run: 200 with
+// leases, which still form (the cap is 5% of 200 across two nodes: 5
+// units), and 10 without, where every check is a round trip.
 const (
-	hotLimit  = 200
-	hotPeriod = 300 * time.Millisecond
+	hotPeriod      = 300 * time.Millisecond
+	hotLimitLeased = 200
+	hotLimitDirect = 10
 )
 
-func newHotLimits(t *testing.T, c *redistest.Cluster, slot int) *hotLimits {
+// startHotLoad spends some of the long limit, then starts the load on
+// slot; it stops when the test ends, if finish has not stopped it.
+func startHotLoad(t *testing.T, c *redistest.Cluster, slot int) *hotLoad {
 	t.Helper()
-	h := &hotLimits{}
+	h := &hotLoad{c: c}
 	for _, a := range algorithms.Algorithms() {
 		for _, mode := range []node.LeaseMode{node.LeaseAuto, node.LeaseOff} {
 			p := node.Policy{
 				Name:         fmt.Sprintf("hot-%s-%s", a, mode),
-				Limit:        algorithms.Limit{Algorithm: a, Limit: hotLimit, Period: hotPeriod},
+				Limit:        algorithms.Limit{Algorithm: a, Limit: hotLimitLeased, Period: hotPeriod},
 				Lease:        mode,
 				OnStoreError: node.FailClosed,
+			}
+			if mode == node.LeaseOff {
+				p.Limit.Limit = hotLimitDirect
 			}
 			h.policies = append(h.policies, p)
 			h.keys = append(h.keys, keyInSlot(t, c, p.Name, slot))
 			h.tallies = append(h.tallies, &tally{})
 		}
 	}
+	h.longKey = keyInSlot(t, c, longLimit.Name, slot)
+	h.longLeft = spendLong(t, c, h.longKey, 7)
+	var nodes []*node.Node
+	for range 2 {
+		nodes = append(nodes, newNode(t, newClusterStore(t, c), node.Config{ClusterSize: func() int { return 2 }}))
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	h.start = time.Now()
+	for i, p := range h.policies {
+		drive(nodes, p, h.keys[i], done, h.tallies[i], &wg)
+	}
+	h.stop = sync.OnceFunc(func() {
+		close(done)
+		wg.Wait()
+	})
+	t.Cleanup(h.stop)
 	return h
 }
 
@@ -315,45 +351,39 @@ func spendLong(t *testing.T, c *redistest.Cluster, key string, cost int64) int64
 	return res.Remaining
 }
 
-// start drives every hot limit from every node until the returned stop is
-// called; stop returns once every check has ended, and may be called again.
-func (h *hotLimits) start(nodes []*node.Node) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, p := range h.policies {
-		drive(nodes, p, h.keys[i], done, h.tallies[i], &wg)
-	}
-	return sync.OnceFunc(func() {
-		close(done)
-		wg.Wait()
-	})
-}
-
 // answered and failed sum the tallies.
-func (h *hotLimits) answered() (n int64) {
+func (h *hotLoad) answered() (n int64) {
 	for _, tl := range h.tallies {
 		n += tl.answered.Load()
 	}
 	return n
 }
 
-func (h *hotLimits) failed() (n int64) {
+func (h *hotLoad) failed() (n int64) {
 	for _, tl := range h.tallies {
 		n += tl.failed.Load()
 	}
 	return n
 }
 
-// progress waits until the limits have had n more decisions (not failures).
-func (h *hotLimits) progress(t *testing.T, n int64, what string) {
+// progress waits until the limits have had n more decisions (not
+// failures), failing t at once if a check went wrong.
+func (h *hotLoad) progress(t *testing.T, n int64, what string) {
 	t.Helper()
 	from := h.answered()
-	waitFor(t, 20*time.Second, fmt.Sprintf("%d decisions %s", n, what), func() bool { return h.answered() >= from+n })
+	waitFor(t, 20*time.Second, fmt.Sprintf("%d decisions %s", n, what), func() bool {
+		for _, tl := range h.tallies {
+			if e := tl.errs.Load(); e != nil {
+				t.Fatalf("%s: %s", what, e)
+			}
+		}
+		return h.answered() >= from+n
+	})
 }
 
 // lasts lets the load run for d more, with decisions all along: long
 // enough for whole windows to fall inside the run.
-func (h *hotLimits) lasts(t *testing.T, d time.Duration) {
+func (h *hotLoad) lasts(t *testing.T, d time.Duration) {
 	t.Helper()
 	until := time.Now().Add(d)
 	for time.Now().Before(until) {
@@ -361,11 +391,13 @@ func (h *hotLimits) lasts(t *testing.T, d time.Duration) {
 	}
 }
 
-// verify fails t on any error and on any limit that allowed more than it
-// permits over the run.
-func (h *hotLimits) verify(t *testing.T, start time.Time) {
+// finish stops the load and fails t on any error, on any limit that
+// allowed more than it permits over the run, and on a long limit whose
+// remaining units changed across what happened (other than its own 7).
+func (h *hotLoad) finish(t *testing.T, what string) {
 	t.Helper()
-	run := time.Since(start)
+	h.stop()
+	run := time.Since(h.start)
 	for i, p := range h.policies {
 		tl := h.tallies[i]
 		if e := tl.errs.Load(); e != nil {
@@ -377,20 +409,13 @@ func (h *hotLimits) verify(t *testing.T, start time.Time) {
 			t.Errorf("%s: nothing allowed", p.Name)
 			continue
 		}
-		share := checkNoOverAdmission(t, p.Limit.Algorithm, hotLimit, hotPeriod, start, run, tl.allowed)
+		share := checkNoOverAdmission(t, p.Limit.Algorithm, p.Limit.Limit, hotPeriod, h.start, run, tl.allowed)
 		t.Logf("%s: %d decisions, %d failure-mode answers, %d allowed (%.0f%% of what the limit permits)",
 			p.Name, tl.answered.Load(), tl.failed.Load(), len(tl.allowed), 100*share)
 	}
-}
-
-// twoNodes are two nodes on c, each with its own store.
-func twoNodes(t *testing.T, c *redistest.Cluster) []*node.Node {
-	t.Helper()
-	var nodes []*node.Node
-	for range 2 {
-		nodes = append(nodes, newNode(t, newClusterStore(t, c), node.Config{ClusterSize: func() int { return 2 }}))
+	if got := spendLong(t, h.c, h.longKey, 0); got != h.longLeft {
+		t.Errorf("the long limit had %d units left before %s, %d after", h.longLeft, what, got)
 	}
-	return nodes
 }
 
 // A slot holding every algorithm's hot limit moves to another master, key
@@ -400,15 +425,7 @@ func twoNodes(t *testing.T, c *redistest.Cluster) []*node.Node {
 func TestRedisClusterMigrationUnderLoad(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	slot := firstSlotOf(t, c, 0)
-	h := newHotLimits(t, c, slot)
-	nodes := twoNodes(t, c)
-
-	start := time.Now()
-	stop := h.start(nodes)
-	defer stop()
-
-	longKey := keyInSlot(t, c, longLimit.Name, slot)
-	left := spendLong(t, c, longKey, 7)
+	h := startHotLoad(t, c, slot)
 	h.progress(t, 500, "before the migration")
 	from := c.Owner(slot)
 	m := c.StartMigration(slot, (from+1)%c.Len())
@@ -430,13 +447,9 @@ func TestRedisClusterMigrationUnderLoad(t *testing.T) {
 	}
 	h.progress(t, 500, "after the migration")
 	h.lasts(t, 2*hotPeriod)
-	stop()
-	h.verify(t, start)
+	h.finish(t, "the migration")
 	if c.KeysInSlot(m.From(), slot) != 0 {
 		t.Fatalf("%d keys of slot %d left on the source", c.KeysInSlot(m.From(), slot), slot)
-	}
-	if got := spendLong(t, c, longKey, 0); got != left {
-		t.Fatalf("the long limit had %d units left before the migration, %d after", left, got)
 	}
 	t.Logf("%d key batches; %d failure-mode answers in all", batches, h.failed())
 }
@@ -450,16 +463,8 @@ func TestRedisClusterMigrationUnderLoad(t *testing.T) {
 func TestRedisClusterMasterRestartUnderLoad(t *testing.T) {
 	c := redistest.StartCluster(t, 3, redistest.WithDurableWrites())
 	slot := firstSlotOf(t, c, 1)
-	h := newHotLimits(t, c, slot)
-	nodes := twoNodes(t, c)
 	master := c.Master(c.Owner(slot))
-
-	start := time.Now()
-	stop := h.start(nodes)
-	defer stop()
-
-	longKey := keyInSlot(t, c, longLimit.Name, slot)
-	left := spendLong(t, c, longKey, 7)
+	h := startHotLoad(t, c, slot)
 	// Whole windows of decisions before the kill and after the restart.
 	h.progress(t, 500, "before the kill")
 	h.lasts(t, 3*hotPeriod)
@@ -473,11 +478,7 @@ func TestRedisClusterMasterRestartUnderLoad(t *testing.T) {
 	c.WaitOK()
 	h.progress(t, 500, "after the restart")
 	h.lasts(t, 3*hotPeriod)
-	stop()
-	h.verify(t, start)
+	h.finish(t, "the restart")
 	waitScripts(t, master)
-	if got := spendLong(t, c, longKey, 0); got != left {
-		t.Fatalf("the long limit had %d units left before the restart, %d after", left, got)
-	}
 	t.Logf("%d failure-mode answers in all", h.failed())
 }
