@@ -40,6 +40,10 @@ type Config struct {
 	// 0 means DefaultMaxRequestBytes (4 MiB, room for a full batch of
 	// 1000 checks with 1 KiB keys in JSON).
 	MaxRequestBytes int
+	// Envoy configures Envoy's rate limit service; the zero value leaves it
+	// unserved. Validate checks its shape; NewHandler also resolves its
+	// policies on the node. Its requests carry up to MaxBatch descriptors.
+	Envoy EnvoyConfig
 }
 
 // Validate reports the first problem with c. Zero values are valid: they
@@ -50,6 +54,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 0 {
 		return fmt.Errorf("max request bytes: %w: %d must be > 0 (0 means %d)", ErrInvalidConfig, c.MaxRequestBytes, DefaultMaxRequestBytes)
+	}
+	if _, err := compileRLS(c.Envoy, nil); err != nil {
+		return err
 	}
 	return nil
 }
