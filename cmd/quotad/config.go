@@ -46,6 +46,9 @@ type config struct {
 	// DeniedCache sizes the hot denied-key cache; the zero value means
 	// 100,000 entries.
 	DeniedCache cache.DeniedConfig
+	// Envoy configures Envoy's rate limit service; the zero value leaves it
+	// unserved.
+	Envoy rpc.EnvoyConfig
 }
 
 func defaultConfig() config {
@@ -73,7 +76,7 @@ func (c config) redisConfig() node.RedisConfig {
 }
 
 func (c config) rpcConfig() rpc.Config {
-	return rpc.Config{DisableInlineLimits: !c.InlineLimits}
+	return rpc.Config{DisableInlineLimits: !c.InlineLimits, Envoy: c.Envoy}
 }
 
 // validate checks what no package checks for itself.
@@ -110,6 +113,7 @@ type fileConfig struct {
 	Lease               *fileLease     `yaml:"lease"`
 	DeniedCache         *fileDenied    `yaml:"denied_cache"`
 	Policies            []filePolicyAt `yaml:"policies"`
+	Envoy               *fileEnvoy     `yaml:"envoy"`
 }
 
 type fileLease struct {
@@ -189,6 +193,9 @@ func loadFile(c *config, path string) error {
 		return fmt.Errorf("config %s: %s", path, strings.ReplaceAll(err.Error(), "\n ", ""))
 	}
 	if err := f.apply(c); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := f.applyEnvoy(c); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil
