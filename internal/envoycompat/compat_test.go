@@ -23,32 +23,24 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// config is the quotad configuration under test: the docs/envoy.md example.
-const config = `
-policies:
-  - name: per-ip
-    algorithm: fixed_window
-    limit: 3
-    period: 1m
-  - name: login-per-ip
-    algorithm: token_bucket
-    limit: 2
-    burst: 4
-    period: 30s
-envoy:
-  domains:
-    - domain: edge
-      descriptors:
-        - key: remote_address
-          policy: per-ip
-          descriptors:
-            - key: path
-              value: /login
-              policy: login-per-ip
-        - key: remote_address
-          value: 10.0.0.2
-          unlimited: true
-`
+// docsConfig returns the configuration under test: the first YAML block
+// of docs/envoy.md, so that the documented example is the tested one.
+func docsConfig(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "envoy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(raw), "```yaml\n")
+	if !ok {
+		t.Fatal("docs/envoy.md has no YAML block")
+	}
+	block, _, ok = strings.Cut(block, "```")
+	if !ok || !strings.Contains(block, "envoy:") {
+		t.Fatalf("docs/envoy.md's first YAML block is not a quotad config with an envoy section:\n%s", block)
+	}
+	return block
+}
 
 // startQuotad builds cmd/quotad, runs it with cfg on a free loopback port
 // until the test ends, and returns its host:port.
@@ -113,10 +105,11 @@ func descriptor(kv ...string) *commonv3.RateLimitDescriptor {
 }
 
 // go-control-plane's generated client, over grpc-go on cleartext HTTP/2,
-// calls ShouldRateLimit on a quotad binary: OK, then OVER_LIMIT, with every
-// per-descriptor field as Envoy reads it.
+// calls ShouldRateLimit on a quotad binary configured with docs/envoy.md's
+// example: OK, then OVER_LIMIT, with every per-descriptor field as Envoy
+// reads it.
 func TestStockClient(t *testing.T) {
-	addr := startQuotad(t, config)
+	addr := startQuotad(t, docsConfig(t))
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
