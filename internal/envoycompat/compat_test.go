@@ -52,8 +52,12 @@ func startQuotad(t *testing.T, cfg string) string {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "quotad")
-	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/quotad/quotad/cmd/quotad").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/quotad: %v\n%s", err, out)
+	args := []string{"build", "-o", bin}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command(goBin, append(args, "github.com/quotad/quotad/cmd/quotad")...).CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	path := filepath.Join(dir, "quotad.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
