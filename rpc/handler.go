@@ -18,6 +18,8 @@ import (
 //   - quotad.v1.QuotaService over Connect, gRPC, gRPC-Web and Connect's
 //     HTTP/JSON (POST /quotad.v1.QuotaService/Check with
 //     Content-Type: application/json);
+//   - envoy.service.ratelimit.v3.RateLimitService, Envoy's rate limit
+//     service, when cfg.Envoy configures domains;
 //   - gRPC server reflection, v1 and v1alpha (for grpcurl and buf curl);
 //   - gRPC health (grpc.health.v1.Health) for "" and
 //     quotad.v1.QuotaService, and GET /readyz: readiness (see Health);
@@ -57,7 +59,11 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 	}
 	mux := http.NewServeMux()
 	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, connect.WithInterceptors(errorInterceptor(log))))
-	reflector := grpcreflect.NewStaticReflector(quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName)
+	envoyServices, err := mountRLS(mux, n, cfg, common, connect.WithInterceptors(errorInterceptor(log)))
+	if err != nil {
+		return nil, err
+	}
+	reflector := grpcreflect.NewStaticReflector(append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, common))
 	// Many tools (grpcurl among them) still ask v1alpha first.
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, common))

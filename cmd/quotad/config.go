@@ -55,6 +55,9 @@ type config struct {
 	// MaxRequestBytes bounds one request message; 0 means rpc's default,
 	// 4 MiB.
 	MaxRequestBytes int
+	// Envoy configures Envoy's rate limit service; the zero value leaves it
+	// unserved.
+	Envoy rpc.EnvoyConfig
 }
 
 func defaultConfig() config {
@@ -83,7 +86,7 @@ func (c config) usesRedis() bool {
 }
 
 func (c config) rpcConfig() rpc.Config {
-	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes}
+	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, Envoy: c.Envoy}
 }
 
 // validate checks what no package checks for itself.
@@ -128,6 +131,7 @@ type fileConfig struct {
 	MaxBatch            *int           `yaml:"max_batch"`
 	MaxRequestBytes     *int           `yaml:"max_request_bytes"`
 	Policies            []filePolicyAt `yaml:"policies"`
+	Envoy               *fileEnvoy     `yaml:"envoy"`
 }
 
 type fileLease struct {
@@ -258,6 +262,9 @@ func parseFile(c *config, path string, raw []byte) error {
 		return fmt.Errorf("config %s: line %d: a second YAML document; put every setting in one", path, line)
 	}
 	if err := f.apply(c); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := f.applyEnvoy(c); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil
