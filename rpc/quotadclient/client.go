@@ -210,7 +210,7 @@ func (c *Client) check(ctx context.Context, req *quotadv1.CheckRequest) (Decisio
 	res, err := c.svc.Check(ctx, connect.NewRequest(req))
 	if err != nil {
 		// The key is left out: it may be a credential (an API key).
-		return Decision{}, fmt.Errorf("quotad check of policy %q: %w", req.GetPolicy(), err)
+		return Decision{}, fmt.Errorf("check of policy %q: %w", req.GetPolicy(), err)
 	}
 	m := res.Msg
 	return Decision{
