@@ -157,7 +157,8 @@ type limiter struct {
 func (m *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	key, err := m.cfg.Key(r)
 	if err != nil {
-		http.Error(w, "rate limit key: "+err.Error(), http.StatusBadRequest)
+		// This package's key errors read "no rate-limit key: ...".
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	cost := int64(1)
