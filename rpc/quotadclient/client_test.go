@@ -19,7 +19,7 @@ var protocols = []quotadclient.Protocol{quotadclient.ProtocolConnect, quotadclie
 // to a denial with a retry-after, and the configured policy's
 // source is the store.
 func TestCheckOverEveryProtocol(t *testing.T) {
-	url := startQuotad(t, memoryStore(t), rpc.Config{}, threeAMinute)
+	url := startQuotad(t, nil, rpc.Config{}, threeAMinute)
 	for _, p := range protocols {
 		t.Run(p.String(), func(t *testing.T) {
 			c := newClient(t, url, p)
@@ -53,7 +53,7 @@ func TestCheckOverEveryProtocol(t *testing.T) {
 }
 
 func TestCheckLimitSendsTheInlineLimit(t *testing.T) {
-	url := startQuotad(t, memoryStore(t), rpc.Config{})
+	url := startQuotad(t, nil, rpc.Config{})
 	c := newClient(t, url, quotadclient.ProtocolConnect)
 	lim := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1, Period: time.Minute, Burst: 4}
 	d, err := c.CheckLimit(context.Background(), "inline", lim, "k", 3)
@@ -71,7 +71,7 @@ func TestCheckLimitSendsTheInlineLimit(t *testing.T) {
 
 // Errors keep quotad's Connect code through the client's wrapping.
 func TestCheckErrorsKeepTheirCodes(t *testing.T) {
-	url := startQuotad(t, memoryStore(t), rpc.Config{DisableInlineLimits: true}, threeAMinute)
+	url := startQuotad(t, nil, rpc.Config{DisableInlineLimits: true}, threeAMinute)
 	ctx := context.Background()
 	lim := algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 5, Period: time.Second}
 	cases := []struct {

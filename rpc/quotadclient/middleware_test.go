@@ -99,18 +99,22 @@ func rateLimit(t *testing.T, h http.Header) (policy string, q, w, r, tt int64) {
 // real quotad on the memory store and on Redis, over each protocol.
 func TestMiddlewareAllowsThenDenies(t *testing.T) {
 	type setup struct {
-		store    func(*testing.T) node.Store
+		redis    bool
 		protocol quotadclient.Protocol
 	}
 	setups := map[string]setup{
-		"memory/connect": {memoryStore, quotadclient.ProtocolConnect},
-		"memory/grpc":    {memoryStore, quotadclient.ProtocolGRPC},
-		"memory/grpcweb": {memoryStore, quotadclient.ProtocolGRPCWeb},
-		"redis/connect":  {redisStore, quotadclient.ProtocolConnect},
+		"memory/connect": {false, quotadclient.ProtocolConnect},
+		"memory/grpc":    {false, quotadclient.ProtocolGRPC},
+		"memory/grpcweb": {false, quotadclient.ProtocolGRPCWeb},
+		"redis/connect":  {true, quotadclient.ProtocolConnect},
 	}
 	for name, s := range setups {
 		t.Run(name, func(t *testing.T) {
-			c := newClient(t, startQuotad(t, s.store(t), rpc.Config{}, threeAMinute), s.protocol)
+			var r *redistest.Server
+			if s.redis {
+				r = redistest.Start(t)
+			}
+			c := newClient(t, startQuotad(t, r, rpc.Config{}, threeAMinute), s.protocol)
 			a := startApp(t, c, quotadclient.MiddlewareConfig{Policy: "api", Key: quotadclient.KeyByHeader("X-API-Key")})
 			for i := range 3 {
 				got := get(t, a.URL, "X-API-Key", "alice")
@@ -156,7 +160,7 @@ func TestMiddlewareWithoutQuotad(t *testing.T) {
 	for name, url := range targets {
 		for _, mode := range []quotadclient.ErrorMode{quotadclient.FailOpen, quotadclient.FailClosed} {
 			t.Run(name+"/"+mode.String(), func(t *testing.T) {
-				var log logBuffer
+				log := make(logLines, 16)
 				a := startApp(t, newClient(t, url, quotadclient.ProtocolConnect), quotadclient.MiddlewareConfig{
 					Policy: "api", Key: quotadclient.KeyByIP(), OnError: mode, Timeout: 100 * time.Millisecond, Log: log.logger(),
 				})
@@ -175,7 +179,7 @@ func TestMiddlewareWithoutQuotad(t *testing.T) {
 					}
 				}
 				wantCode := map[string]string{"refused": "code=unavailable", "hanging": "code=deadline_exceeded"}[name]
-				if l := log.String(); !strings.Contains(l, "quotad check failed") || !strings.Contains(l, wantCode) || !strings.Contains(l, "on_error="+mode.String()) {
+				if l := log.next(t); !strings.Contains(l, "quotad check failed") || !strings.Contains(l, wantCode) || !strings.Contains(l, "on_error="+mode.String()) {
 					t.Fatalf("log %q lacks the failure with %s", l, wantCode)
 				}
 			})
@@ -189,7 +193,7 @@ func TestMiddlewarePassesOnQuotadsFailClosedDenial(t *testing.T) {
 	r := redistest.Start(t)
 	closed := threeAMinute
 	closed.OnStoreError = node.FailClosed
-	c := newClient(t, startQuotad(t, redisStoreOn(t, r), rpc.Config{}, closed), quotadclient.ProtocolConnect)
+	c := newClient(t, startQuotad(t, r, rpc.Config{}, closed), quotadclient.ProtocolConnect)
 	// The middleware waits longer than the test store's Redis deadline
 	// (500ms), so that quotad's failure-mode answer arrives first.
 	a := startApp(t, c, quotadclient.MiddlewareConfig{Policy: "api", Key: quotadclient.KeyByHeader("X-API-Key"), Timeout: 5 * time.Second})
@@ -213,7 +217,7 @@ func TestMiddlewarePassesOnQuotadsFailClosedDenial(t *testing.T) {
 // Requests without a usable key or cost answer 400, whatever OnError says:
 // an oversized key must not slip past a failing-open limiter.
 func TestMiddlewareRejectsUnusableKeysAndCosts(t *testing.T) {
-	c := newClient(t, startQuotad(t, memoryStore(t), rpc.Config{}, threeAMinute), quotadclient.ProtocolConnect)
+	c := newClient(t, startQuotad(t, nil, rpc.Config{}, threeAMinute), quotadclient.ProtocolConnect)
 	cost := func(r *http.Request) (int64, error) {
 		if v := r.Header.Get("X-Cost"); v != "" {
 			return strconv.ParseInt(v, 10, 64)
@@ -248,7 +252,7 @@ func TestMiddlewareRejectsUnusableKeysAndCosts(t *testing.T) {
 // Cost 0 makes a request free: it passes with the headers even when the
 // quota is spent, and spends nothing.
 func TestMiddlewareCostZeroIsFree(t *testing.T) {
-	c := newClient(t, startQuotad(t, memoryStore(t), rpc.Config{}, threeAMinute), quotadclient.ProtocolConnect)
+	c := newClient(t, startQuotad(t, nil, rpc.Config{}, threeAMinute), quotadclient.ProtocolConnect)
 	free := func(r *http.Request) (int64, error) {
 		if r.URL.Path == "/quota" {
 			return 0, nil
@@ -280,7 +284,7 @@ func TestMiddlewareCostZeroIsFree(t *testing.T) {
 // out when it is not whole seconds or quotad does not list the policy.
 func TestMiddlewareWindow(t *testing.T) {
 	odd := node.Policy{Name: "odd", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 10, Period: 1500 * time.Millisecond}}
-	c := newClient(t, startQuotad(t, memoryStore(t), rpc.Config{}, threeAMinute, odd), quotadclient.ProtocolConnect)
+	c := newClient(t, startQuotad(t, nil, rpc.Config{}, threeAMinute, odd), quotadclient.ProtocolConnect)
 	inline := algorithms.Limit{Algorithm: algorithms.SlidingWindowLog, Limit: 7, Period: 10 * time.Second}
 	cases := []struct {
 		name  string
@@ -309,7 +313,7 @@ func TestMiddlewareWindow(t *testing.T) {
 
 // Chained middlewares each add their item to the two list fields.
 func TestMiddlewaresChain(t *testing.T) {
-	c := newClient(t, startQuotad(t, memoryStore(t), rpc.Config{}, threeAMinute), quotadclient.ProtocolConnect)
+	c := newClient(t, startQuotad(t, nil, rpc.Config{}, threeAMinute), quotadclient.ProtocolConnect)
 	perRoute, err := quotadclient.Middleware(c, quotadclient.MiddlewareConfig{
 		Policy: "routes", Key: quotadclient.KeyByRoute(nil),
 		Limit: &algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 100, Period: time.Second},

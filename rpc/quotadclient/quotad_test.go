@@ -1,13 +1,11 @@
 package quotadclient_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,26 +25,19 @@ var threeAMinute = node.Policy{
 	Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 3, Period: time.Minute},
 }
 
-func memoryStore(*testing.T) node.Store { return node.NewMemoryStore(nil, 0) }
-
-// redisStore is a Redis store on a redis-server of the test's own.
-func redisStore(t *testing.T) node.Store {
+// startQuotad serves a real node with policies and returns its base URL.
+// The node's store is Redis on r, or the embedded memory store when r is
+// nil.
+func startQuotad(t *testing.T, r *redistest.Server, cfg rpc.Config, policies ...node.Policy) string {
 	t.Helper()
-	return redisStoreOn(t, redistest.Start(t))
-}
-
-func redisStoreOn(t *testing.T, r *redistest.Server) node.Store {
-	t.Helper()
-	s, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	store := node.Store(node.NewMemoryStore(nil, 0))
+	if r != nil {
+		rs, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store = rs
 	}
-	return s
-}
-
-// startQuotad serves a node on store with policies and returns its base URL.
-func startQuotad(t *testing.T, store node.Store, cfg rpc.Config, policies ...node.Policy) string {
-	t.Helper()
 	n, err := node.New(node.Config{Policies: policies}, store, nil)
 	if err != nil {
 		store.Close()
@@ -60,27 +51,17 @@ func startQuotad(t *testing.T, store node.Store, cfg rpc.Config, policies ...nod
 	return serveH2C(t, h)
 }
 
-// serveH2C serves h over HTTP/1.1 and cleartext HTTP/2 on a fresh loopback
-// port until the test ends.
+// serveH2C serves h over HTTP/1.1 and cleartext HTTP/2 (as cmd/quotad
+// does) on a loopback port until the test ends.
 func serveH2C(t *testing.T, h http.Handler) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
-	return "http://" + ln.Addr().String()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // closedURL is the URL of a loopback port nothing listens on.
@@ -120,22 +101,26 @@ func newClient(t *testing.T, url string, p quotadclient.Protocol) *quotadclient.
 	return c
 }
 
-// logBuffer is a slog destination safe for concurrent writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+// logLines is a slog destination that hands each line (slog writes a
+// record in one Write) to the test. The channel also orders the write
+// before the test's read, which a shared buffer would need a lock for.
+type logLines chan string
+
+func (l logLines) Write(p []byte) (int, error) {
+	l <- string(p)
+	return len(p), nil
 }
 
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+func (l logLines) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// next waits for the next line.
+func (l logLines) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case line := <-l:
+		return line
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing was logged within 10s")
+		return ""
+	}
 }
-
-func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
