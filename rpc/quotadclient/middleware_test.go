@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,23 +52,30 @@ type reply struct {
 // get sends GET url with the given header pairs.
 func get(t *testing.T, url string, headers ...string) reply {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	r, err := fetch(url, headers...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return r
+}
+
+// fetch is get for goroutines other than the test's, which must not call
+// t.Fatal.
+func fetch(url string, headers ...string) (reply, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return reply{}, err
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reply{resp.StatusCode, resp.Header, string(body)}
+	return reply{resp.StatusCode, resp.Header, string(body)}, err
 }
 
 var (
@@ -358,5 +366,47 @@ func TestMiddlewareRejectsBadConfig(t *testing.T) {
 	}
 	if _, err := quotadclient.Middleware(nil, quotadclient.MiddlewareConfig{Policy: "api", Key: key}); err == nil {
 		t.Error("Middleware accepted a nil client")
+	}
+}
+
+// Concurrent requests through one middleware: the memory store admits
+// exactly the limit, every decided response carries the headers, and the
+// window lookup that the first requests race for settles on w=60.
+func TestMiddlewareUnderConcurrency(t *testing.T) {
+	fifty := node.Policy{Name: "fifty", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 50, Period: time.Minute}}
+	c := newClient(t, startQuotad(t, nil, rpc.Config{}, fifty), quotadclient.ProtocolConnect)
+	a := startApp(t, c, quotadclient.MiddlewareConfig{Policy: "fifty", Key: quotadclient.KeyByHeader("X-API-Key"), Timeout: 5 * time.Second})
+	const workers, each = 8, 10
+	statuses := make(chan int, workers*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				got, err := fetch(a.URL, "X-API-Key", "shared")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if got.header.Get("RateLimit") == "" {
+					t.Errorf("status %d without RateLimit", got.status)
+				}
+				statuses <- got.status
+			}
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	counts := map[int]int{}
+	for s := range statuses {
+		counts[s]++
+	}
+	if counts[http.StatusOK] != 50 || counts[http.StatusTooManyRequests] != workers*each-50 {
+		t.Fatalf("statuses %v, want 50 × 200 and %d × 429", counts, workers*each-50)
+	}
+	if n := a.reached.Load(); n != 50 {
+		t.Fatalf("handler reached %d times, want 50", n)
+	}
+	if _, q, w, r, _ := rateLimit(t, get(t, a.URL, "X-API-Key", "shared").header); q != 50 || w != 60 || r != 0 {
+		t.Fatalf("afterwards: q=%d w=%d r=%d, want q=50 w=60 r=0", q, w, r)
 	}
 }
