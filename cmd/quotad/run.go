@@ -204,6 +204,7 @@ embedded in-memory store; --redis makes Redis the authoritative store.
 
 Usage:
   quotad [flags]
+  quotad check --policy NAME --key KEY [flags]   (one decision; see quotad check --help)
 
 Settings come from defaults, then the --config file, then QUOTAD_* environment
 variables, then flags. Flags:
