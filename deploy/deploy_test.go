@@ -382,7 +382,7 @@ type composeFile struct {
 type haproxyConfig struct {
 	bindPort int
 	servers  map[string]int // host → port
-	h2, hc   bool           // servers speak h2c; health check on /healthz
+	h2, hc   bool           // servers speak h2c; health check on /readyz
 }
 
 func readHAProxy(t *testing.T, path string) haproxyConfig {
@@ -404,7 +404,7 @@ func readHAProxy(t *testing.T, path string) haproxyConfig {
 		case f[0] == "default-server":
 			h.h2 = strings.Contains(line, "proto h2")
 		case f[0] == "option" && f[1] == "httpchk":
-			h.hc = slices.Contains(f, "/healthz")
+			h.hc = slices.Contains(f, "/readyz")
 		}
 	}
 	return h
@@ -434,7 +434,7 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("lb mounts %v, HAProxy binds %d; want ./haproxy.cfg and 8080", lb.Volumes, hp.bindPort)
 	}
 	if !hp.h2 || !hp.hc {
-		t.Errorf("HAProxy servers: proto h2 %t, /healthz checks %t; want both", hp.h2, hp.hc)
+		t.Errorf("HAProxy servers: proto h2 %t, /readyz checks %t; want both (checks on /readyz)", hp.h2, hp.hc)
 	}
 	names := map[string]bool{}
 	for _, n := range nodes {

@@ -43,7 +43,7 @@ func (m ErrorMode) String() string {
 
 // DefaultTimeout bounds each check the middleware makes when
 // MiddlewareConfig.Timeout is zero. It is above quotad's default Redis
-// deadline (100ms), so that quotad's own failure-mode answer to a slow store
+// deadline (50ms), so that quotad's own failure-mode answer to a slow store
 // arrives before the middleware gives up.
 const DefaultTimeout = 250 * time.Millisecond
 
