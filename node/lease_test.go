@@ -492,7 +492,13 @@ func TestLeaseHitDoesNotAllocate(t *testing.T) {
 // key "hot" holds a large lease.
 func leasedNode(t testing.TB) (*node.Node, node.Policy) {
 	t.Helper()
-	n, err := node.New(node.Config{Lease: node.LeaseConfig{Horizon: time.Second, Hold: time.Hour}}, remoteMemory{node.NewMemoryStore(nil, 0)}, nil)
+	return leasedNodeWith(t, node.Telemetry{})
+}
+
+// leasedNodeWith is leasedNode sending telemetry to tel.
+func leasedNodeWith(t testing.TB, tel node.Telemetry) (*node.Node, node.Policy) {
+	t.Helper()
+	n, err := node.New(node.Config{Lease: node.LeaseConfig{Horizon: time.Second, Hold: time.Hour}, Telemetry: tel}, remoteMemory{node.NewMemoryStore(nil, 0)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

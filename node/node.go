@@ -35,6 +35,9 @@ type Config struct {
 	// ClusterSize reports how many nodes share the store, for lease caps;
 	// nil means 1. It is called on the miss path and must be cheap.
 	ClusterSize func() int
+	// Telemetry is where the node sends traces and metrics; the zero value
+	// sends none.
+	Telemetry Telemetry
 }
 
 // Validate reports the first problem with c.
@@ -100,6 +103,7 @@ type Node struct {
 	leases *leaseTable
 	denied *cache.Denied
 	stats  stats
+	tel    *telemetry
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
@@ -183,6 +187,10 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		}
 		n.policies[p.Name] = p
 	}
+	if n.tel, err = newTelemetry(cfg.Telemetry, n, store); err != nil {
+		denied.Close()
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
 	go n.janitor(ctx)
@@ -240,6 +248,14 @@ func (n *Node) Store() string { return n.store.Describe() }
 //
 // It may block on the store until ctx is done or the store's timeout passes.
 func (n *Node) Check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+	if n.tel.observed() {
+		return n.checkObserved(ctx, p, key, cost)
+	}
+	return n.check(ctx, p, key, cost)
+}
+
+// check is Check without telemetry.
+func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
 	if err := p.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -252,7 +268,7 @@ func (n *Node) Check(ctx context.Context, p Policy, key string, cost int64) (Res
 	if n.store.Remote() {
 		return n.checkLeased(ctx, p, key, cost)
 	}
-	d, _, err := n.store.Acquire(ctx, n.keyBase(p.Name, key), p.Limit, cost, cost, 0)
+	d, _, err := n.acquire(ctx, n.keyBase(p.Name, key), p.Limit, cost, cost, 0)
 	if err == nil {
 		return Result{Decision: d, Source: SourceStore}, nil
 	}
@@ -355,6 +371,7 @@ func (n *Node) Close() error {
 	defer cancel()
 	n.releaseAll(ctx)
 	n.denied.Close()
+	n.tel.close()
 	if err := n.store.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
 	}
