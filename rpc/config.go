@@ -40,6 +40,9 @@ type Config struct {
 	// 0 means DefaultMaxRequestBytes (4 MiB, room for a full batch of
 	// 1000 checks with 1 KiB keys in JSON).
 	MaxRequestBytes int
+	// Telemetry is where the wire sends traces and metrics; the zero value
+	// sends none.
+	Telemetry Telemetry
 }
 
 // Validate reports the first problem with c. Zero values are valid: they

@@ -51,14 +51,21 @@ func newHandler(n *node.Node, cfg Config, log *slog.Logger, h *health) (http.Han
 		jsonCodecs(),
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 	)
+	// Telemetry's interceptors go first, around errorInterceptor, so that
+	// spans and metrics see the codes clients get.
+	interceptors, err := cfg.Telemetry.interceptors()
+	if err != nil {
+		return nil, err
+	}
 	svc := &service{
 		node:     n,
 		policies: policyResolver{node: n, inlineAllowed: !cfg.DisableInlineLimits},
 		maxBatch: cfg.MaxBatch,
 		log:      log,
+		tracer:   cfg.Telemetry.tracer(),
 	}
 	mux := http.NewServeMux()
-	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, connect.WithInterceptors(errorInterceptor(log))))
+	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, connect.WithInterceptors(append(interceptors, errorInterceptor(log))...)))
 	reflector := grpcreflect.NewStaticReflector(quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, common))
 	// Many tools (grpcurl among them) still ask v1alpha first.
