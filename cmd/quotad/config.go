@@ -46,6 +46,8 @@ type config struct {
 	// DeniedCache sizes the hot denied-key cache; the zero value means
 	// 100,000 entries.
 	DeniedCache cache.DeniedConfig
+	// Telemetry says where traces go and whether /metrics is served.
+	Telemetry telemetryConfig
 }
 
 func defaultConfig() config {
@@ -57,6 +59,7 @@ func defaultConfig() config {
 		DefaultOnStoreError: node.FailOpen,
 		ShutdownTimeout:     10 * time.Second,
 		LogLevel:            "info",
+		Telemetry:           defaultTelemetryConfig(),
 	}
 }
 
@@ -90,6 +93,9 @@ func (c config) validate() error {
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return err
 	}
+	if err := c.Telemetry.validate(); err != nil {
+		return err
+	}
 	if c.RedisURL != "" {
 		if err := c.redisConfig().Validate(); err != nil {
 			return err
@@ -110,6 +116,8 @@ type fileConfig struct {
 	Lease               *fileLease     `yaml:"lease"`
 	DeniedCache         *fileDenied    `yaml:"denied_cache"`
 	Policies            []filePolicyAt `yaml:"policies"`
+	Tracing             *fileTracing   `yaml:"tracing"`
+	Metrics             *bool          `yaml:"metrics"`
 }
 
 type fileLease struct {
@@ -221,6 +229,7 @@ func (f fileConfig) apply(c *config) error {
 		setIf(&c.DeniedCache.MaxEntries, f.DeniedCache.MaxEntries)
 		setIf(&c.DeniedCache.MaxBytes, f.DeniedCache.MaxBytes)
 	}
+	f.applyTelemetry(c)
 	if f.DefaultOnStoreError != nil {
 		m, err := node.ParseFailureMode(*f.DefaultOnStoreError)
 		if err != nil {

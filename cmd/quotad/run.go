@@ -33,7 +33,7 @@ func (s setting) env() string {
 }
 
 func settings() []setting {
-	return []setting{
+	return append([]setting{
 		{name: "listen", usage: "address the API listens on (`host:port`)", apply: func(c *config, v string) error { c.Listen = v; return nil }},
 		{name: "redis", usage: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; empty uses the embedded memory store (single node)", apply: func(c *config, v string) error { c.RedisURL = v; return nil }},
 		{name: "redis-timeout", usage: "deadline of each Redis round trip, one pipelined batch of script calls (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.RedisTimeout, v) }},
@@ -65,7 +65,7 @@ func settings() []setting {
 		{name: "denied-cache-bytes", usage: "size of the hot denied-key cache in `bytes` instead of entries", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
-	}
+	}, telemetrySettings()...)
 }
 
 func parseDurationInto(dst *time.Duration, v string) error {
@@ -182,6 +182,8 @@ Config file (YAML; unknown fields are errors):
   default_on_store_error: open      # open | closed
   shutdown_timeout: 10s
   log_level: info
+  tracing: {exporter: otlp-grpc, endpoint: "http://localhost:4317", sample_ratio: 0.1}
+  metrics: true                     # Prometheus text at GET /metrics
   policies:
     - name: api                     # [A-Za-z0-9_.-]
       algorithm: token_bucket       # fixed_window | sliding_window_log | sliding_window_counter
@@ -215,18 +217,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	level, _ := parseLogLevel(cfg.LogLevel) // validated
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	// Telemetry starts first and stops last (deferred calls run in
+	// reverse), after the node has closed.
+	tel, err := startTelemetry(ctx, cfg.Telemetry, getenv, stdout)
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer tel.shutdownLogged(log, cfg.ShutdownTimeout)
+
 	store, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	n, err := node.New(cfg.nodeConfig(), store, log)
+	nodeCfg := cfg.nodeConfig()
+	nodeCfg.Telemetry = tel.node()
+	n, err := node.New(nodeCfg, store, log)
 	if err != nil {
 		store.Close()
 		return err
 	}
 	defer n.Close()
 
-	handler, err := rpc.NewHandler(n, cfg.rpcConfig(), log)
+	rpcCfg := cfg.rpcConfig()
+	rpcCfg.Telemetry = tel.rpc()
+	handler, err := rpc.NewHandler(n, rpcCfg, log)
 	if err != nil {
 		return err
 	}
@@ -235,7 +249,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           tel.handler(handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		Protocols:         new(http.Protocols),
 	}
@@ -246,6 +260,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	fmt.Fprintf(stdout, "quotad listening on %s (Connect, gRPC, gRPC-Web, HTTP/JSON)\nstore: %s\npolicies: %d configured, inline limits %s\n",
 		displayURL(ln.Addr()), n.Store(), len(cfg.Policies), map[bool]string{true: "on", false: "off"}[cfg.InlineLimits])
+	fmt.Fprintln(stdout, tel.describe())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
