@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -235,9 +236,18 @@ type collector struct {
 	coltracepb.UnimplementedTraceServiceServer
 	mu    sync.Mutex
 	spans map[string]string
+	// hang, if not nil, holds every export until it is closed.
+	hang chan struct{}
 }
 
-func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+func (c *collector) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	if c.hang != nil {
+		select {
+		case <-c.hang:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, rs := range req.GetResourceSpans() {
@@ -371,6 +381,31 @@ func TestTracesReachTheExporter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A collector that never answers costs spans, not checks: the batching
+// processor's queue (one span here) fills and further spans are dropped,
+// while every check is answered.
+func TestAHungCollectorDoesNotBlockChecks(t *testing.T) {
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1")
+	t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "1")
+	c := &collector{spans: map[string]string{}, hang: make(chan struct{})}
+	base, stop := runQuotad(t, func(string) string { return "" }, "--trace-exporter", "otlp-grpc", "--trace-endpoint", c.serveGRPC(t))
+	body := `{"policy":"demo","key":"u1","limit":{"algorithm":"ALGORITHM_GCRA","limit":"1000","period":"1s"}}`
+	// The timeout only turns a hang into a failure; answers take
+	// milliseconds.
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 50 {
+		resp, err := client.Post(base+"/quotad.v1.QuotaService/Check", "application/json", strings.NewReader(body))
+		if err != nil {
+			close(c.hang)
+			t.Fatalf("check %d with the collector hung: %v", i+1, err)
+		}
+		resp.Body.Close()
+	}
+	close(c.hang)
+	stop()
 }
 
 func TestTraceExporterFromEnvironment(t *testing.T) {
