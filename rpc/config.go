@@ -47,6 +47,9 @@ type Config struct {
 	// unserved. Validate checks its shape; NewHandler also resolves its
 	// policies on the node. Its requests carry up to MaxBatch descriptors.
 	Envoy EnvoyConfig
+	// Telemetry is where the wire sends traces and metrics; the zero value
+	// sends none.
+	Telemetry Telemetry
 }
 
 // Validate reports the first problem with c. Zero values are valid: they

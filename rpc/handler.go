@@ -51,15 +51,23 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 		jsonCodecs(),
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 	)
+	// Telemetry's interceptors go first, around errorInterceptor, so that
+	// spans and metrics see the codes clients get.
+	interceptors, err := cfg.Telemetry.interceptors()
+	if err != nil {
+		return nil, err
+	}
 	svc := &service{
 		node:     n,
 		policies: policyResolver{node: n, inlineAllowed: !cfg.DisableInlineLimits},
 		maxBatch: cfg.MaxBatch,
 		log:      log,
+		tracer:   cfg.Telemetry.tracer(),
 	}
 	mux := http.NewServeMux()
-	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, connect.WithInterceptors(errorInterceptor(log))))
-	envoyServices, err := mountRLS(mux, n, cfg, common, connect.WithInterceptors(errorInterceptor(log)))
+	rpcInterceptors := connect.WithInterceptors(append(interceptors, errorInterceptor(log))...)
+	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, rpcInterceptors))
+	envoyServices, err := mountRLS(mux, n, cfg, common, rpcInterceptors)
 	if err != nil {
 		return nil, err
 	}

@@ -58,6 +58,8 @@ type config struct {
 	// Envoy configures Envoy's rate limit service; the zero value leaves it
 	// unserved.
 	Envoy rpc.EnvoyConfig
+	// Telemetry says where traces go and whether /metrics is served.
+	Telemetry telemetryConfig
 }
 
 func defaultConfig() config {
@@ -69,6 +71,7 @@ func defaultConfig() config {
 		DefaultOnStoreError: node.FailOpen,
 		ShutdownTimeout:     10 * time.Second,
 		LogLevel:            "info",
+		Telemetry:           defaultTelemetryConfig(),
 	}
 }
 
@@ -103,6 +106,9 @@ func (c config) validate() error {
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return err
 	}
+	if err := c.Telemetry.validate(); err != nil {
+		return err
+	}
 	if c.usesRedis() {
 		if err := c.Redis.Validate(); err != nil {
 			return err
@@ -132,6 +138,8 @@ type fileConfig struct {
 	MaxRequestBytes     *int           `yaml:"max_request_bytes"`
 	Policies            []filePolicyAt `yaml:"policies"`
 	Envoy               *fileEnvoy     `yaml:"envoy"`
+	Tracing             *fileTracing   `yaml:"tracing"`
+	Metrics             *bool          `yaml:"metrics"`
 }
 
 type fileLease struct {
@@ -319,6 +327,7 @@ func (f fileConfig) apply(c *config) error {
 		setIf(&c.DeniedCache.MaxEntries, f.DeniedCache.MaxEntries)
 		setIf(&c.DeniedCache.MaxBytes, f.DeniedCache.MaxBytes)
 	}
+	f.applyTelemetry(c)
 	if f.DefaultOnStoreError != nil {
 		m, err := node.ParseFailureMode(*f.DefaultOnStoreError)
 		if err != nil {
