@@ -465,7 +465,7 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 			n.release(ctx, k, l, old, left)
 		}
 	}
-	d, taken, err := n.store.Acquire(ctx, l.base, p.Limit, cost, want, hold)
+	d, taken, err := n.acquire(ctx, l.base, p.Limit, cost, want, hold)
 	if err != nil {
 		f.res = n.storeFailed(p, err)
 		return
@@ -530,7 +530,7 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 func (n *Node) release(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	returned, err := n.store.Release(ctx, l.base, g.limit, units, g.taken)
+	returned, err := n.releaseUnits(ctx, l.base, g.limit, units, g.taken)
 	if err != nil {
 		n.log.Warn("lease release failed; units return when the window or refill restores them", "units", units, "err", err)
 		return

@@ -477,22 +477,34 @@ func TestAbandonedChecksLoseNoLeasedUnits(t *testing.T) {
 // A lease hit answers from memory without allocating.
 func TestLeaseHitDoesNotAllocate(t *testing.T) {
 	n, p := leasedNode(t)
+	if allocs := leaseHitAllocs(t, n, p); allocs != 0 {
+		t.Fatalf("a lease hit allocates %.1f times", allocs)
+	}
+}
+
+// leaseHitAllocs returns how many times a lease hit of p's key "hot" on n
+// allocates, on average.
+func leaseHitAllocs(t *testing.T, n *node.Node, p node.Policy) float64 {
+	t.Helper()
 	ctx := context.Background()
-	allocs := testing.AllocsPerRun(1000, func() {
+	return testing.AllocsPerRun(1000, func() {
 		if res, err := n.Check(ctx, p, "hot", 1); err != nil || res.Source != node.SourceLease {
 			t.Fatalf("not a lease hit: %+v, %v", res, err)
 		}
 	})
-	if allocs != 0 {
-		t.Fatalf("a lease hit allocates %.1f times", allocs)
-	}
 }
 
 // leasedNode returns a node in front of a remote-looking memory store whose
 // key "hot" holds a large lease.
 func leasedNode(t testing.TB) (*node.Node, node.Policy) {
 	t.Helper()
-	n, err := node.New(node.Config{Lease: node.LeaseConfig{Horizon: time.Second, Hold: time.Hour}}, remoteMemory{node.NewMemoryStore(nil, 0)}, nil)
+	return leasedNodeWith(t, node.Telemetry{})
+}
+
+// leasedNodeWith is leasedNode sending telemetry to tel.
+func leasedNodeWith(t testing.TB, tel node.Telemetry) (*node.Node, node.Policy) {
+	t.Helper()
+	n, err := node.New(node.Config{Lease: node.LeaseConfig{Horizon: time.Second, Hold: time.Hour}, Telemetry: tel}, remoteMemory{node.NewMemoryStore(nil, 0)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,9 @@ type Config struct {
 	// ClusterSize reports how many nodes share the store, for lease caps;
 	// nil means 1. It is called on the miss path and must be cheap.
 	ClusterSize func() int
+	// Telemetry is where the node sends traces and metrics; the zero value
+	// sends none.
+	Telemetry Telemetry
 }
 
 // Validate reports the first problem with c.
@@ -105,6 +108,7 @@ type Node struct {
 	leases *leaseTable
 	denied *cache.Denied
 	stats  stats
+	tel    *telemetry
 
 	// breaker guards a remote store (store is then a breakerStore around
 	// it); nil for the memory store.
@@ -226,6 +230,10 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		n.breaker, n.stopBreaker = newBreaker(ctx, cfg.Breaker, store.Ping, log), cancel
 		n.store = breakerStore{Store: store, b: n.breaker}
 	}
+	if n.tel, err = newTelemetry(cfg.Telemetry, n, store); err != nil {
+		denied.Close()
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
 	go n.janitor(ctx)
@@ -283,6 +291,14 @@ func (n *Node) Store() string { return n.store.Describe() }
 //
 // It may block on the store until ctx is done or the store's timeout passes.
 func (n *Node) Check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+	if n.tel.observed() {
+		return n.checkObserved(ctx, p, key, cost)
+	}
+	return n.check(ctx, p, key, cost)
+}
+
+// check is Check without telemetry.
+func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
 	if err := p.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -295,7 +311,7 @@ func (n *Node) Check(ctx context.Context, p Policy, key string, cost int64) (Res
 	if n.store.Remote() {
 		return n.checkLeased(ctx, p, key, cost)
 	}
-	d, _, err := n.store.Acquire(ctx, n.keyBase(p.Name, key), p.Limit, cost, cost, 0)
+	d, _, err := n.acquire(ctx, n.keyBase(p.Name, key), p.Limit, cost, cost, 0)
 	if err == nil {
 		return Result{Decision: d, Source: SourceStore}, nil
 	}
@@ -405,6 +421,7 @@ func (n *Node) Close() error {
 		n.breaker.wait()
 	}
 	n.denied.Close()
+	n.tel.close()
 	if err := n.store.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
 	}

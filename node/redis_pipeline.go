@@ -207,12 +207,23 @@ func (p *pipeline) exec(ctx context.Context, calls []*scriptCall, cmd func(redis
 	p.roundTrips.Add(1)
 	// Exec's own error repeats the first failed command's; each command
 	// carries its own, which is what callers get.
-	_, _ = p.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	_, err := p.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, c := range calls {
 			cmds[i] = cmd(pipe, c)
 		}
 		return nil
 	})
+	if err != nil {
+		// Except when the pipeline never ran: go-redis (v9.17) leaves a
+		// command that could not get a connection with neither an error nor
+		// a reply once its retries are spent, and that must not read as a
+		// malformed reply.
+		for _, c := range cmds {
+			if c.Err() == nil && c.Val() == nil {
+				c.SetErr(err)
+			}
+		}
+	}
 	if p.follow == nil {
 		return cmds
 	}

@@ -72,7 +72,7 @@ func (c RedisConfig) Validate() error {
 	}
 	if c.URL != "" {
 		if _, err := redis.ParseURL(c.URL); err != nil {
-			return fmt.Errorf("redis url: %w: %v", ErrInvalidConfig, err)
+			return fmt.Errorf("redis url: %w: %v (want redis://[user:password@]host:port/db or rediss://...)", ErrInvalidConfig, err)
 		}
 	}
 	for field, addrs := range map[string][]string{"redis cluster": c.ClusterAddrs, "redis sentinel": c.SentinelAddrs} {
@@ -84,6 +84,9 @@ func (c RedisConfig) Validate() error {
 	}
 	if len(c.SentinelAddrs) > 0 && c.MasterName == "" {
 		return fmt.Errorf("redis master name: %w: sentinel addresses need the name of the master they watch", ErrInvalidConfig)
+	}
+	if (c.SentinelUsername != "" || c.SentinelPassword != "") && len(c.SentinelAddrs) == 0 {
+		return fmt.Errorf("redis sentinel credentials: %w: only meaningful with sentinel addresses", ErrInvalidConfig)
 	}
 	if c.MasterName != "" && len(c.SentinelAddrs) == 0 {
 		return fmt.Errorf("redis master name: %w: only meaningful with sentinel addresses", ErrInvalidConfig)
@@ -270,7 +273,7 @@ func (s *RedisStore) loadScripts(ctx context.Context) error {
 	for _, scripts := range []map[algorithms.Algorithm]*redis.Script{s.check, s.release} {
 		for a, sc := range scripts {
 			if err := sc.Load(ctx, s.client).Err(); err != nil {
-				return fmt.Errorf("load %s script on %s: %w", a, s.describe, err)
+				return fmt.Errorf("load scripts on %s (%s failed first): %w", s.describe, a, err)
 			}
 		}
 	}

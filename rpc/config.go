@@ -43,6 +43,13 @@ type Config struct {
 	// Health is the server's readiness, which the caller keeps to Drain it
 	// on shutdown. nil means NewHandler makes its own.
 	Health *Health
+	// Envoy configures Envoy's rate limit service; the zero value leaves it
+	// unserved. Validate checks its shape; NewHandler also resolves its
+	// policies on the node. Its requests carry up to MaxBatch descriptors.
+	Envoy EnvoyConfig
+	// Telemetry is where the wire sends traces and metrics; the zero value
+	// sends none.
+	Telemetry Telemetry
 }
 
 // Validate reports the first problem with c. Zero values are valid: they
@@ -53,6 +60,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 0 {
 		return fmt.Errorf("max request bytes: %w: %d must be > 0 (0 means %d)", ErrInvalidConfig, c.MaxRequestBytes, DefaultMaxRequestBytes)
+	}
+	if _, err := compileRLS(c.Envoy, nil); err != nil {
+		return err
 	}
 	return nil
 }

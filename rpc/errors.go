@@ -35,10 +35,11 @@ var (
 
 // code chooses the Connect code of err, an error of the call whose context
 // is ctx. It is the only place in quotad that does: input problems are
-// InvalidArgument, an unknown policy is NotFound, inline limits on a server
-// that forbids them are PermissionDenied, the caller's context ending is
-// Canceled or DeadlineExceeded, a failed store (on Reset; checks take the
-// failure mode instead) is Unavailable, and everything else is Internal.
+// InvalidArgument, an unknown policy or Envoy domain is NotFound, inline
+// limits on a server that forbids them are PermissionDenied, the caller's
+// context ending is Canceled or DeadlineExceeded, a failed store (on Reset;
+// checks take the failure mode instead) is Unavailable, and everything else
+// is Internal.
 func code(ctx context.Context, err error) connect.Code {
 	var ce *connect.Error
 	switch {
@@ -46,7 +47,7 @@ func code(ctx context.Context, err error) connect.Code {
 		return ce.Code()
 	case errors.Is(err, errInlineDisabled):
 		return connect.CodePermissionDenied
-	case errors.Is(err, node.ErrUnknownPolicy):
+	case errors.Is(err, node.ErrUnknownPolicy), errors.Is(err, errUnknownDomain):
 		return connect.CodeNotFound
 	case node.IsInvalidInput(err), errors.Is(err, errInvalidRequest), errors.Is(err, errPolicyConfigured):
 		return connect.CodeInvalidArgument

@@ -18,6 +18,8 @@ import (
 //   - quotad.v1.QuotaService over Connect, gRPC, gRPC-Web and Connect's
 //     HTTP/JSON (POST /quotad.v1.QuotaService/Check with
 //     Content-Type: application/json);
+//   - envoy.service.ratelimit.v3.RateLimitService, Envoy's rate limit
+//     service, when cfg.Envoy configures domains;
 //   - gRPC server reflection, v1 and v1alpha (for grpcurl and buf curl);
 //   - gRPC health (grpc.health.v1.Health) for "" and
 //     quotad.v1.QuotaService, and GET /readyz: readiness (see Health);
@@ -49,15 +51,27 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 		jsonCodecs(),
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 	)
+	// Telemetry's interceptors go first, around errorInterceptor, so that
+	// spans and metrics see the codes clients get.
+	interceptors, err := cfg.Telemetry.interceptors()
+	if err != nil {
+		return nil, err
+	}
 	svc := &service{
 		node:     n,
 		policies: policyResolver{node: n, inlineAllowed: !cfg.DisableInlineLimits},
 		maxBatch: cfg.MaxBatch,
 		log:      log,
+		tracer:   cfg.Telemetry.tracer(),
 	}
 	mux := http.NewServeMux()
-	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, connect.WithInterceptors(errorInterceptor(log))))
-	reflector := grpcreflect.NewStaticReflector(quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName)
+	rpcInterceptors := connect.WithInterceptors(append(interceptors, errorInterceptor(log))...)
+	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, rpcInterceptors))
+	envoyServices, err := mountRLS(mux, n, cfg, common, rpcInterceptors)
+	if err != nil {
+		return nil, err
+	}
+	reflector := grpcreflect.NewStaticReflector(append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, common))
 	// Many tools (grpcurl among them) still ask v1alpha first.
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, common))

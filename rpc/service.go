@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotad/quotad/node"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
@@ -20,6 +21,7 @@ type service struct {
 	policies policyResolver
 	maxBatch int
 	log      *slog.Logger
+	tracer   trace.Tracer // never nil
 }
 
 var _ quotadv1connect.QuotaServiceHandler = (*service)(nil)
@@ -61,6 +63,8 @@ func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.
 	if n := len(items); n == 0 || n > s.maxBatch {
 		return nil, fmt.Errorf("requests: %w: %d checks; send 1 to %d", errInvalidRequest, n, s.maxBatch)
 	}
+	ctx, span := s.tracer.Start(ctx, batchSpanName, trace.WithAttributes(attrBatchSize.Int(len(items))))
+	defer span.End()
 	results := make([]*quotadv1.CheckBatchResult, len(items))
 	for i, item := range items {
 		// Once the caller has gone, the remaining items would all fail the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -54,6 +55,11 @@ type config struct {
 	// MaxRequestBytes bounds one request message; 0 means rpc's default,
 	// 4 MiB.
 	MaxRequestBytes int
+	// Envoy configures Envoy's rate limit service; the zero value leaves it
+	// unserved.
+	Envoy rpc.EnvoyConfig
+	// Telemetry says where traces go and whether /metrics is served.
+	Telemetry telemetryConfig
 }
 
 func defaultConfig() config {
@@ -65,6 +71,7 @@ func defaultConfig() config {
 		DefaultOnStoreError: node.FailOpen,
 		ShutdownTimeout:     10 * time.Second,
 		LogLevel:            "info",
+		Telemetry:           defaultTelemetryConfig(),
 	}
 }
 
@@ -82,7 +89,7 @@ func (c config) usesRedis() bool {
 }
 
 func (c config) rpcConfig() rpc.Config {
-	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes}
+	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, Envoy: c.Envoy}
 }
 
 // validate checks what no package checks for itself.
@@ -99,11 +106,14 @@ func (c config) validate() error {
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return err
 	}
+	if err := c.Telemetry.validate(); err != nil {
+		return err
+	}
 	if c.usesRedis() {
 		if err := c.Redis.Validate(); err != nil {
 			return err
 		}
-	} else if r := c.Redis; r.MasterName != "" || r.Username != "" || r.Password != "" || r.TLS || r.TLSCAFile != "" || r.DB != 0 {
+	} else if r := c.Redis; r.MasterName != "" || r.Username != "" || r.Password != "" || r.SentinelUsername != "" || r.SentinelPassword != "" || r.TLS || r.TLSCAFile != "" || r.DB != 0 {
 		return errors.New("redis: credentials, TLS, db or a master name are set but no Redis is (set --redis, --redis-cluster or --redis-sentinel)")
 	}
 	if err := c.rpcConfig().Validate(); err != nil {
@@ -127,6 +137,9 @@ type fileConfig struct {
 	MaxBatch            *int           `yaml:"max_batch"`
 	MaxRequestBytes     *int           `yaml:"max_request_bytes"`
 	Policies            []filePolicyAt `yaml:"policies"`
+	Envoy               *fileEnvoy     `yaml:"envoy"`
+	Tracing             *fileTracing   `yaml:"tracing"`
+	Metrics             *bool          `yaml:"metrics"`
 }
 
 type fileLease struct {
@@ -195,6 +208,27 @@ func (p *filePolicyAt) UnmarshalYAML(n *yaml.Node) error {
 
 var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": true, "period": true, "burst": true, "on_store_error": true, "lease": true}
 
+// unknownField is yaml.v3's message for a field the file structs lack.
+var unknownField = regexp.MustCompile(`field (\S+) not found in type main\.file(\w+)`)
+
+// yamlSections names the file structs as users write them.
+var yamlSections = map[string]string{"Config": "the top level", "Redis": "redis", "Lease": "lease", "Denied": "denied_cache", "Breaker": "breaker"}
+
+// yamlMessage is err's text without yaml.v3's line breaks and Go type
+// names: "line 3: unknown field adress in redis".
+func yamlMessage(err error) string {
+	msg := strings.ReplaceAll(err.Error(), "\n ", "")
+	msg = strings.TrimPrefix(msg, "yaml: unmarshal errors:")
+	return unknownField.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := unknownField.FindStringSubmatch(m)
+		section, ok := yamlSections[sub[2]]
+		if !ok {
+			section = sub[2]
+		}
+		return "unknown field " + sub[1] + " in " + section
+	})
+}
+
 // yamlDuration is a duration written as Go does: "1s", "5m", "250ms".
 type yamlDuration time.Duration
 
@@ -224,9 +258,21 @@ func parseFile(c *config, path string, raw []byte) error {
 	dec.KnownFields(true)
 	// An empty file decodes as io.EOF: no settings.
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %s", path, strings.ReplaceAll(err.Error(), "\n ", ""))
+		return fmt.Errorf("config %s: %s", path, yamlMessage(err))
+	}
+	// A second document would otherwise be ignored without a word.
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		line := more.Line
+		if err != nil {
+			return fmt.Errorf("config %s: %s", path, yamlMessage(err))
+		}
+		return fmt.Errorf("config %s: line %d: a second YAML document; put every setting in one", path, line)
 	}
 	if err := f.apply(c); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := f.applyEnvoy(c); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil
@@ -281,6 +327,7 @@ func (f fileConfig) apply(c *config) error {
 		setIf(&c.DeniedCache.MaxEntries, f.DeniedCache.MaxEntries)
 		setIf(&c.DeniedCache.MaxBytes, f.DeniedCache.MaxBytes)
 	}
+	f.applyTelemetry(c)
 	if f.DefaultOnStoreError != nil {
 		m, err := node.ParseFailureMode(*f.DefaultOnStoreError)
 		if err != nil {

@@ -3,6 +3,9 @@
 //
 // With no flags it serves on :8080 with the embedded in-memory store; --redis
 // makes Redis the authoritative store. `quotad --help` lists every setting.
+//
+// `quotad check` asks a running quotad for one decision; `quotad check
+// --help` explains it.
 package main
 
 import (
@@ -16,6 +19,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		code := check(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if err != errHelp {
 			fmt.Fprintln(os.Stderr, "quotad:", err)

@@ -33,7 +33,7 @@ func (s setting) env() string {
 }
 
 func settings() []setting {
-	return []setting{
+	return append([]setting{
 		{name: "listen", usage: "address the API listens on (`host:port`)", apply: func(c *config, v string) error { c.Listen = v; return nil }},
 		{name: "redis", usage: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; no Redis at all uses the embedded memory store (single node)", apply: func(c *config, v string) error { c.Redis.URL = v; return nil }},
 		{name: "redis-cluster", usage: "Redis Cluster seed addresses instead of --redis (`host:port,host:port`)", apply: func(c *config, v string) error { return parseAddrsInto(&c.Redis.ClusterAddrs, v) }},
@@ -72,7 +72,7 @@ func settings() []setting {
 		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
-	}
+	}, telemetrySettings()...)
 }
 
 func parseDurationInto(dst *time.Duration, v string) error {
@@ -204,6 +204,7 @@ embedded in-memory store; --redis makes Redis the authoritative store.
 
 Usage:
   quotad [flags]
+  quotad check --policy NAME --key KEY [flags]   (one decision; see quotad check --help)
 
 Settings come from defaults, then the --config file, then QUOTAD_* environment
 variables, then flags. Flags:
@@ -228,6 +229,8 @@ Config file (YAML; unknown fields are errors):
   default_on_store_error: open      # open | closed
   shutdown_timeout: 10s
   log_level: info
+  tracing: {exporter: otlp-grpc, endpoint: "http://localhost:4317", sample_ratio: 0.1}
+  metrics: true                     # Prometheus text at GET /metrics
   policies:
     - name: api                     # [A-Za-z0-9_.-]
       algorithm: token_bucket       # fixed_window | sliding_window_log | sliding_window_counter
@@ -259,7 +262,8 @@ func parseLogLevel(s string) (slog.Level, error) {
 //  2. the listener closes and in-flight requests finish, for up to
 //     --shutdown-timeout; connections still busy then are cut;
 //  3. the node returns its leases' unused units to Redis;
-//  4. the Redis connections close.
+//  4. the Redis connections close;
+//  5. telemetry flushes its last spans (deferred, so it runs last).
 //
 // It returns nil after a shutdown that ctx asked for.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -270,11 +274,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	level, _ := parseLogLevel(cfg.LogLevel) // validated
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	// Telemetry starts first and stops last (deferred calls run in
+	// reverse), after the node has closed.
+	tel, err := startTelemetry(ctx, cfg.Telemetry, getenv, stdout)
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer tel.shutdownLogged(log, cfg.ShutdownTimeout)
+
 	store, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	n, err := node.New(cfg.nodeConfig(), store, log)
+	nodeCfg := cfg.nodeConfig()
+	nodeCfg.Telemetry = tel.node()
+	n, err := node.New(nodeCfg, store, log)
 	if err != nil {
 		store.Close()
 		return err
@@ -282,9 +296,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer n.Close()
 
 	health := rpc.NewHealth(n)
-	rcfg := cfg.rpcConfig()
-	rcfg.Health = health
-	handler, err := rpc.NewHandler(n, rcfg, log)
+	rpcCfg := cfg.rpcConfig()
+	rpcCfg.Health = health
+	rpcCfg.Telemetry = tel.rpc()
+	handler, err := rpc.NewHandler(n, rpcCfg, log)
 	if err != nil {
 		return err
 	}
@@ -293,7 +308,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           tel.handler(handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		Protocols:         new(http.Protocols),
 	}
@@ -304,6 +319,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	fmt.Fprintf(stdout, "quotad listening on %s (Connect, gRPC, gRPC-Web, HTTP/JSON)\nstore: %s\npolicies: %d configured, inline limits %s\n",
 		displayURL(ln.Addr()), n.Store(), len(cfg.Policies), map[bool]string{true: "on", false: "off"}[cfg.InlineLimits])
+	fmt.Fprintln(stdout, tel.describe())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -185,7 +185,7 @@ func TestConfigErrors(t *testing.T) {
 		env        map[string]string
 		want       []string
 	}{
-		{name: "unknown top-level field", file: "listen: :1\nlisten_addr: :2\n", want: []string{"q.yaml", "line 2", "listen_addr"}},
+		{name: "unknown top-level field", file: "listen: :1\nlisten_addr: :2\n", want: []string{"q.yaml", "line 2", "unknown field listen_addr in the top level"}},
 		{name: "unknown policy field", file: policy + "    burts: 3\n", want: []string{"q.yaml", "line 6", "burts"}},
 		{name: "wrong type", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: lots\n    period: 1s\n", want: []string{"q.yaml", "line 4", "lots"}},
 		{name: "bad duration", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: 5\n    period: 5 minutes\n", want: []string{"q.yaml", "line 5", "invalid duration"}},
@@ -219,13 +219,16 @@ func TestConfigErrors(t *testing.T) {
 		{name: "empty address in list", args: []string{"--redis-cluster", "a:1,,b:1"}, want: []string{"--redis-cluster", "empty address"}},
 		{name: "password without redis", env: map[string]string{"QUOTAD_REDIS_PASSWORD": "s3cret"}, want: []string{"no Redis"}},
 		{name: "password beside a url", args: []string{"--redis", "redis://a:1/0", "--redis-password", "x"}, want: []string{"URL carries its own"}},
-		{name: "unknown redis field", file: "redis:\n  url: redis://a:1\n  adress: b:1\n", want: []string{"q.yaml", "line 3", "adress"}},
+		{name: "unknown redis field", file: "redis:\n  url: redis://a:1\n  adress: b:1\n", want: []string{"q.yaml", "line 3", "unknown field adress in redis"}},
 		{name: "bad redis db", args: []string{"--redis-db", "one"}, want: []string{"--redis-db", "one"}},
 		{name: "negative breaker failures", file: "breaker:\n  failures: -1\n", want: []string{"breaker failures", "-1"}},
 		{name: "bad breaker probe", args: []string{"--breaker-probe-every", "often"}, want: []string{"--breaker-probe-every", "often"}},
 		{name: "tls ca without tls", args: []string{"--redis", "redis://a:1/0", "--redis-tls-ca", "/ca.pem"}, want: []string{"tls ca", "does not use TLS"}},
 		{name: "batch above 1000", args: []string{"--max-batch", "5000"}, want: []string{"max batch", "5000", "1 to 1000"}},
 		{name: "negative request bytes", file: "max_request_bytes: -1\n", want: []string{"max request bytes", "-1"}},
+		{name: "second yaml document", file: "listen: :1\n---\nlisten: :2\n", want: []string{"q.yaml", "line 2", "second YAML document"}},
+		{name: "sentinel password without sentinel", args: []string{"--redis", "redis://a:1/0", "--redis-sentinel-password", "x"}, want: []string{"sentinel credentials"}},
+		{name: "sentinel password without redis", env: map[string]string{"QUOTAD_REDIS_SENTINEL_PASSWORD": "x"}, want: []string{"no Redis"}},
 		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"lissten"}},
 		{name: "stray argument", args: []string{"serve"}, want: []string{"serve"}},
 	}

@@ -1,0 +1,239 @@
+// Package quotadclient is a Go client for quotad, and net/http middleware
+// that rate-limits a handler with it.
+//
+// The client is a thin layer over the generated Connect client
+// (quotadv1connect): it picks the protocol and HTTP transport, turns
+// responses into plain Go values and leaves errors' Connect codes intact
+// (connect.CodeOf works on every error it returns). Service exposes the
+// generated client for the RPCs this package does not wrap.
+//
+// The package imports connect, the generated API and package algorithms
+// only, so using it does not pull quotad's server (Redis, memberlist) into a
+// program.
+package quotadclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quotad/quotad/algorithms"
+	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+)
+
+// ErrInvalidOptions is wrapped by every error New returns for bad arguments.
+var ErrInvalidOptions = errors.New("invalid quotad client options")
+
+// Protocol selects the wire protocol. quotad serves all three on one port.
+type Protocol int
+
+const (
+	// ProtocolConnect is the Connect protocol with binary protobuf, over
+	// HTTP/1.1 (or HTTP/2 when the URL is https and the server offers it).
+	// The zero value: it passes through any HTTP proxy.
+	ProtocolConnect Protocol = iota
+	// ProtocolGRPC is gRPC. It needs HTTP/2: cleartext HTTP/2 with prior
+	// knowledge (h2c) for http:// URLs, HTTP/2 over TLS for https:// ones.
+	ProtocolGRPC
+	// ProtocolGRPCWeb is gRPC-Web over HTTP/1.1.
+	ProtocolGRPCWeb
+)
+
+// String returns "connect", "grpc" or "grpcweb".
+func (p Protocol) String() string {
+	switch p {
+	case ProtocolConnect:
+		return "connect"
+	case ProtocolGRPC:
+		return "grpc"
+	case ProtocolGRPCWeb:
+		return "grpcweb"
+	}
+	return fmt.Sprintf("Protocol(%d)", int(p))
+}
+
+// ParseProtocol is the inverse of String.
+func ParseProtocol(s string) (Protocol, error) {
+	for _, p := range []Protocol{ProtocolConnect, ProtocolGRPC, ProtocolGRPCWeb} {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: protocol %q (want connect, grpc or grpcweb)", ErrInvalidOptions, s)
+}
+
+// Options configures New. The zero value speaks Connect over a transport of
+// the client's own.
+type Options struct {
+	// Protocol is the wire protocol; default ProtocolConnect.
+	Protocol Protocol
+	// HTTPClient carries the calls. Nil means a transport made for
+	// Protocol (h2c for gRPC over http://), owned by the Client and closed
+	// by Close. A caller's client must speak HTTP/2 for ProtocolGRPC.
+	// Per-call deadlines come from the context, so it needs no Timeout.
+	HTTPClient *http.Client
+	// ClientOptions are passed to the generated client after the protocol
+	// option, e.g. connect.WithInterceptors for tracing.
+	ClientOptions []connect.ClientOption
+}
+
+// Client calls one quotad address (a node, or a load balancer in front of
+// several). It is safe for concurrent use.
+type Client struct {
+	svc quotadv1connect.QuotaServiceClient
+	// own is the transport New made, closed by Close; nil when the caller
+	// supplied the HTTP client.
+	own *http.Transport
+}
+
+// New returns a client of the quotad at baseURL, e.g.
+// "http://localhost:8080". It does no I/O.
+func New(baseURL string, opts Options) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: base URL: %v", ErrInvalidOptions, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("%w: base URL %q: want http://host:port or https://host:port", ErrInvalidOptions, baseURL)
+	}
+	var protocolOption []connect.ClientOption
+	switch opts.Protocol {
+	case ProtocolConnect:
+	case ProtocolGRPC:
+		protocolOption = append(protocolOption, connect.WithGRPC())
+	case ProtocolGRPCWeb:
+		protocolOption = append(protocolOption, connect.WithGRPCWeb())
+	default:
+		return nil, fmt.Errorf("%w: protocol %v", ErrInvalidOptions, opts.Protocol)
+	}
+	c := &Client{}
+	hc := opts.HTTPClient
+	if hc == nil {
+		c.own = newTransport(opts.Protocol)
+		hc = &http.Client{Transport: c.own}
+	}
+	c.svc = quotadv1connect.NewQuotaServiceClient(hc, strings.TrimSuffix(baseURL, "/"), append(protocolOption, opts.ClientOptions...)...)
+	return c, nil
+}
+
+// newTransport is http.DefaultTransport's settings (proxy from the
+// environment, dial and TLS timeouts) adjusted for p.
+func newTransport(p Protocol) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// Over HTTP/1.1 each concurrent call needs a connection of its own;
+	// the default of 2 idle connections per host would make a busy
+	// middleware open and close connections all the time.
+	t.MaxIdleConnsPerHost = 64
+	if p == ProtocolGRPC {
+		// gRPC is HTTP/2 only. Without HTTP1 in the set, http:// URLs use
+		// cleartext HTTP/2 with prior knowledge, as quotad serves it.
+		t.Protocols = new(http.Protocols)
+		t.Protocols.SetHTTP2(true)
+		t.Protocols.SetUnencryptedHTTP2(true)
+	}
+	return t
+}
+
+// Close releases the idle connections of the transport New made. It does
+// nothing to an HTTP client the caller supplied. Calls after Close still
+// work (they open new connections).
+func (c *Client) Close() error {
+	if c.own != nil {
+		c.own.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Service is the generated client, for the RPCs this package does not wrap
+// (CheckBatch, Reset, ListPolicies).
+func (c *Client) Service() quotadv1connect.QuotaServiceClient { return c.svc }
+
+// Source says which part of quotad made a decision: "store", "lease",
+// "denied_cache", "fail_open" or "fail_closed" (quotad's store failed and
+// the policy's failure mode decided). A source this package does not know
+// (a newer server) is quotad's enum name or number in lower case.
+type Source string
+
+// The sources quotad reports.
+const (
+	SourceStore       Source = "store"
+	SourceLease       Source = "lease"
+	SourceDeniedCache Source = "denied_cache"
+	SourceFailOpen    Source = "fail_open"
+	SourceFailClosed  Source = "fail_closed"
+)
+
+// Decision is quotad's answer to one check; a denial is a Decision with
+// Allowed false, not an error. The embedded algorithms.Decision carries
+// Allowed, Limit, Remaining, ResetAfter and RetryAfter (whole milliseconds,
+// as quotad reports them).
+type Decision struct {
+	algorithms.Decision
+	// Source says who decided.
+	Source Source
+}
+
+// Check asks quotad whether key may spend cost units of the configured
+// policy now, and spends them if so. Cost 0 spends nothing and reports
+// whether one unit would be admitted. Invalid input comes back as an error
+// with code InvalidArgument (quotad validates; this client does not), an
+// unknown policy as NotFound, an unreachable quotad as Unavailable (or the
+// context's DeadlineExceeded/Canceled). It blocks until quotad answers or
+// ctx ends.
+func (c *Client) Check(ctx context.Context, policy, key string, cost int64) (Decision, error) {
+	return c.check(ctx, &quotadv1.CheckRequest{Policy: policy, Key: key, Cost: &cost})
+}
+
+// CheckLimit is Check with an inline limit instead of a configured policy:
+// namespace separates its keys from other limits' (it must not be the name
+// of a configured policy), and the server's default failure mode applies.
+// The server must allow inline limits (quotad --inline-limits, the default);
+// otherwise the error's code is PermissionDenied.
+func (c *Client) CheckLimit(ctx context.Context, namespace string, limit algorithms.Limit, key string, cost int64) (Decision, error) {
+	pl := &quotadv1.Limit{
+		Algorithm: algorithmToProto(limit.Algorithm),
+		Limit:     limit.Limit,
+		Period:    durationpb.New(limit.Period),
+		Burst:     limit.Burst,
+	}
+	return c.check(ctx, &quotadv1.CheckRequest{Policy: namespace, Key: key, Cost: &cost, Limit: pl})
+}
+
+func (c *Client) check(ctx context.Context, req *quotadv1.CheckRequest) (Decision, error) {
+	res, err := c.svc.Check(ctx, connect.NewRequest(req))
+	if err != nil {
+		// The key is left out: it may be a credential (an API key).
+		return Decision{}, fmt.Errorf("check of policy %q: %w", req.GetPolicy(), err)
+	}
+	m := res.Msg
+	return Decision{
+		Decision: algorithms.Decision{
+			Allowed:    m.GetAllowed(),
+			Limit:      m.GetLimit(),
+			Remaining:  m.GetRemaining(),
+			ResetAfter: m.GetResetAfter().AsDuration(),
+			RetryAfter: m.GetRetryAfter().AsDuration(),
+		},
+		Source: sourceFromProto(m.GetSource()),
+	}, nil
+}
+
+// The API's enum names are algorithms' and Source's names upper-cased with
+// a prefix (ALGORITHM_TOKEN_BUCKET is token_bucket), so the mappings below
+// go through the names: a value added on one side only maps to
+// UNSPECIFIED (which quotad rejects) rather than to a wrong neighbour.
+
+func algorithmToProto(a algorithms.Algorithm) quotadv1.Algorithm {
+	return quotadv1.Algorithm(quotadv1.Algorithm_value["ALGORITHM_"+strings.ToUpper(a.String())])
+}
+
+func sourceFromProto(s quotadv1.Source) Source {
+	return Source(strings.ToLower(strings.TrimPrefix(s.String(), "SOURCE_")))
+}

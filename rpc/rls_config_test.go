@@ -1,0 +1,107 @@
+package rpc
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/node"
+)
+
+// Every configuration mistake is refused, naming the field as the config
+// file spells it.
+func TestEnvoyConfigValidate(t *testing.T) {
+	huge := node.Policy{Name: "huge", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: math.MaxUint32 + 1, Period: time.Minute}}
+	hugeBurst := node.Policy{Name: "huge-burst", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Burst: math.MaxUint32 + 1, Period: time.Minute}}
+	policies := append(rlsPolicies(), huge, hugeBurst)
+	for _, tc := range []struct {
+		name          string
+		cfg           EnvoyConfig
+		want          string // in the message
+		unknownPolicy bool
+	}{
+		{"empty domain", EnvoyConfig{Domains: []EnvoyDomain{{Descriptors: []EnvoyDescriptor{{Key: "k", Policy: "per-ip"}}}}},
+			"envoy.domains[0].domain: invalid rpc config: must not be empty", false},
+		{"duplicate domain", EnvoyConfig{Domains: []EnvoyDomain{
+			{Domain: "edge", Descriptors: []EnvoyDescriptor{{Key: "k", Policy: "per-ip"}}},
+			{Domain: "edge", Descriptors: []EnvoyDescriptor{{Key: "k", Policy: "per-ip"}}},
+		}}, `envoy.domains[1].domain: invalid rpc config: "edge" is configured twice`, false},
+		{"domain without rules", EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge"}}},
+			`envoy.domains[0].descriptors: invalid rpc config: domain "edge" has none`, false},
+		{"empty key", one("edge", EnvoyDescriptor{Policy: "per-ip"}),
+			"envoy.domains[0].descriptors[0].key: invalid rpc config: must not be empty", false},
+		{"duplicate value", EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge", Descriptors: []EnvoyDescriptor{
+			{Key: "k", Value: "v", Policy: "per-ip"}, {Key: "k", Value: "w", Policy: "per-ip"}, {Key: "k", Value: "v", Policy: "login"},
+		}}}}, "envoy.domains[0].descriptors[2]: invalid rpc config: a rule for k=v comes twice at this level", false},
+		{"duplicate default", EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge", Descriptors: []EnvoyDescriptor{
+			{Key: "k", Policy: "per-ip"}, {Key: "k", Policy: "login"},
+		}}}}, `envoy.domains[0].descriptors[1]: invalid rpc config: a rule for key "k" with no value comes twice at this level`, false},
+		{"policy and unlimited", one("edge", EnvoyDescriptor{Key: "k", Policy: "per-ip", Unlimited: true}),
+			`envoy.domains[0].descriptors[0]: invalid rpc config: policy "per-ip" and unlimited exclude each other`, false},
+		{"shadow without policy", one("edge", EnvoyDescriptor{Key: "k", ShadowMode: true, Unlimited: true}),
+			"envoy.domains[0].descriptors[0].shadow_mode: invalid rpc config: needs a policy", false},
+		{"rule that applies to nothing", one("edge", EnvoyDescriptor{Key: "k", Value: "v"}),
+			"envoy.domains[0].descriptors[0]: invalid rpc config: rule k applies to nothing", false},
+		{"unknown policy", one("edge", EnvoyDescriptor{Key: "k", Policy: "per-ipp"}),
+			`envoy.domains[0].descriptors[0].policy: invalid rpc config: unknown policy "per-ipp"`, true},
+		{"unknown policy, nested", EnvoyConfig{Domains: []EnvoyDomain{
+			{Domain: "edge", Descriptors: []EnvoyDescriptor{{Key: "k", Policy: "per-ip"}}},
+			{Domain: "api", Descriptors: []EnvoyDescriptor{{Key: "a", Descriptors: []EnvoyDescriptor{{Key: "b", Policy: "per-ip"}, {Key: "c", Policy: "nope"}}}}},
+		}}, `envoy.domains[1].descriptors[0].descriptors[1].policy: invalid rpc config: unknown policy "nope"`, true},
+		{"error deep in a nested rule", one("edge", EnvoyDescriptor{Key: "a", Descriptors: []EnvoyDescriptor{{Key: "b", Descriptors: []EnvoyDescriptor{{Key: ""}}}}}),
+			"envoy.domains[0].descriptors[0].descriptors[0].descriptors[0].key: invalid rpc config: must not be empty", false},
+		{"limit too large for Envoy", one("edge", EnvoyDescriptor{Key: "k", Policy: "huge"}),
+			`envoy.domains[0].descriptors[0].policy: invalid rpc config: policy "huge": limit 4294967296 (burst 0) exceeds 4294967295`, false},
+		{"burst too large for Envoy", one("edge", EnvoyDescriptor{Key: "k", Policy: "huge-burst"}),
+			`policy "huge-burst": limit 10 (burst 4294967296) exceeds 4294967295`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate(policies)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate: %v, want an error containing %q", err, tc.want)
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("Validate: %v does not wrap ErrInvalidConfig", err)
+			}
+			if got := errors.Is(err, node.ErrUnknownPolicy); got != tc.unknownPolicy {
+				t.Errorf("Validate: errors.Is(%v, node.ErrUnknownPolicy) = %t, want %t", err, got, tc.unknownPolicy)
+			}
+		})
+	}
+	if err := rlsTestConfig().Validate(policies); err != nil {
+		t.Fatalf("the matching tests' config: %v", err)
+	}
+	if err := (EnvoyConfig{}).Validate(nil); err != nil {
+		t.Fatalf("the zero config: %v", err)
+	}
+}
+
+// Config.Validate checks the rules' shape without knowing the policies;
+// NewHandler then refuses rules naming a policy the node lacks.
+func TestEnvoyConfigInHandler(t *testing.T) {
+	bad := one("edge", EnvoyDescriptor{Key: "k", Unlimited: true, Policy: "x"})
+	if err := (Config{Envoy: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "exclude each other") {
+		t.Fatalf("Config.Validate: %v, want the rule refused", err)
+	}
+	unknown := one("edge", EnvoyDescriptor{Key: "k", Policy: "nope"})
+	if err := (Config{Envoy: unknown}).Validate(); err != nil {
+		t.Fatalf("Config.Validate cannot know the policies, yet: %v", err)
+	}
+	n, err := node.New(node.Config{Policies: rlsPolicies()}, node.NewMemoryStore(nil, 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	_, err = NewHandler(n, Config{Envoy: unknown}, nil)
+	if !errors.Is(err, node.ErrUnknownPolicy) || !strings.Contains(err.Error(), `envoy.domains[0].descriptors[0].policy`) {
+		t.Fatalf("NewHandler: %v, want the unknown policy named", err)
+	}
+}
+
+// one is a config of one domain with one rule.
+func one(domain string, d EnvoyDescriptor) EnvoyConfig {
+	return EnvoyConfig{Domains: []EnvoyDomain{{Domain: domain, Descriptors: []EnvoyDescriptor{d}}}}
+}

@@ -1,0 +1,68 @@
+package rpc
+
+// This file finds the rule for a descriptor and names the counter it spends.
+
+// match returns the rule for a descriptor with entries es in the tree whose
+// first level is l, or nil when no rule applies. It walks the entries in
+// order: at each level, the rule naming the entry's key and value wins over
+// the key's default (the rule with no value); the entry after it is matched
+// among the winner's children. The rule applies only when the last entry
+// lands on it, so a descriptor longer or shorter than the rules has no
+// limit. There is no backtracking: once an exact rule wins, its key's
+// default is not tried for the entries after. These are envoyproxy/ratelimit's
+// rules.
+func (l *rlsLevel) match(es []rlsEntry) *rlsRule {
+	lvl := l
+	for i, e := range es {
+		n := lvl.exact[e]
+		if n == nil {
+			n = lvl.wildcard[e.key]
+		}
+		if n == nil {
+			return nil
+		}
+		if i == len(es)-1 {
+			return n.rule
+		}
+		if n.next == nil {
+			return nil
+		}
+		lvl = n.next
+	}
+	return nil
+}
+
+// rlsKey is the key a descriptor's counter has under its rule's policy:
+// the domain, then every entry as key=value, joined by '|', e.g.
+// "edge|remote_address=10.0.0.1|path=/api". Every value counts, the
+// default rules' included, so each address has a counter of its own. '%',
+// '|' and '=' inside the parts are percent-escaped, so that no two
+// descriptors share a key: a value cannot pose as more entries.
+func rlsKey(domain string, es []rlsEntry) string {
+	n := len(domain)
+	for _, e := range es {
+		n += len(e.key) + len(e.value) + 2
+	}
+	b := make([]byte, 0, n)
+	b = appendKeyPart(b, domain)
+	for _, e := range es {
+		b = append(b, '|')
+		b = appendKeyPart(b, e.key)
+		b = append(b, '=')
+		b = appendKeyPart(b, e.value)
+	}
+	return string(b)
+}
+
+func appendKeyPart(b []byte, s string) []byte {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%', '|', '=':
+			b = append(b, '%', hex[c>>4], hex[c&0xF])
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
+}
