@@ -43,7 +43,7 @@ func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 	if masters < 3 {
 		t.Fatalf("redistest: a Redis Cluster needs at least 3 masters, not %d", masters)
 	}
-	cli := cliBinary(t)
+	cli := lookPath(t, "redis-cli") // shipped with redis-server
 	c := &Cluster{t: t}
 	for range masters {
 		nodeOpts := append([]Option{
@@ -66,16 +66,6 @@ func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 	}
 	c.WaitOK()
 	return c
-}
-
-// cliBinary returns the path of redis-cli (shipped with redis-server).
-func cliBinary(t testing.TB) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Fatal(InstallHint)
-	}
-	return bin
 }
 
 // Addrs are the masters' "127.0.0.1:PORT" addresses, in master order: the

@@ -72,7 +72,14 @@ func withConfigFile(name, text string) Option {
 // command when it is missing.
 func Binary(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	return lookPath(t, "redis-server")
+}
+
+// lookPath returns the path of one of Redis's programs, failing the test
+// with the install command when it is missing.
+func lookPath(t testing.TB, program string) string {
+	t.Helper()
+	bin, err := exec.LookPath(program)
 	if err != nil {
 		t.Fatal(InstallHint)
 	}
