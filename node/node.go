@@ -33,8 +33,14 @@ type Config struct {
 	// DeniedCache sizes the hot denied-key cache (remote stores only).
 	DeniedCache cache.DeniedConfig
 	// ClusterSize reports how many nodes share the store, for lease caps;
-	// nil means 1. It is called on the miss path and must be cheap.
+	// nil means Cluster's size, or 1 without one. It is called on the miss
+	// path and must be cheap.
 	ClusterSize func() int
+	// Cluster is this node's cluster membership; nil runs standalone. New
+	// requires a remote store with it (ErrSharedStoreRequired), gossips the
+	// store's denials and this node's resets through it, and applies the
+	// peers'. The node owns it from New on: Close leaves the cluster.
+	Cluster *Membership
 }
 
 // Validate reports the first problem with c.
@@ -74,6 +80,9 @@ func (c Config) withDefaults() Config {
 		c.DefaultFailureMode = FailOpen
 	}
 	c.Lease = c.Lease.withDefaults()
+	if c.ClusterSize == nil && c.Cluster != nil {
+		c.ClusterSize = c.Cluster.Size
+	}
 	if c.ClusterSize == nil {
 		c.ClusterSize = func() int { return 1 }
 	}
@@ -183,6 +192,12 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		}
 		n.policies[p.Name] = p
 	}
+	if cfg.Cluster != nil {
+		if err := n.attachCluster(cfg.Cluster); err != nil {
+			denied.Close()
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
 	go n.janitor(ctx)
@@ -288,10 +303,30 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 		return err
 	}
 	// Local state goes first, so no lease or cached denial survives the
-	// authority's reset. Units held in a lease are not returned: the
-	// authority forgets them anyway.
-	k := leaseKey{policy, key}
-	if l := n.leases.remove(k); l != nil {
+	// authority's reset.
+	n.forgetLocal(policy, key)
+	// Forget again once the authority is reset, and wait for the cache to
+	// apply it: a denial added just before may become visible after the
+	// first Forget.
+	defer func() {
+		n.denied.Forget(cache.Key{Policy: policy, Key: key})
+		n.denied.Wait()
+	}()
+	if err := n.store.Reset(ctx, n.keyBase(policy, key)); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return fmt.Errorf("reset %s: %w", policy, ctxErr)
+		}
+		return fmt.Errorf("reset %s: %w: %v", policy, ErrStore, err)
+	}
+	n.gossipReset(policy, key)
+	return nil
+}
+
+// forgetLocal drops this node's lease and remembered denials of key.
+// Units held in the lease are not returned: the authority forgets them
+// anyway.
+func (n *Node) forgetLocal(policy, key string) {
+	if l := n.leases.remove(leaseKey{policy, key}); l != nil {
 		// A store call in flight for l must not install its grant or denial
 		// (fetch checks dead under l.mu), and checks still holding l must
 		// not spend pre-reset units.
@@ -303,22 +338,7 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 		}
 		l.denial.Store(nil)
 	}
-	ck := cache.Key{Policy: policy, Key: key}
-	n.denied.Forget(ck)
-	// Forget again once the authority is reset, and wait for the cache to
-	// apply it: a denial added just before may become visible after the
-	// first Forget.
-	defer func() {
-		n.denied.Forget(ck)
-		n.denied.Wait()
-	}()
-	if err := n.store.Reset(ctx, n.keyBase(policy, key)); err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return fmt.Errorf("reset %s: %w", policy, ctxErr)
-		}
-		return fmt.Errorf("reset %s: %w: %v", policy, ErrStore, err)
-	}
-	return nil
+	n.denied.Forget(cache.Key{Policy: policy, Key: key})
 }
 
 // keyBase is the Redis key base of one limit: {prefix:policy:key}. The braces
@@ -343,11 +363,17 @@ func (n *Node) cacheKey(k leaseKey, lim algorithms.Limit) cache.Key {
 	return cache.Key{Policy: k.policy, Key: k.key, Limit: lim}
 }
 
-// Close returns the unused units of every lease to the store, then closes
-// the store. Checks must have stopped. Calls after the first return nil.
+// Close leaves the cluster, if any, returns the unused units of every
+// lease to the store, then closes the store. Checks must have stopped.
+// Calls after the first return nil.
 func (n *Node) Close() error {
 	if !n.closed.CompareAndSwap(false, true) {
 		return nil
+	}
+	// Leave first: the others stop counting this node, and stop sending
+	// it gossip, before its leases go back.
+	if err := n.cfg.Cluster.Close(); err != nil {
+		n.log.Warn("leaving the cluster", "err", err)
 	}
 	n.stopJanitor()
 	<-n.janitorDone
