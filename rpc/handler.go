@@ -21,7 +21,9 @@ import (
 //   - gRPC server reflection, v1 and v1alpha (for grpcurl and buf curl);
 //   - gRPC health (grpc.health.v1.Health), SERVING for "" and
 //     quotad.v1.QuotaService;
-//   - GET /healthz, 200 "ok\n".
+//   - GET /healthz, 200 "ok\n";
+//   - GET /cluster, the node's view of its cluster and its lease and
+//     denied-cache figures, as JSON.
 //
 // gRPC needs HTTP/2: serve the handler with an http.Server whose Protocols
 // enable HTTP/1 and unencrypted HTTP/2 (h2c), or over TLS. cfg is defaulted
@@ -65,5 +67,6 @@ func newHandler(n *node.Node, cfg Config, log *slog.Logger, h *health) (http.Han
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, common))
 	mux.Handle(grpchealth.NewHandler(h, common))
 	mux.HandleFunc("GET /healthz", h.healthz)
+	mux.HandleFunc("GET /cluster", clusterPage(n))
 	return mux, nil
 }
