@@ -109,9 +109,10 @@ func (c MembershipConfig) withDefaults() MembershipConfig {
 	return c
 }
 
-// Validate reports the first problem with c (after defaults), naming the
-// field.
+// Validate reports the first problem with c, with defaults applied to
+// unset fields, naming the field.
 func (c MembershipConfig) Validate() error {
+	c = c.withDefaults()
 	if c.Transport == nil {
 		if c.BindAddr == "" {
 			return fmt.Errorf("cluster bind address: %w: required (host:port)", ErrInvalidConfig)

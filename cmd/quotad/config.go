@@ -46,6 +46,9 @@ type config struct {
 	// DeniedCache sizes the hot denied-key cache; the zero value means
 	// 100,000 entries.
 	DeniedCache cache.DeniedConfig
+	// Cluster makes the node a cluster member; the zero value runs
+	// standalone.
+	Cluster clusterConfig
 }
 
 func defaultConfig() config {
@@ -95,6 +98,9 @@ func (c config) validate() error {
 			return err
 		}
 	}
+	if err := c.Cluster.validate(c.RedisURL); err != nil {
+		return err
+	}
 	return c.nodeConfig().Validate()
 }
 
@@ -110,6 +116,7 @@ type fileConfig struct {
 	Lease               *fileLease     `yaml:"lease"`
 	DeniedCache         *fileDenied    `yaml:"denied_cache"`
 	Policies            []filePolicyAt `yaml:"policies"`
+	Cluster             *fileCluster   `yaml:"cluster"`
 }
 
 type fileLease struct {
@@ -199,6 +206,7 @@ func (f fileConfig) apply(c *config) error {
 	setIf(&c.KeyPrefix, f.KeyPrefix)
 	setIf(&c.InlineLimits, f.InlineLimits)
 	setIf(&c.LogLevel, f.LogLevel)
+	f.Cluster.apply(&c.Cluster)
 	if f.ShutdownTimeout != nil {
 		c.ShutdownTimeout = time.Duration(*f.ShutdownTimeout)
 	}

@@ -33,7 +33,7 @@ func (s setting) env() string {
 }
 
 func settings() []setting {
-	return []setting{
+	return append([]setting{
 		{name: "listen", usage: "address the API listens on (`host:port`)", apply: func(c *config, v string) error { c.Listen = v; return nil }},
 		{name: "redis", usage: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; empty uses the embedded memory store (single node)", apply: func(c *config, v string) error { c.RedisURL = v; return nil }},
 		{name: "redis-timeout", usage: "deadline of each Redis round trip, one pipelined batch of script calls (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.RedisTimeout, v) }},
@@ -65,7 +65,7 @@ func settings() []setting {
 		{name: "denied-cache-bytes", usage: "size of the hot denied-key cache in `bytes` instead of entries", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
-	}
+	}, clusterSettings()...)
 }
 
 func parseDurationInto(dst *time.Duration, v string) error {
@@ -182,6 +182,11 @@ Config file (YAML; unknown fields are errors):
   default_on_store_error: open      # open | closed
   shutdown_timeout: 10s
   log_level: info
+  cluster:                          # optional; needs redis
+    addr: ":7946"                   # gossip address (UDP and TCP)
+    join: ["quotad-headless:7946"]  # seeds; a DNS name means all its addresses
+    node_name: quotad-0             # default hostname:port
+    key_file: /etc/quotad/gossip.key  # base64 of 16/24/32 bytes
   policies:
     - name: api                     # [A-Za-z0-9_.-]
       algorithm: token_bucket       # fixed_window | sliding_window_log | sliding_window_counter
@@ -219,9 +224,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	n, err := node.New(cfg.nodeConfig(), store, log)
+	cluster, err := openCluster(cfg, log)
 	if err != nil {
 		store.Close()
+		return err
+	}
+	nodeCfg := cfg.nodeConfig()
+	nodeCfg.Cluster = cluster // n leaves it in Close, after the server stops
+	n, err := node.New(nodeCfg, store, log)
+	if err != nil {
+		store.Close()
+		cluster.Shutdown()
 		return err
 	}
 	defer n.Close()
@@ -246,6 +259,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	fmt.Fprintf(stdout, "quotad listening on %s (Connect, gRPC, gRPC-Web, HTTP/JSON)\nstore: %s\npolicies: %d configured, inline limits %s\n",
 		displayURL(ln.Addr()), n.Store(), len(cfg.Policies), map[bool]string{true: "on", false: "off"}[cfg.InlineLimits])
+	if cluster != nil {
+		fmt.Fprintf(stdout, "cluster: %s\n", cluster.Describe())
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
