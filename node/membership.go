@@ -406,36 +406,43 @@ func (m *Membership) Join(ctx context.Context, addrs ...string) (int, error) {
 	if len(targets) == 0 {
 		return 0, fmt.Errorf("cluster join: no addresses to contact in %q", addrs)
 	}
-	return m.join(targets)
+	return m.join(ctx, targets)
 }
 
-// join contacts every target concurrently (each may take a stream
-// timeout when unreachable) and reports how many answered.
-func (m *Membership) join(targets []string) (int, error) {
-	var (
-		wg       sync.WaitGroup
-		contacts atomic.Int64
-		mu       sync.Mutex
-		errs     []error
-	)
+// join contacts every target concurrently and reports how many answered.
+// It returns early when ctx ends: a contact to an address that swallows
+// packets takes a whole stream timeout (DeadAfter), and shutting down
+// should not wait for it; such a contact finishes on its own.
+func (m *Membership) join(ctx context.Context, targets []string) (int, error) {
+	results := make(chan error, len(targets))
 	for _, t := range targets {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			m.joinAttempts.Add(1)
-			if _, err := m.ml.Join([]string{t}); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				return
+			_, err := m.ml.Join([]string{t})
+			if err == nil {
+				m.joinContacts.Add(1)
 			}
-			m.joinContacts.Add(1)
-			contacts.Add(1)
+			results <- err
 		}()
 	}
-	wg.Wait()
-	if n := int(contacts.Load()); n > 0 {
-		return n, nil
+	var (
+		contacts int
+		errs     []error
+	)
+	for range targets {
+		select {
+		case err := <-results:
+			if err != nil {
+				errs = append(errs, err)
+			} else {
+				contacts++
+			}
+		case <-ctx.Done():
+			return contacts, fmt.Errorf("cluster join: %w", ctx.Err())
+		}
+	}
+	if contacts > 0 {
+		return contacts, nil
 	}
 	return 0, fmt.Errorf("cluster join: %w", errors.Join(errs...))
 }
@@ -486,7 +493,7 @@ func (m *Membership) rejoinLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		if targets := m.rejoinTargets(ctx); len(targets) > 0 {
-			if _, err := m.join(targets); err != nil {
+			if _, err := m.join(ctx, targets); err != nil {
 				m.log.Debug("cluster: rejoin found nobody", "targets", targets, "err", err)
 			}
 		}

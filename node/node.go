@@ -39,7 +39,8 @@ type Config struct {
 	// Cluster is this node's cluster membership; nil runs standalone. New
 	// requires a remote store with it (ErrSharedStoreRequired), gossips the
 	// store's denials and this node's resets through it, and applies the
-	// peers'. The node owns it from New on: Close leaves the cluster.
+	// peers'. Once New succeeds the node owns it and Close leaves the
+	// cluster; when New fails, the caller still owns it.
 	Cluster *Membership
 }
 

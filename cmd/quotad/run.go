@@ -234,7 +234,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	n, err := node.New(nodeCfg, store, log)
 	if err != nil {
 		store.Close()
-		cluster.Shutdown()
+		cluster.Close()
 		return err
 	}
 	defer n.Close()
