@@ -7,7 +7,7 @@ BUF       := $(TOOLS)/node_modules/.bin/buf
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: help run test redis-server lint proto proto-check bench
+.PHONY: help run test redis-server lint proto proto-check bench cluster
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -20,6 +20,23 @@ test: redis-server lint ## the whole test suite (installs redis-server when miss
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAcquireReply$$' -fuzztime $(FUZZTIME) ./algorithms
+
+CLUSTER_REDIS_PORT ?= 6390
+CLUSTER_API_PORT   ?= 8080
+CLUSTER_GOSSIP_PORT ?= 7946
+
+cluster: redis-server ## a local three-node cluster on 127.0.0.1-3 sharing one redis-server (Ctrl-C stops it)
+	@$(GO) build -o $(TOOLS)/bin/quotad ./cmd/quotad
+	@dir=$$(mktemp -d); pids=; trap 'kill $$pids 2>/dev/null; wait' INT TERM EXIT; \
+	head -c 32 /dev/urandom | base64 > $$dir/gossip.key; \
+	redis-server --port $(CLUSTER_REDIS_PORT) --bind 127.0.0.1 --save '' --appendonly no --dir $$dir > $$dir/redis.log 2>&1 & pids="$$pids $$!"; \
+	for i in 1 2 3; do \
+	  $(TOOLS)/bin/quotad --listen 127.0.0.$$i:$(CLUSTER_API_PORT) --redis redis://127.0.0.1:$(CLUSTER_REDIS_PORT)/0 \
+	    --cluster-addr 127.0.0.$$i:$(CLUSTER_GOSSIP_PORT) --join 127.0.0.1:$(CLUSTER_GOSSIP_PORT) \
+	    --node-name node-$$i --cluster-key-file $$dir/gossip.key 2> $$dir/node-$$i.log & pids="$$pids $$!"; \
+	done; \
+	echo "cluster status: curl -s 127.0.0.1:$(CLUSTER_API_PORT)/cluster; logs in $$dir; Ctrl-C stops the cluster"; \
+	wait
 
 redis-server: ## install redis-server (and redis-cli) when missing
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || \

@@ -49,8 +49,8 @@ func (s *flakyStore) Ping(context.Context) error {
 	return nil
 }
 
-// waitFor polls cond until it holds, failing t after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// waitUntil polls cond until it holds, failing t after timeout.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -110,10 +110,10 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	if got := store.acquires.Load(); got != tried {
 		t.Fatalf("the open breaker let %d calls reach the store", got-tried)
 	}
-	waitFor(t, 5*time.Second, "probes", func() bool { return store.pings.Load() >= 2 })
+	waitUntil(t, 5*time.Second, "probes", func() bool { return store.pings.Load() >= 2 })
 
 	store.down.Store(false)
-	waitFor(t, 5*time.Second, "the breaker to close", n.StoreAvailable)
+	waitUntil(t, 5*time.Second, "the breaker to close", n.StoreAvailable)
 	if res, err := n.Check(ctx, direct, "k", 1); err != nil || res.Source != node.SourceStore || !res.Allowed {
 		t.Fatalf("after the store came back: %+v, %v", res, err)
 	}
@@ -204,13 +204,13 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	}
 
 	healthy := cur.Load()
-	waitFor(t, 10*time.Second, "store decisions before the kill", func() bool { return seen(healthy, "closed", node.SourceStore) })
+	waitUntil(t, 10*time.Second, "store decisions before the kill", func() bool { return seen(healthy, "closed", node.SourceStore) })
 
 	r.Kill()
-	waitFor(t, 10*time.Second, "the breaker to open", func() bool { return n.Stats().BreakerOpen })
+	waitUntil(t, 10*time.Second, "the breaker to open", func() bool { return n.Stats().BreakerOpen })
 	down := newPhase()
 	callsWhenOpen := store.acquires.Load() + store.releases.Load()
-	waitFor(t, 10*time.Second, "both failure modes", func() bool {
+	waitUntil(t, 10*time.Second, "both failure modes", func() bool {
 		return seen(down, "open", node.SourceFailOpen) && seen(down, "closed", node.SourceFailClosed)
 	})
 	if got := store.acquires.Load() + store.releases.Load(); got != callsWhenOpen {
@@ -220,7 +220,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	restarted := time.Now()
 	r.Restart()
 	up := newPhase()
-	waitFor(t, 10*time.Second, "store decisions after the restart", func() bool {
+	waitUntil(t, 10*time.Second, "store decisions after the restart", func() bool {
 		return seen(up, "closed", node.SourceStore) && (seen(up, "open", node.SourceStore) || seen(up, "open", node.SourceLease))
 	})
 	backAfter := time.Since(restarted)
@@ -244,7 +244,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	for _, a := range algorithms.Algorithms() {
 		shas = append(shas, redis.NewScript(algorithms.CheckScript(a)).Hash(), redis.NewScript(algorithms.ReleaseScript(a)).Hash())
 	}
-	waitFor(t, 10*time.Second, "every script to be reloaded", func() bool {
+	waitUntil(t, 10*time.Second, "every script to be reloaded", func() bool {
 		exists, err := rc.ScriptExists(context.Background(), shas...).Result()
 		if err != nil {
 			return false
@@ -261,5 +261,5 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc.Close()
-	waitFor(t, 10*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= goroutines })
+	waitUntil(t, 10*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= goroutines })
 }

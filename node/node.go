@@ -35,11 +35,18 @@ type Config struct {
 	// Breaker configures the circuit breaker in front of a remote store.
 	Breaker BreakerConfig
 	// ClusterSize reports how many nodes share the store, for lease caps;
-	// nil means 1. It is called on the miss path and must be cheap.
+	// nil means Cluster's size, or 1 without one. It is called on the miss
+	// path and must be cheap.
 	ClusterSize func() int
 	// Telemetry is where the node sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry
+	// Cluster is this node's cluster membership; nil runs standalone. New
+	// requires a remote store with it (ErrSharedStoreRequired), gossips the
+	// store's denials and this node's resets through it, and applies the
+	// peers'. Once New succeeds the node owns it and Close leaves the
+	// cluster; when New fails, the caller still owns it.
+	Cluster *Membership
 }
 
 // Validate reports the first problem with c.
@@ -82,6 +89,9 @@ func (c Config) withDefaults() Config {
 		c.DefaultFailureMode = FailOpen
 	}
 	c.Lease = c.Lease.withDefaults()
+	if c.ClusterSize == nil && c.Cluster != nil {
+		c.ClusterSize = c.Cluster.Size
+	}
 	if c.ClusterSize == nil {
 		c.ClusterSize = func() int { return 1 }
 	}
@@ -225,14 +235,21 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		}
 		n.policies[p.Name] = p
 	}
+	if n.tel, err = newTelemetry(cfg.Telemetry, n, store); err != nil {
+		denied.Close()
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	if cfg.Cluster != nil {
+		if err := n.attachCluster(cfg.Cluster); err != nil {
+			n.tel.close()
+			denied.Close()
+			return nil, err
+		}
+	}
 	if store.Remote() {
 		ctx, cancel := context.WithCancel(context.Background())
 		n.breaker, n.stopBreaker = newBreaker(ctx, cfg.Breaker, store.Ping, log), cancel
 		n.store = breakerStore{Store: store, b: n.breaker}
-	}
-	if n.tel, err = newTelemetry(cfg.Telemetry, n, store); err != nil {
-		denied.Close()
-		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
@@ -350,10 +367,30 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 		return err
 	}
 	// Local state goes first, so no lease or cached denial survives the
-	// authority's reset. Units held in a lease are not returned: the
-	// authority forgets them anyway.
-	k := leaseKey{policy, key}
-	if l := n.leases.remove(k); l != nil {
+	// authority's reset.
+	n.forgetLocal(policy, key)
+	// Forget again once the authority is reset, and wait for the cache to
+	// apply it: a denial added just before may become visible after the
+	// first Forget.
+	defer func() {
+		n.denied.Forget(cache.Key{Policy: policy, Key: key})
+		n.denied.Wait()
+	}()
+	if err := n.store.Reset(ctx, n.keyBase(policy, key)); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return fmt.Errorf("reset %s: %w", policy, ctxErr)
+		}
+		return fmt.Errorf("reset %s: %w: %v", policy, ErrStore, err)
+	}
+	n.gossipReset(policy, key)
+	return nil
+}
+
+// forgetLocal drops this node's lease and remembered denials of key.
+// Units held in the lease are not returned: the authority forgets them
+// anyway.
+func (n *Node) forgetLocal(policy, key string) {
+	if l := n.leases.remove(leaseKey{policy, key}); l != nil {
 		// A store call in flight for l must not install its grant or denial
 		// (fetch checks dead under l.mu), and checks still holding l must
 		// not spend pre-reset units.
@@ -365,22 +402,7 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 		}
 		l.denial.Store(nil)
 	}
-	ck := cache.Key{Policy: policy, Key: key}
-	n.denied.Forget(ck)
-	// Forget again once the authority is reset, and wait for the cache to
-	// apply it: a denial added just before may become visible after the
-	// first Forget.
-	defer func() {
-		n.denied.Forget(ck)
-		n.denied.Wait()
-	}()
-	if err := n.store.Reset(ctx, n.keyBase(policy, key)); err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return fmt.Errorf("reset %s: %w", policy, ctxErr)
-		}
-		return fmt.Errorf("reset %s: %w: %v", policy, ErrStore, err)
-	}
-	return nil
+	n.denied.Forget(cache.Key{Policy: policy, Key: key})
 }
 
 // keyBase is the Redis key base of one limit: {prefix:policy:key}. The braces
@@ -405,8 +427,9 @@ func (n *Node) cacheKey(k leaseKey, lim algorithms.Limit) cache.Key {
 	return cache.Key{Policy: k.policy, Key: k.key, Limit: lim}
 }
 
-// Close returns the unused units of every lease to the store, then closes
-// the store. Checks must have stopped. Calls after the first return nil.
+// Close returns the unused units of every lease to the store, leaves the
+// cluster, if any, then closes the store. Checks must have stopped. Calls
+// after the first return nil.
 func (n *Node) Close() error {
 	if !n.closed.CompareAndSwap(false, true) {
 		return nil
@@ -416,6 +439,12 @@ func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	n.releaseAll(ctx)
+	// Leave once the leases are back (the shutdown order of the issue and
+	// the README): until then this node still counts in its peers' lease
+	// caps, which only keeps theirs a little smaller for a moment.
+	if err := n.cfg.Cluster.Close(); err != nil {
+		n.log.Warn("leaving the cluster", "err", err)
+	}
 	if n.breaker != nil {
 		n.stopBreaker()
 		n.breaker.wait()

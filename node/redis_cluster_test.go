@@ -62,7 +62,7 @@ func missingScripts(srv *redistest.Server) (int, error) {
 // the background after meeting NOSCRIPT.
 func waitScripts(t *testing.T, srv *redistest.Server) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "every script on "+srv.Addr(), func() bool {
+	waitUntil(t, 10*time.Second, "every script on "+srv.Addr(), func() bool {
 		missing, err := missingScripts(srv)
 		return err == nil && missing == 0
 	})
@@ -371,7 +371,7 @@ func (h *hotLoad) failed() (n int64) {
 func (h *hotLoad) progress(t *testing.T, n int64, what string) {
 	t.Helper()
 	from := h.answered()
-	waitFor(t, 20*time.Second, fmt.Sprintf("%d decisions %s", n, what), func() bool {
+	waitUntil(t, 20*time.Second, fmt.Sprintf("%d decisions %s", n, what), func() bool {
 		for _, tl := range h.tallies {
 			if e := tl.errs.Load(); e != nil {
 				t.Fatalf("%s: %s", what, e)
@@ -470,7 +470,7 @@ func TestRedisClusterMasterRestartUnderLoad(t *testing.T) {
 	h.lasts(t, 3*hotPeriod)
 	master.Kill()
 	failedBefore := h.failed()
-	waitFor(t, 20*time.Second, "failure-mode answers while the master is down", func() bool { return h.failed() > failedBefore+100 })
+	waitUntil(t, 20*time.Second, "failure-mode answers while the master is down", func() bool { return h.failed() > failedBefore+100 })
 	master.Restart()
 	if missing, err := missingScripts(master); err != nil || missing == 0 {
 		t.Fatalf("a restarted master still has its scripts (%d missing, %v): the reload would go untested", missing, err)

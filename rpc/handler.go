@@ -24,6 +24,8 @@ import (
 //   - gRPC health (grpc.health.v1.Health) for "" and
 //     quotad.v1.QuotaService, and GET /readyz: readiness (see Health);
 //   - GET /healthz, liveness: 200 "ok\n".
+//   - GET /cluster, the node's view of its cluster and its lease and
+//     denied-cache figures, as JSON.
 //
 // gRPC needs HTTP/2: serve the handler with an http.Server whose Protocols
 // enable HTTP/1 and unencrypted HTTP/2 (h2c), or over TLS. cfg is defaulted
@@ -78,5 +80,6 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 	mux.Handle(grpchealth.NewHandler(h, common))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.HandleFunc("GET /cluster", clusterPage(n))
 	return mux, nil
 }

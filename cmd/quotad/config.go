@@ -60,6 +60,9 @@ type config struct {
 	Envoy rpc.EnvoyConfig
 	// Telemetry says where traces go and whether /metrics is served.
 	Telemetry telemetryConfig
+	// Cluster makes the node a cluster member; the zero value runs
+	// standalone.
+	Cluster clusterConfig
 }
 
 func defaultConfig() config {
@@ -119,6 +122,9 @@ func (c config) validate() error {
 	if err := c.rpcConfig().Validate(); err != nil {
 		return err
 	}
+	if err := c.Cluster.validate(c.usesRedis()); err != nil {
+		return err
+	}
 	return c.nodeConfig().Validate()
 }
 
@@ -140,6 +146,7 @@ type fileConfig struct {
 	Envoy               *fileEnvoy     `yaml:"envoy"`
 	Tracing             *fileTracing   `yaml:"tracing"`
 	Metrics             *bool          `yaml:"metrics"`
+	Cluster             *fileCluster   `yaml:"cluster"`
 }
 
 type fileLease struct {
@@ -285,6 +292,7 @@ func (f fileConfig) apply(c *config) error {
 	setIf(&c.LogLevel, f.LogLevel)
 	setIf(&c.MaxBatch, f.MaxBatch)
 	setIf(&c.MaxRequestBytes, f.MaxRequestBytes)
+	f.Cluster.apply(&c.Cluster)
 	if f.ShutdownTimeout != nil {
 		c.ShutdownTimeout = time.Duration(*f.ShutdownTimeout)
 	}

@@ -72,7 +72,7 @@ func settings() []setting {
 		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
-	}, telemetrySettings()...)
+	}, append(telemetrySettings(), clusterSettings()...)...)
 }
 
 func parseDurationInto(dst *time.Duration, v string) error {
@@ -231,6 +231,11 @@ Config file (YAML; unknown fields are errors):
   log_level: info
   tracing: {exporter: otlp-grpc, endpoint: "http://localhost:4317", sample_ratio: 0.1}
   metrics: true                     # Prometheus text at GET /metrics
+  cluster:                          # optional; needs redis
+    addr: ":7946"                   # gossip address (UDP and TCP)
+    join: ["quotad-headless:7946"]  # seeds; a DNS name means all its addresses
+    node_name: quotad-0             # default hostname:port
+    key_file: /etc/quotad/gossip.key  # base64 of 16/24/32 bytes
   policies:
     - name: api                     # [A-Za-z0-9_.-]
       algorithm: token_bucket       # fixed_window | sliding_window_log | sliding_window_counter
@@ -286,11 +291,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	cluster, err := openCluster(cfg, log)
+	if err != nil {
+		store.Close()
+		return err
+	}
 	nodeCfg := cfg.nodeConfig()
 	nodeCfg.Telemetry = tel.node()
+	nodeCfg.Cluster = cluster // n leaves it in Close, after the server stops
 	n, err := node.New(nodeCfg, store, log)
 	if err != nil {
 		store.Close()
+		cluster.Close()
 		return err
 	}
 	defer n.Close()
@@ -320,6 +332,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "quotad listening on %s (Connect, gRPC, gRPC-Web, HTTP/JSON)\nstore: %s\npolicies: %d configured, inline limits %s\n",
 		displayURL(ln.Addr()), n.Store(), len(cfg.Policies), map[bool]string{true: "on", false: "off"}[cfg.InlineLimits])
 	fmt.Fprintln(stdout, tel.describe())
+	if cluster != nil {
+		fmt.Fprintf(stdout, "cluster: %s\n", cluster.Describe())
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

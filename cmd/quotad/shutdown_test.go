@@ -61,7 +61,7 @@ func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 type quotadProcess struct {
 	cmd    *exec.Cmd
 	URL    string
-	stderr *strings.Builder
+	stderr *lockedBuffer
 	exited chan error
 }
 
@@ -75,8 +75,8 @@ func startProcess(t *testing.T, args ...string) *quotadProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &quotadProcess{cmd: cmd, stderr: &strings.Builder{}, exited: make(chan error, 1)}
-	cmd.Stderr = &lockedWriter{w: p.stderr}
+	p := &quotadProcess{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan error, 1)}
+	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,17 +98,6 @@ func startProcess(t *testing.T, args ...string) *quotadProcess {
 	}
 	p.URL = strings.Fields(strings.TrimPrefix(first, marker))[0]
 	return p
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }
 
 // SIGTERM under load: every check the server admitted is answered, the
@@ -187,7 +176,7 @@ func TestSIGTERMUnderLoadReturnsLeasesAndExitsZero(t *testing.T) {
 	select {
 	case err := <-p.exited:
 		if err != nil {
-			t.Fatalf("quotad exited with %v; stderr:\n%s", err, p.stderr)
+			t.Fatalf("quotad exited with %v; stderr:\n%s", err, p.stderr.tail())
 		}
 	case <-time.After(shutdownTimeout + 5*time.Second):
 		t.Fatalf("quotad still running %s after SIGTERM", shutdownTimeout+5*time.Second)
@@ -201,8 +190,8 @@ func TestSIGTERMUnderLoadReturnsLeasesAndExitsZero(t *testing.T) {
 	if u, a := used(), allowed.Load(); u != a {
 		t.Fatalf("after shutdown the authority counts %d used for %d allowed checks: leased units were not returned, or an admitted check went unanswered", u, a)
 	}
-	if !strings.Contains(p.stderr.String(), "shut down") {
-		t.Errorf("no shutdown log line in:\n%s", p.stderr)
+	if !strings.Contains(p.stderr.tail(), "shut down") {
+		t.Errorf("no shutdown log line in:\n%s", p.stderr.tail())
 	}
 	t.Logf("exit 0 %s after SIGTERM; %d checks answered, %d allowed; authority agrees", took.Round(time.Millisecond), answered.Load(), allowed.Load())
 }

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/quotad/quotad/node"
+)
+
+// clusterConfig makes this node a member of a quotad cluster. The zero
+// value (no Addr) runs standalone.
+type clusterConfig struct {
+	// Addr is the gossip bind address, host:port (UDP and TCP).
+	Addr string
+	// Advertise is the address the others reach this node at, when it
+	// differs from Addr.
+	Advertise string
+	// Join lists seeds, host:port; a DNS name stands for all its
+	// addresses.
+	Join []string
+	// NodeName names this node; default hostname:port.
+	NodeName string
+	// KeyFile holds the shared gossip key (see readClusterKey).
+	KeyFile string
+	// DeadAfter and RejoinInterval tune membership; 0 takes node's
+	// defaults (5s, 10s).
+	DeadAfter, RejoinInterval time.Duration
+}
+
+func clusterSettings() []setting {
+	return []setting{
+		{name: "cluster-addr", usage: "gossip address (`host:port`, UDP and TCP) that makes this node a cluster member; host an IP or empty for all interfaces; needs --redis", apply: func(c *config, v string) error { c.Cluster.Addr = v; return nil }},
+		{name: "cluster-advertise", usage: "address the other nodes reach this one at (`host:port`), when it differs from --cluster-addr", apply: func(c *config, v string) error { c.Cluster.Advertise = v; return nil }},
+		{name: "join", usage: "cluster seeds to join, `host:port[,host:port...]`; a DNS name stands for every address it resolves to (a Kubernetes headless service)", apply: func(c *config, v string) error {
+			c.Cluster.Join = splitList(v)
+			return nil
+		}},
+		{name: "node-name", usage: "this node's name in the cluster, unique; default hostname:port", apply: func(c *config, v string) error { c.Cluster.NodeName = v; return nil }},
+		{name: "cluster-key-file", usage: "`file` with the shared gossip key that encrypts and authenticates the cluster: base64 of 16, 24 or 32 bytes (openssl rand -base64 32), or the raw bytes", apply: func(c *config, v string) error { c.Cluster.KeyFile = v; return nil }},
+		{name: "cluster-dead-after", usage: "a member that stops answering is dropped from the cluster after about this long (`duration`); 0 takes the default 5s", apply: func(c *config, v string) error { return parseDurationInto(&c.Cluster.DeadAfter, v) }},
+		{name: "cluster-rejoin-interval", usage: "how often seeds and dead members are re-joined, which heals partitions (`duration`); 0 takes the default 10s", apply: func(c *config, v string) error { return parseDurationInto(&c.Cluster.RejoinInterval, v) }},
+	}
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// validate checks the cluster settings against the store: a cluster needs
+// one store every node shares.
+func (c clusterConfig) validate(usesRedis bool) error {
+	if c.Addr == "" {
+		if c.Advertise != "" || len(c.Join) > 0 || c.NodeName != "" || c.KeyFile != "" || c.DeadAfter != 0 || c.RejoinInterval != 0 {
+			return errors.New("cluster: --join, --cluster-advertise, --node-name, --cluster-key-file and the timings need --cluster-addr, the gossip address")
+		}
+		return nil
+	}
+	if !usesRedis {
+		return errors.New("cluster: --cluster-addr needs Redis (--redis, --redis-cluster or --redis-sentinel): on the embedded memory store every node keeps its own counters, so a cluster would admit each limit once per node; configure one Redis that every node shares")
+	}
+	mc, err := c.membershipConfig()
+	if err != nil {
+		return err
+	}
+	return mc.Validate()
+}
+
+// membershipConfig is node's view of c; it reads the key file.
+func (c clusterConfig) membershipConfig() (node.MembershipConfig, error) {
+	mc := node.MembershipConfig{
+		NodeName: c.NodeName, BindAddr: c.Addr, AdvertiseAddr: c.Advertise, Join: c.Join,
+		DeadAfter: c.DeadAfter, RejoinInterval: c.RejoinInterval,
+	}
+	if c.KeyFile != "" {
+		key, err := readClusterKey(c.KeyFile)
+		if err != nil {
+			return node.MembershipConfig{}, err
+		}
+		mc.SecretKey = key
+	}
+	return mc, nil
+}
+
+// readClusterKey reads the gossip key at path: base64 of a 16, 24 or
+// 32-byte key (surrounding whitespace ignored), or exactly 16, 24 or 32
+// raw bytes. Every node reads the same file the same way, so a file that
+// happens to be both is still one key cluster-wide.
+func readClusterKey(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster key file: %w", err)
+	}
+	if k, err := base64.StdEncoding.DecodeString(string(bytes.TrimSpace(raw))); err == nil && validKeyLen(len(k)) {
+		return k, nil
+	}
+	if validKeyLen(len(raw)) {
+		return raw, nil
+	}
+	return nil, fmt.Errorf("cluster key file %s: holds %d bytes, neither base64 of a 16, 24 or 32-byte key nor such a key raw (make one with: openssl rand -base64 32)", path, len(raw))
+}
+
+func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
+
+// openCluster starts this node's membership, or returns nil when it runs
+// standalone.
+func openCluster(cfg config, log *slog.Logger) (*node.Membership, error) {
+	if cfg.Cluster.Addr == "" {
+		return nil, nil
+	}
+	mc, err := cfg.Cluster.membershipConfig()
+	if err != nil {
+		return nil, err
+	}
+	m, err := node.NewMembership(mc, log)
+	if err != nil {
+		return nil, err
+	}
+	if mc.SecretKey == nil {
+		log.Warn("cluster gossip is neither encrypted nor authenticated: anyone who reaches --cluster-addr can join; set --cluster-key-file")
+	}
+	return m, nil
+}
+
+// fileCluster is the config file's cluster section.
+type fileCluster struct {
+	Addr           *string       `yaml:"addr"`
+	Advertise      *string       `yaml:"advertise"`
+	Join           *fileList     `yaml:"join"`
+	NodeName       *string       `yaml:"node_name"`
+	KeyFile        *string       `yaml:"key_file"`
+	DeadAfter      *yamlDuration `yaml:"dead_after"`
+	RejoinInterval *yamlDuration `yaml:"rejoin_interval"`
+}
+
+func (f *fileCluster) apply(c *clusterConfig) {
+	if f == nil {
+		return
+	}
+	setIf(&c.Addr, f.Addr)
+	setIf(&c.Advertise, f.Advertise)
+	setIf(&c.NodeName, f.NodeName)
+	setIf(&c.KeyFile, f.KeyFile)
+	if f.Join != nil {
+		c.Join = *f.Join
+	}
+	if f.DeadAfter != nil {
+		c.DeadAfter = time.Duration(*f.DeadAfter)
+	}
+	if f.RejoinInterval != nil {
+		c.RejoinInterval = time.Duration(*f.RejoinInterval)
+	}
+}
+
+// fileList is a YAML list of strings, or one comma-separated string as on
+// the command line.
+type fileList []string
+
+func (l *fileList) UnmarshalYAML(n *yaml.Node) error {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		*l = splitList(n.Value)
+		return nil
+	case yaml.SequenceNode:
+		var s []string
+		if err := n.Decode(&s); err != nil {
+			return err
+		}
+		*l = s
+		return nil
+	}
+	return fmt.Errorf("line %d: want a list of host:port or one comma-separated string", n.Line)
+}
