@@ -20,6 +20,7 @@ test: redis-server lint ## the whole test suite (installs redis-server when miss
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAcquireReply$$' -fuzztime $(FUZZTIME) ./algorithms
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeGossip$$' -fuzztime $(FUZZTIME) ./node
 
 CLUSTER_REDIS_PORT ?= 6390
 CLUSTER_API_PORT   ?= 8080
