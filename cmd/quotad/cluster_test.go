@@ -350,8 +350,12 @@ func TestThreeProcessCluster(t *testing.T) {
 		wg.Wait()
 		t.Logf("node-2 killed; both survivors dropped it after %s (--cluster-dead-after %s); answers since the kill: A %d, C %d",
 			dropped.Round(time.Millisecond), clusterDeadAfter, answered[0].Load()-atKill[0], answered[2].Load()-atKill[2])
-		if dropped > clusterDeadAfter {
-			t.Errorf("membership took %s to drop a killed node; configured %s", dropped, clusterDeadAfter)
+		// "About" --cluster-dead-after: memberlist's probe rounds and this
+		// test's polling of two /cluster pages add up to one probe
+		// interval and a poll on a loaded 2-core runner; 1s covers both
+		// (measured: 1.0-1.5s against 2s).
+		if slack := time.Second; dropped > clusterDeadAfter+slack {
+			t.Errorf("membership took %s to drop a killed node; configured %s (+%s slack)", dropped, clusterDeadAfter, slack)
 		}
 		if answered[0].Load() == atKill[0] || answered[2].Load() == atKill[2] {
 			t.Fatal("a survivor stopped answering")
