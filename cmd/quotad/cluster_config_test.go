@@ -42,10 +42,18 @@ cluster:
 		t.Fatalf("membership config %+v, %v", mc, err)
 	}
 
-	// --join takes a comma-separated list, and so may the file.
-	c, err = loadConfig([]string{"--redis", "redis://127.0.0.1:6399/0", "--cluster-addr", ":7946", "--join", "a:1, b:2,,c:3"}, func(string) string { return "" }, io.Discard)
+	// --join takes a comma-separated list, and so may the file; an empty
+	// item is an error, not silently dropped (a typo would lose a seed).
+	c, err = loadConfig([]string{"--redis", "redis://127.0.0.1:6399/0", "--cluster-addr", ":7946", "--join", "a:1, b:2,c:3"}, func(string) string { return "" }, io.Discard)
 	if err != nil || !slices.Equal(c.Cluster.Join, []string{"a:1", "b:2", "c:3"}) {
 		t.Fatalf("--join: %q, %v", c.Cluster.Join, err)
+	}
+	if _, err := loadConfig([]string{"--redis", "redis://127.0.0.1:6399/0", "--cluster-addr", ":7946", "--join", "a:1,,c:3"}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "--join") || !strings.Contains(err.Error(), "empty address") {
+		t.Fatalf("--join with an empty item: %v", err)
+	}
+	path = writeFile(t, "q3.yaml", "redis:\n  cluster: \"a:1,b:2\"\n")
+	if c, err = loadConfig([]string{"--config", path}, func(string) string { return "" }, io.Discard); err != nil || !slices.Equal(c.Redis.ClusterAddrs, []string{"a:1", "b:2"}) {
+		t.Fatalf("redis.cluster as one string in the file: %q, %v", c.Redis.ClusterAddrs, err)
 	}
 	path = writeFile(t, "q2.yaml", "redis: {url: \"redis://127.0.0.1:6399/0\"}\ncluster: {addr: \":7946\", join: \"a:1,b:2\"}\n")
 	c, err = loadConfig([]string{"--config", path}, func(string) string { return "" }, io.Discard)

@@ -162,8 +162,8 @@ type fileDenied struct {
 
 type fileRedis struct {
 	URL              *string       `yaml:"url"`
-	Cluster          []string      `yaml:"cluster"`
-	Sentinel         []string      `yaml:"sentinel"`
+	Cluster          fileList      `yaml:"cluster"`
+	Sentinel         fileList      `yaml:"sentinel"`
 	Master           *string       `yaml:"master"`
 	Username         *string       `yaml:"username"`
 	Password         *string       `yaml:"password"`
