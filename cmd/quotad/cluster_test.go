@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
@@ -221,7 +222,7 @@ func checkOn(ctx context.Context, p *proc, policy, key string, lim *quotadv1.Lim
 
 func TestThreeProcessCluster(t *testing.T) {
 	r := redistest.Start(t)
-	bin := quotadBinary(t)
+	bin := quotadtest.Binary(t)
 	key := make([]byte, 32)
 	rand.Read(key)
 	keyFile := writeFile(t, "gossip.key", base64.StdEncoding.EncodeToString(key)+"\n")

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,45 +15,12 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
-
-var (
-	buildOnce  sync.Once
-	binaryPath string
-	buildErr   error
-)
-
-// quotadBinary builds cmd/quotad once per test run and returns its path.
-func quotadBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "quotad-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binaryPath = filepath.Join(dir, "quotad")
-		out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = &buildError{err, string(out)}
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build quotad: %v", buildErr)
-	}
-	return binaryPath
-}
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string { return e.err.Error() + ": " + e.out }
 
 // quotadProcess is quotad running as its own process.
 type quotadProcess struct {
@@ -70,7 +35,7 @@ type quotadProcess struct {
 // ends if it is still running.
 func startProcess(t *testing.T, args ...string) *quotadProcess {
 	t.Helper()
-	cmd := exec.Command(quotadBinary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(quotadtest.Binary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/quotad/quotad/internal/quotadtest"
 )
 
 // docsConfig returns the configuration under test: the first YAML block
@@ -46,19 +48,8 @@ func docsConfig(t *testing.T) string {
 // until the test ends, and returns its host:port.
 func startQuotad(t *testing.T, cfg string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to build quotad: %v", err)
-	}
+	bin := quotadtest.Binary(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "quotad")
-	args := []string{"build", "-o", bin}
-	if raceBuild {
-		args = append(args, "-race")
-	}
-	if out, err := exec.Command(goBin, append(args, "github.com/quotad/quotad/cmd/quotad")...).CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
 	path := filepath.Join(dir, "quotad.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

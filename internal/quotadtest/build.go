@@ -1,0 +1,49 @@
+// Package quotadtest builds the quotad binary for tests that run it as a
+// process (SIGTERM, multi-node clusters, stock clients). Test helper only.
+package quotadtest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+var (
+	once sync.Once
+	path string
+	err  error
+	out  []byte
+)
+
+// Binary builds cmd/quotad once per test binary and returns its path. It is
+// built with -race when the calling test binary is, so the build reuses the
+// packages `go test -race` has just compiled instead of compiling every
+// dependency a second time. Every test in the binary shares the one build,
+// under the OS temp directory.
+func Binary(t testing.TB) string {
+	t.Helper()
+	once.Do(func() {
+		goBin, lookErr := exec.LookPath("go")
+		if lookErr != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		dir, mkErr := os.MkdirTemp("", "quotad-bin-")
+		if mkErr != nil {
+			err = mkErr
+			return
+		}
+		path = filepath.Join(dir, "quotad")
+		args := []string{"build", "-o", path}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		out, err = exec.Command(goBin, append(args, "github.com/quotad/quotad/cmd/quotad")...).CombinedOutput()
+	})
+	if err != nil {
+		t.Fatalf("build quotad: %v\n%s", err, out)
+	}
+	return path
+}

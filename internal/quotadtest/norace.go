@@ -1,0 +1,5 @@
+//go:build !race
+
+package quotadtest
+
+const raceEnabled = false
