@@ -131,7 +131,9 @@ func TestEnvoyFileRulesValidate(t *testing.T) {
 // whose prefix matches, then the key's default; only a trailing '*' is a
 // wildcard; a rule without rate_limit applies and limits nothing.
 func TestRLSFileMatch(t *testing.T) {
-	named := func(n string) *EnvoyRateLimit { return &EnvoyRateLimit{Unit: "minute", RequestsPerUnit: rpu(1), Name: n} }
+	named := func(n string) *EnvoyRateLimit {
+		return &EnvoyRateLimit{Unit: "minute", RequestsPerUnit: rpu(1), Name: n}
+	}
 	table, err := compileRLS(EnvoyConfig{Domains: []EnvoyDomain{fileDomain("a.yaml", "edge",
 		EnvoyDescriptor{Key: "path", Value: "/api/v1", RateLimit: named("exact")},
 		EnvoyDescriptor{Key: "path", Value: "/api/v1*", RateLimit: named("v1-prefix")},
