@@ -27,20 +27,25 @@ import (
 )
 
 // docsConfig returns the configuration under test: the first YAML block
-// of docs/envoy.md, so that the documented example is the tested one.
+// of docs/envoy.md's section "Configuration" (quotad's own schema), so that
+// the documented example is the tested one.
 func docsConfig(t *testing.T) string {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "envoy.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(raw), "```yaml\n")
+	_, section, ok := strings.Cut(string(raw), "\n## Configuration\n")
 	if !ok {
-		t.Fatal("docs/envoy.md has no YAML block")
+		t.Fatal("docs/envoy.md has no section Configuration")
+	}
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatal("docs/envoy.md's section Configuration has no YAML block")
 	}
 	block, _, ok = strings.Cut(block, "```")
 	if !ok || !strings.Contains(block, "envoy:") {
-		t.Fatalf("docs/envoy.md's first YAML block is not a quotad config with an envoy section:\n%s", block)
+		t.Fatalf("docs/envoy.md's Configuration has no quotad config with an envoy section first:\n%s", block)
 	}
 	return block
 }
