@@ -273,7 +273,8 @@ func (x *RateLimitResponse) GetStatuses() []*RateLimitResponse_DescriptorStatus 
 // unit_multiplier units of time.
 type RateLimitResponse_RateLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The name of the limit; quotad sends the policy's name.
+	// The name of the limit; quotad sends the policy's name, or the
+	// rate_limit.name of a rule from envoyproxy/ratelimit's files.
 	Name            string                           `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	RequestsPerUnit uint32                           `protobuf:"varint,1,opt,name=requests_per_unit,json=requestsPerUnit,proto3" json:"requests_per_unit,omitempty"`
 	Unit            RateLimitResponse_RateLimit_Unit `protobuf:"varint,2,opt,name=unit,proto3,enum=envoy.service.ratelimit.v3.RateLimitResponse_RateLimit_Unit" json:"unit,omitempty"`
