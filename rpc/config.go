@@ -47,6 +47,12 @@ type Config struct {
 	// unserved. Validate checks its shape; NewHandler also resolves its
 	// policies on the node. Its requests carry up to MaxBatch descriptors.
 	Envoy EnvoyConfig
+	// EnvoyRules, when set, is where Envoy's rate limit service reads its
+	// rules, and the service is served whatever they hold: the caller
+	// compiled them (CompileEnvoyRules) and may Swap in new ones at any
+	// time, e.g. on hot reload. Envoy is then only validated. nil means
+	// NewHandler compiles Envoy itself.
+	EnvoyRules *EnvoySwitch
 	// Telemetry is where the wire sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry

@@ -19,7 +19,8 @@ import (
 //     HTTP/JSON (POST /quotad.v1.QuotaService/Check with
 //     Content-Type: application/json);
 //   - envoy.service.ratelimit.v3.RateLimitService, Envoy's rate limit
-//     service, when cfg.Envoy configures domains;
+//     service, when cfg.EnvoyRules is set or cfg.Envoy configures domains
+//     or is DropIn;
 //   - gRPC server reflection, v1 and v1alpha (for grpcurl and buf curl);
 //   - gRPC health (grpc.health.v1.Health) for "" and
 //     quotad.v1.QuotaService, and GET /readyz: readiness (see Health);

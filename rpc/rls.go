@@ -28,17 +28,26 @@ var errUnknownDomain = errors.New("unknown domain")
 
 // mountRLS serves Envoy's rate limit service on mux when cfg configures it,
 // with the handler options opts, and returns the names of the services it
-// mounted (for reflection): none when cfg.Envoy has no domains. cfg is
-// defaulted and validated.
+// mounted (for reflection): none when there is no cfg.EnvoyRules and
+// cfg.Envoy has no domains and is not DropIn. cfg is defaulted and
+// validated.
 func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) ([]string, error) {
-	if len(cfg.Envoy.Domains) == 0 {
-		return nil, nil
+	rules := cfg.EnvoyRules
+	if rules == nil {
+		if len(cfg.Envoy.Domains) == 0 && !cfg.Envoy.DropIn {
+			return nil, nil
+		}
+		t, err := compileRLS(cfg.Envoy, n.Policy)
+		if err != nil {
+			return nil, err
+		}
+		rules = NewEnvoySwitch(&EnvoyRules{table: t})
 	}
-	t, err := compileRLS(cfg.Envoy, n.Policy)
+	stats, err := newRLSStats(cfg.Telemetry.MeterProvider)
 	if err != nil {
 		return nil, err
 	}
-	svc := &rlsService{node: n, table: t, maxDescriptors: cfg.MaxBatch}
+	svc := &rlsService{node: n, rules: rules, maxDescriptors: cfg.MaxBatch, stats: stats, now: time.Now}
 	mux.Handle(ratelimitv3connect.NewRateLimitServiceHandler(svc, opts...))
 	return []string{ratelimitv3connect.RateLimitServiceName}, nil
 }
@@ -47,10 +56,14 @@ func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.Hand
 // node. Its methods return plain domain errors; errorInterceptor gives them
 // their codes. It is safe for concurrent use.
 type rlsService struct {
-	node  *node.Node
-	table rlsTable
+	node *node.Node
+	// rules are read once per request.
+	rules *EnvoySwitch
 	// maxDescriptors bounds the descriptors of one request, like a batch.
 	maxDescriptors int
+	stats          *rlsStats
+	// now is the clock of blocked rules' windows.
+	now func() time.Time
 }
 
 var _ ratelimitv3connect.RateLimitServiceHandler = (*rlsService)(nil)
@@ -61,9 +74,13 @@ var _ ratelimitv3connect.RateLimitServiceHandler = (*rlsService)(nil)
 type rlsCheck struct {
 	// rule applies to the descriptor; nil when none does.
 	rule *rlsRule
+	// entries are the descriptor's, for detailed statistics.
+	entries []rlsEntry
 	// key names the descriptor's counter under rule.policy.
 	key string
-	// cost is the units to spend, 0 to the policy's capacity.
+	// hits is what the descriptor asks to spend; cost is what the check
+	// spends, hits or (over the capacity) 0.
+	hits uint64
 	cost int64
 	// overCapacity means the hits exceed what the policy can ever admit:
 	// the descriptor is over its limit, and cost is 0 so that the check
@@ -73,9 +90,11 @@ type rlsCheck struct {
 
 // ShouldRateLimit implements RateLimitService.ShouldRateLimit. Every
 // descriptor is decided, even after one is over its limit, and spends its
-// hits if it fits, as in envoyproxy/ratelimit.
+// hits if it fits, as in envoyproxy/ratelimit. The whole request is decided
+// by one set of rules, even while a new one is swapped in.
 func (s *rlsService) ShouldRateLimit(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
-	checks, err := s.plan(req.Msg)
+	t := &s.rules.Rules().table
+	checks, err := s.plan(ctx, t, req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +103,7 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *connect.Request[r
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks)),
 	}
 	for i, c := range checks {
-		st, err := s.decide(ctx, c)
+		st, err := s.decide(ctx, t, c)
 		if err != nil {
 			return nil, fmt.Errorf("descriptors[%d]: %w", i, err)
 		}
@@ -93,11 +112,17 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *connect.Request[r
 		}
 		res.Statuses[i] = st
 	}
+	if t.shadow && res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		// As envoyproxy/ratelimit's SHADOW_MODE: Envoy acts on the overall
+		// code; the statuses still say what was decided.
+		res.OverallCode = rlsv3.RateLimitResponse_OK
+		s.stats.globalShadowMode.Add(ctx, 1)
+	}
 	return connect.NewResponse(res), nil
 }
 
-// plan validates req and plans each of its descriptors.
-func (s *rlsService) plan(req *rlsv3.RateLimitRequest) ([]rlsCheck, error) {
+// plan validates req and plans each of its descriptors with the rules t.
+func (s *rlsService) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimitRequest) ([]rlsCheck, error) {
 	domain := req.GetDomain()
 	if domain == "" {
 		return nil, fmt.Errorf("domain: %w: must not be empty", errInvalidRequest)
@@ -106,29 +131,50 @@ func (s *rlsService) plan(req *rlsv3.RateLimitRequest) ([]rlsCheck, error) {
 	if n := len(ds); n == 0 || n > s.maxDescriptors {
 		return nil, fmt.Errorf("descriptors: %w: %d descriptors; send 1 to %d", errInvalidRequest, n, s.maxDescriptors)
 	}
-	root, ok := s.table.domains[domain]
+	root, ok := t.domains[domain]
 	if !ok {
-		return nil, fmt.Errorf("domain: %w %q: not configured on this server (configured: %s)", errUnknownDomain, domain, strings.Join(s.table.names, ", "))
+		if !t.dropIn {
+			return nil, fmt.Errorf("domain: %w %q: not configured on this server (configured: %s)", errUnknownDomain, domain, strings.Join(t.names, ", "))
+		}
+		// As envoyproxy/ratelimit: no rule applies to anything (root is
+		// nil), but the descriptors must still be well formed.
+		s.stats.domainNotFound.Add(ctx, 1)
 	}
 	// A request's hits_addend of 0 means unset, that is 1.
 	hits := max(1, uint64(req.GetHitsAddend()))
 	checks := make([]rlsCheck, len(ds))
+	var replaced map[string]bool
 	for i, d := range ds {
 		c, err := planDescriptor(root, domain, d, hits)
 		if err != nil {
 			return nil, fmt.Errorf("descriptors[%d].%w", i, err)
 		}
 		checks[i] = c
+		if c.rule != nil && len(c.rule.replaces) > 0 {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			for _, name := range c.rule.replaces {
+				replaced[name] = true
+			}
+		}
+	}
+	// A limit that another descriptor's rule replaces is neither decided
+	// nor counted.
+	for i, c := range checks {
+		if c.rule != nil && c.rule.name != "" && replaced[c.rule.name] {
+			checks[i] = rlsCheck{}
+		}
 	}
 	return checks, nil
 }
 
-// planDescriptor validates d and plans its check. requestHits is the
-// request's hits_addend, already defaulted. Errors start with the field
-// name, relative to the descriptor.
+// planDescriptor validates d and plans its check with the rules root (nil:
+// none apply). requestHits is the request's hits_addend, already defaulted.
+// Errors start with the field name, relative to the descriptor.
 func planDescriptor(root *rlsLevel, domain string, d *rlscommonv3.RateLimitDescriptor, requestHits uint64) (rlsCheck, error) {
 	if d.GetLimit() != nil {
-		return rlsCheck{}, fmt.Errorf("limit: %w: quotad does not take limit overrides; configure the limit in quotad's envoy section", errInvalidRequest)
+		return rlsCheck{}, fmt.Errorf("limit: %w: quotad does not take limit overrides; configure the limit in quotad's rules", errInvalidRequest)
 	}
 	if d.GetIsNegativeHits() {
 		return rlsCheck{}, fmt.Errorf("is_negative_hits: %w: quotad does not refund hits", errInvalidRequest)
@@ -148,67 +194,80 @@ func planDescriptor(root *rlsLevel, domain string, d *rlscommonv3.RateLimitDescr
 		}
 		es[j] = e
 	}
-	rule := root.match(es)
-	if rule == nil || rule.unlimited {
-		return rlsCheck{rule: rule}, nil
-	}
-	key := rlsKey(domain, es)
-	if err := node.ValidateKey(key); err != nil {
-		return rlsCheck{}, fmt.Errorf("entries: the domain and entries make the rate limit's %w", err)
-	}
 	hits := requestHits
 	if h := d.GetHitsAddend(); h != nil {
 		// Unlike the request's, a descriptor's 0 is a value: check, do not
 		// spend.
 		hits = h.GetValue()
 	}
+	rule := root.match(es)
+	c := rlsCheck{rule: rule, entries: es, hits: hits}
+	if rule == nil || rule.unlimited || rule.blocked {
+		return c, nil
+	}
+	c.key = rlsKey(domain, es)
+	if err := node.ValidateKey(c.key); err != nil {
+		return rlsCheck{}, fmt.Errorf("entries: the domain and entries make the rate limit's %w", err)
+	}
 	// A cost above the capacity can never be admitted: Envoy's protocol
 	// calls that over the limit, where quotad's own API calls it invalid.
 	if capacity := rule.policy.Limit.Capacity(); hits > uint64(capacity) {
-		return rlsCheck{rule: rule, key: key, overCapacity: true}, nil
+		c.overCapacity = true
+		return c, nil
 	}
-	return rlsCheck{rule: rule, key: key, cost: int64(hits)}, nil
+	c.cost = int64(hits)
+	return c, nil
 }
 
-// decide checks one planned descriptor with the node.
-func (s *rlsService) decide(ctx context.Context, c rlsCheck) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+// decide checks one planned descriptor with the node, and counts it in the
+// statistics; t is the rules it was planned with.
+func (s *rlsService) decide(ctx context.Context, t *rlsTable, c rlsCheck) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+	r := c.rule
 	switch {
-	case c.rule == nil:
+	case r == nil:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
-	case c.rule.unlimited:
+	case r.unlimited:
+		s.stats.record(ctx, r, c.entries, t.nearRatio, rlsOutcome{hits: c.hits})
 		// As envoyproxy/ratelimit answers for unlimited rules.
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil
+	case r.blocked:
+		s.stats.record(ctx, r, c.entries, t.nearRatio, rlsOutcome{hits: c.hits, over: true})
+		// The window as envoyproxy/ratelimit aligns it: to the Unix epoch.
+		p := int64(r.period)
+		return s.status(r, true, 0, time.Duration(p-s.now().UnixNano()%p)), nil
 	}
-	p := c.rule.policy
-	res, err := s.node.Check(ctx, p, c.key, c.cost)
+	res, err := s.node.Check(ctx, r.policy, c.key, c.cost)
 	if err != nil {
 		return nil, err
 	}
+	over := !res.Allowed || c.overCapacity
+	limit, remaining := uint64(max(res.Limit, 0)), uint64(max(res.Remaining, 0))
+	o := rlsOutcome{hits: c.hits, limit: limit, over: over}
+	// The counter before the hits: a denial spent nothing, an admission
+	// spent the cost.
+	o.before = limit - min(remaining, limit)
+	if !over {
+		o.before -= min(o.before, uint64(c.cost))
+	}
+	s.stats.record(ctx, r, c.entries, t.nearRatio, o)
+	// Remaining is at most the capacity, which resolveRLSPolicy bounded to
+	// 32 bits.
+	return s.status(r, over, uint32(remaining), res.ResetAfter), nil
+}
+
+// status is the answer for a descriptor of rule r: OVER_LIMIT when over,
+// unless r is in shadow mode.
+func (s *rlsService) status(r *rlsRule, over bool, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
 	code := rlsv3.RateLimitResponse_OK
-	if (!res.Allowed || c.overCapacity) && !c.rule.shadow {
+	if over && !r.shadow {
 		code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	return &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code:         code,
-		CurrentLimit: rateLimitToProto(p),
-		// Remaining is at most the capacity, which compileRLS bounded to
-		// 32 bits.
-		LimitRemaining:     uint32(res.Remaining),
-		DurationUntilReset: durationpb.New(res.ResetAfter),
-	}, nil
-}
-
-// rateLimitToProto describes p's limit the way Envoy does: requests per unit
-// of time, named after the policy. The rate is the policy's limit per
-// period (a bucket's burst may hold more). The period is given in the
-// longest of Envoy's units that divides it, times unit_multiplier when that
-// is more than 1 (30s is 1 SECOND × 30; 1h is 1 HOUR); a period that is not
-// a whole number of seconds has unit UNKNOWN. compileRLS bounded the limit
-// to 32 bits.
-func rateLimitToProto(p node.Policy) *rlsv3.RateLimitResponse_RateLimit {
-	rl := &rlsv3.RateLimitResponse_RateLimit{Name: p.Name, RequestsPerUnit: uint32(p.Limit.Limit)}
-	rl.Unit, rl.UnitMultiplier = unitToProto(p.Limit.Period)
-	return rl
+		Code:               code,
+		CurrentLimit:       r.limit.proto(),
+		LimitRemaining:     remaining,
+		DurationUntilReset: durationpb.New(reset),
+	}
 }
 
 // unitToProto expresses period as an Envoy unit times a multiplier; the

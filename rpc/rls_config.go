@@ -3,18 +3,50 @@ package rpc
 import (
 	"fmt"
 	"math"
+	"strings"
+	"time"
 
+	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 )
 
+// DefaultNearLimitRatio is EnvoyConfig.NearLimitRatio's default, as
+// envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
+const DefaultNearLimitRatio = 0.8
+
+// EnvoyNamespace is the policy name under which rules with their own
+// requests_per_unit (envoyproxy/ratelimit's files) count: their counters
+// are the keys domain|key=value|... of the policy "envoy", so
+// QuotaService.Reset can clear one.
+const EnvoyNamespace = "envoy"
+
 // EnvoyConfig configures Envoy's rate limit service
-// (envoy.service.ratelimit.v3.RateLimitService), in the spirit of
-// envoyproxy/ratelimit's descriptor configuration. The zero value configures
+// (envoy.service.ratelimit.v3.RateLimitService). Its rules come in two
+// schemas: quotad's (the config file's envoy section, whose rules name
+// configured policies) and envoyproxy/ratelimit's (its config files,
+// unchanged: rules carry rate_limit blocks). The zero value configures
 // nothing, and the service is then not served. It is a value: Validate and
-// NewHandler only read it.
+// CompileEnvoyRules only read it.
 type EnvoyConfig struct {
-	// Domains are the configured domains; names are unique.
+	// Domains are the configured domains, of either schema; names are
+	// unique across both.
 	Domains []EnvoyDomain
+	// DropIn answers as envoyproxy/ratelimit does where quotad's own choices
+	// differ: the service is served even while no domain is configured (a
+	// rule directory may start empty), and a request naming a domain that is
+	// not configured gets OK for every descriptor (counted in
+	// quotad.envoy.domain_not_found) instead of NotFound.
+	DropIn bool
+	// ShadowMode is envoyproxy/ratelimit's SHADOW_MODE: decide and count as
+	// usual, but answer overall_code OK where it would be OVER_LIMIT (the
+	// descriptors' statuses are left as decided). Counted in
+	// quotad.envoy.global_shadow_mode.
+	ShadowMode bool
+	// NearLimitRatio is the share of a limit above which hits count as
+	// near_limit in the statistics, in (0, 1]. 0 means
+	// DefaultNearLimitRatio (0.8).
+	NearLimitRatio float64
 }
 
 // EnvoyDomain is the rule tree of one domain, the namespace Envoy names in
@@ -22,8 +54,14 @@ type EnvoyConfig struct {
 type EnvoyDomain struct {
 	// Domain is the name, non-empty.
 	Domain string
-	// Descriptors are the rules for a descriptor's first entry; at least
-	// one. Among them, (Key, Value) pairs are unique.
+	// File is the envoyproxy/ratelimit config file the domain comes from,
+	// as errors should name it; empty for the rules of quotad's config file.
+	// It selects the schema: with File, rules limit through RateLimit and
+	// follow envoyproxy/ratelimit's rules (value wildcards, rules that limit
+	// nothing); without, through Policy or Unlimited.
+	File string
+	// Descriptors are the rules for a descriptor's first entry. Among them,
+	// (Key, Value) pairs are unique. quotad's schema requires at least one.
 	Descriptors []EnvoyDescriptor
 }
 
@@ -31,34 +69,96 @@ type EnvoyDomain struct {
 // limits a descriptor whose last entry it matches, and which rules match the
 // entries after it.
 //
-// A rule with Policy, Unlimited or Descriptors set is valid; a rule with
-// none of them would never apply to anything and is refused.
+// In quotad's schema, a rule with Policy, Unlimited or Descriptors set is
+// valid; a rule with none of them would never apply to anything and is
+// refused. In envoyproxy/ratelimit's, a rule with neither RateLimit nor
+// Descriptors is valid and limits nothing (that project's "whitelisted").
 type EnvoyDescriptor struct {
 	// Key must equal the entry's key; non-empty.
 	Key string
 	// Value must equal the entry's value. Empty means any value: the rule
-	// is the key's default, used when no sibling rule names the entry's
-	// value, and every value is counted separately.
+	// is the key's default, used when no sibling rule matches the entry's
+	// value, and every value is counted separately. In envoyproxy/ratelimit's
+	// schema a value ending in '*' matches every value that starts with what
+	// precedes it (only a trailing '*' is special), after the exact values
+	// and before the default; among such rules the first written wins.
 	Value string
-	// Policy is the name of the configured policy that limits descriptors
-	// ending here. Empty means no limit here (nesting only). Its limit and
-	// burst must fit Envoy's 32-bit counters (at most 4294967295).
+	// Policy (quotad's schema) is the name of the configured policy that
+	// limits descriptors ending here. Empty means no limit here (nesting
+	// only). Its limit and burst must fit Envoy's 32-bit counters (at most
+	// 4294967295).
 	Policy string
-	// Unlimited means descriptors ending here are never limited nor
-	// counted. It excludes Policy.
+	// Unlimited (quotad's schema) means descriptors ending here are never
+	// limited nor counted. It excludes Policy.
 	Unlimited bool
-	// ShadowMode means descriptors ending here are decided and counted by
-	// Policy, which it requires, but always answered OK: a way to try a
-	// limit before enforcing it.
+	// RateLimit (envoyproxy/ratelimit's schema) is the rule's rate_limit
+	// block; nil means descriptors ending here are not limited.
+	RateLimit *EnvoyRateLimit
+	// ShadowMode means descriptors ending here are decided and counted, but
+	// always answered OK: a way to try a limit before enforcing it. quotad's
+	// schema requires a Policy with it; envoyproxy/ratelimit's takes it
+	// anywhere (it does nothing without a rate limit).
 	ShadowMode bool
+	// DetailedMetric (envoyproxy/ratelimit's schema) labels the rule's
+	// statistics with the descriptor's actual entries, not only the rule
+	// (capped: see docs/envoy.md).
+	DetailedMetric bool
+	// Line is where the rule starts in File, for error messages; 0 when
+	// unknown.
+	Line int
 	// Descriptors are the rules for the next entry.
 	Descriptors []EnvoyDescriptor
 }
 
+// EnvoyRateLimit is envoyproxy/ratelimit's rate_limit block: requests per
+// unit of time, counted in fixed windows aligned to the Unix epoch, or no
+// limit at all, or (quotad's extension) a configured policy.
+type EnvoyRateLimit struct {
+	// Unit is second, minute, hour, day, week (7 days), month (30 days) or
+	// year (365 days), in any letter case. Required unless Unlimited or
+	// Policy is set; refused with Unlimited.
+	Unit string
+	// RequestsPerUnit is the limit per unit. nil (not written) means 0, as
+	// in envoyproxy/ratelimit: every hit is over the limit.
+	RequestsPerUnit *uint32
+	// Unlimited means descriptors ending here are never limited, and
+	// answered with limit_remaining 4294967295.
+	Unlimited bool
+	// Name is the limit's name: answered in current_limit.name, and what
+	// other rules' Replaces refer to. Optional.
+	Name string
+	// Replaces are names of limits this one replaces: when one request
+	// carries descriptors matching both, the named limits are neither
+	// decided nor counted. Each is non-empty and not this limit's own Name.
+	Replaces []string
+	// Policy (the file's quotad_policy) names a configured policy that
+	// limits instead: any algorithm, burst and failure mode. It excludes
+	// Unit, RequestsPerUnit and Unlimited; its limit and burst must fit
+	// Envoy's 32-bit counters.
+	Policy string
+}
+
+// envoyUnits are the units envoyproxy/ratelimit accepts, as it spells them
+// (in upper case) and as long as it counts them.
+var envoyUnits = map[string]struct {
+	period time.Duration
+	unit   rlsv3.RateLimitResponse_RateLimit_Unit
+}{
+	"SECOND": {time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+	"MINUTE": {time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	"HOUR":   {time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+	"DAY":    {24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+	"WEEK":   {7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
+	"MONTH":  {30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+	"YEAR":   {365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
+}
+
 // Validate reports the first problem with c, naming the field as the
-// config file spells it (e.g. envoy.domains[0].descriptors[1].policy), when
-// policies are the configured policies. Its errors wrap ErrInvalidConfig,
-// and node.ErrUnknownPolicy for a policy that is not among policies.
+// config file spells it (e.g. envoy.domains[0].descriptors[1].policy), or
+// the envoyproxy/ratelimit file, line and descriptor path
+// (edge.yaml: line 7: descriptors[0].rate_limit.unit), when policies are
+// the configured policies. Its errors wrap ErrInvalidConfig, and
+// node.ErrUnknownPolicy for a policy that is not among policies.
 func (c EnvoyConfig) Validate(policies []node.Policy) error {
 	_, err := compileRLS(c, lookupIn(policies))
 	return err
@@ -79,120 +179,251 @@ func lookupIn(ps []node.Policy) policyLookup {
 	}
 }
 
-// rlsTable is a compiled EnvoyConfig: each domain's rule tree. It is
-// immutable, and so safe for concurrent use.
-type rlsTable struct {
-	domains map[string]*rlsLevel
-	// names are the domain names in configured order, for error messages.
-	names []string
+// rlsPath is where a rule or field is, as errors name it: the
+// envoyproxy/ratelimit file and line when there is one, and the field path.
+type rlsPath struct {
+	file string
+	line int
+	path string
 }
 
-// rlsLevel is the rules for one entry of a descriptor: those naming a
-// value, and the keys' defaults.
-type rlsLevel struct {
-	exact    map[rlsEntry]*rlsNode
-	wildcard map[string]*rlsNode
+func (p rlsPath) String() string {
+	s := p.path
+	if p.line > 0 {
+		s = fmt.Sprintf("line %d: %s", p.line, s)
+	}
+	if p.file != "" {
+		s = p.file + ": " + s
+	}
+	return s
 }
 
-type rlsEntry struct{ key, value string }
-
-// rlsNode is one compiled EnvoyDescriptor.
-type rlsNode struct {
-	// rule applies to descriptors that end here; nil means none does.
-	rule *rlsRule
-	// next matches the following entry; nil means no rule goes deeper.
-	next *rlsLevel
+// field is the path of a field below p.
+func (p rlsPath) field(name string) rlsPath {
+	if p.path != "" {
+		name = p.path + "." + name
+	}
+	return rlsPath{file: p.file, line: p.line, path: name}
 }
 
-// rlsRule is what limits the descriptors that end at a node.
-type rlsRule struct {
-	// policy limits the descriptor; unset when unlimited.
-	policy    node.Policy
-	unlimited bool
-	shadow    bool
+// ruleKey is envoyproxy/ratelimit's name for a rule in its statistics:
+// key, or key_value when the rule has a value.
+func ruleKey(d EnvoyDescriptor) string {
+	if d.Value == "" {
+		return d.Key
+	}
+	return d.Key + "_" + d.Value
+}
+
+// rlsCompiler holds what compiling one domain needs.
+type rlsCompiler struct {
+	lookup policyLookup
+	domain string
+	// file is the domain's EnvoyDomain.File: the schema.
+	file string
 }
 
 // compileRLS validates c and builds its rule tree, resolving policies with
 // lookup.
 func compileRLS(c EnvoyConfig, lookup policyLookup) (rlsTable, error) {
-	t := rlsTable{domains: make(map[string]*rlsLevel, len(c.Domains))}
+	t := rlsTable{
+		domains: make(map[string]*rlsLevel, len(c.Domains)), dropIn: c.DropIn,
+		shadow: c.ShadowMode, nearRatio: c.NearLimitRatio,
+	}
+	if r := c.NearLimitRatio; !(r >= 0 && r <= 1) {
+		return rlsTable{}, fmt.Errorf("envoy near limit ratio: %w: %g is not in (0, 1]", ErrInvalidConfig, r)
+	}
+	if t.nearRatio == 0 {
+		t.nearRatio = DefaultNearLimitRatio
+	}
+	// where says where each domain was configured, for duplicates.
+	where := make(map[string]string, len(c.Domains))
 	for i, d := range c.Domains {
-		path := fmt.Sprintf("envoy.domains[%d]", i)
+		base := rlsPath{path: fmt.Sprintf("envoy.domains[%d]", i)}
+		here := base.path + " of the config file"
+		if d.File != "" {
+			base = rlsPath{file: d.File}
+			here = d.File
+		}
 		if d.Domain == "" {
-			return rlsTable{}, fmt.Errorf("%s.domain: %w: must not be empty", path, ErrInvalidConfig)
+			return rlsTable{}, fmt.Errorf("%s: %w: must not be empty", base.field("domain"), ErrInvalidConfig)
 		}
-		if _, dup := t.domains[d.Domain]; dup {
-			return rlsTable{}, fmt.Errorf("%s.domain: %w: %q is configured twice", path, ErrInvalidConfig, d.Domain)
+		if first, dup := where[d.Domain]; dup {
+			return rlsTable{}, fmt.Errorf("%s: %w: %q is configured twice (also in %s)", base.field("domain"), ErrInvalidConfig, d.Domain, first)
 		}
-		if len(d.Descriptors) == 0 {
-			return rlsTable{}, fmt.Errorf("%s.descriptors: %w: domain %q has none", path, ErrInvalidConfig, d.Domain)
+		if len(d.Descriptors) == 0 && d.File == "" {
+			return rlsTable{}, fmt.Errorf("%s: %w: domain %q has none", base.field("descriptors"), ErrInvalidConfig, d.Domain)
 		}
-		lvl, err := compileLevel(d.Descriptors, path, lookup)
+		cc := rlsCompiler{lookup: lookup, domain: d.Domain, file: d.File}
+		lvl, err := cc.level(d.Descriptors, base, "")
 		if err != nil {
 			return rlsTable{}, err
 		}
 		t.domains[d.Domain] = lvl
 		t.names = append(t.names, d.Domain)
+		where[d.Domain] = here
 	}
 	return t, nil
 }
 
-// compileLevel compiles the rules ds, whose field path is parent +
-// ".descriptors".
-func compileLevel(ds []EnvoyDescriptor, parent string, lookup policyLookup) (*rlsLevel, error) {
-	lvl := &rlsLevel{exact: map[rlsEntry]*rlsNode{}, wildcard: map[string]*rlsNode{}}
+// level compiles the rules ds, whose parent is at parent; statKey is the
+// parent's statistics name, "" at the top.
+func (cc rlsCompiler) level(ds []EnvoyDescriptor, parent rlsPath, statKey string) (*rlsLevel, error) {
+	lvl := &rlsLevel{exact: map[rlsEntry]*rlsNode{}, defaults: map[string]*rlsNode{}}
 	for i, d := range ds {
-		path := fmt.Sprintf("%s.descriptors[%d]", parent, i)
-		if d.Key == "" {
-			return nil, fmt.Errorf("%s.key: %w: must not be empty", path, ErrInvalidConfig)
+		path := parent.field(fmt.Sprintf("descriptors[%d]", i))
+		if d.Line > 0 {
+			path.line = d.Line
 		}
-		n, err := compileNode(d, path, lookup)
+		if d.Key == "" {
+			return nil, fmt.Errorf("%s: %w: must not be empty", path.field("key"), ErrInvalidConfig)
+		}
+		key := ruleKey(d)
+		if statKey != "" {
+			key = statKey + "." + key
+		}
+		n, err := cc.node(d, path, key)
 		if err != nil {
 			return nil, err
 		}
-		if d.Value == "" {
-			if _, dup := lvl.wildcard[d.Key]; dup {
+		switch {
+		case d.Value == "":
+			if _, dup := lvl.defaults[d.Key]; dup {
 				return nil, fmt.Errorf("%s: %w: a rule for key %q with no value comes twice at this level", path, ErrInvalidConfig, d.Key)
 			}
-			lvl.wildcard[d.Key] = n
-			continue
+			lvl.defaults[d.Key] = n
+		case cc.file != "" && strings.HasSuffix(d.Value, "*"):
+			prefix := strings.TrimSuffix(d.Value, "*")
+			for _, w := range lvl.prefixes {
+				if w.key == d.Key && w.prefix == prefix {
+					return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
+				}
+			}
+			lvl.prefixes = append(lvl.prefixes, rlsPrefix{key: d.Key, prefix: prefix, node: n})
+		default:
+			e := rlsEntry{d.Key, d.Value}
+			if _, dup := lvl.exact[e]; dup {
+				return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
+			}
+			lvl.exact[e] = n
 		}
-		e := rlsEntry{d.Key, d.Value}
-		if _, dup := lvl.exact[e]; dup {
-			return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
-		}
-		lvl.exact[e] = n
 	}
 	return lvl, nil
 }
 
-// compileNode compiles one rule and the rules below it.
-func compileNode(d EnvoyDescriptor, path string, lookup policyLookup) (*rlsNode, error) {
-	n := &rlsNode{}
-	switch {
-	case d.Unlimited && d.Policy != "":
-		return nil, fmt.Errorf("%s: %w: policy %q and unlimited exclude each other", path, ErrInvalidConfig, d.Policy)
-	case d.ShadowMode && d.Policy == "":
-		return nil, fmt.Errorf("%s.shadow_mode: %w: needs a policy to decide with", path, ErrInvalidConfig)
-	case d.Policy == "" && !d.Unlimited && len(d.Descriptors) == 0:
-		return nil, fmt.Errorf("%s: %w: rule %s applies to nothing: set policy, unlimited or descriptors", path, ErrInvalidConfig, d.Key)
-	case d.Unlimited:
-		n.rule = &rlsRule{unlimited: true}
-	case d.Policy != "":
-		p, err := resolveRLSPolicy(d.Policy, lookup)
-		if err != nil {
-			return nil, fmt.Errorf("%s.policy: %w", path, err)
-		}
-		n.rule = &rlsRule{policy: p, shadow: d.ShadowMode}
+// node compiles one rule, at path with statistics name statKey, and the
+// rules below it.
+func (cc rlsCompiler) node(d EnvoyDescriptor, path rlsPath, statKey string) (*rlsNode, error) {
+	var (
+		rule *rlsRule
+		err  error
+	)
+	if cc.file == "" {
+		rule, err = cc.quotadRule(d, path)
+	} else {
+		rule, err = cc.fileRule(d, path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := &rlsNode{rule: rule}
+	if rule != nil {
+		rule.stat = newRLSStatKey(cc.domain, statKey, d.DetailedMetric)
 	}
 	if len(d.Descriptors) > 0 {
-		next, err := compileLevel(d.Descriptors, path, lookup)
+		next, err := cc.level(d.Descriptors, path, statKey)
 		if err != nil {
 			return nil, err
 		}
 		n.next = next
 	}
 	return n, nil
+}
+
+// quotadRule compiles the limit of a rule of quotad's schema; nil when the
+// rule only nests.
+func (cc rlsCompiler) quotadRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, error) {
+	switch {
+	case d.RateLimit != nil:
+		return nil, fmt.Errorf("%s: %w: rate_limit belongs to envoyproxy/ratelimit's files; name a policy", path.field("rate_limit"), ErrInvalidConfig)
+	case d.DetailedMetric:
+		return nil, fmt.Errorf("%s: %w: detailed_metric belongs to envoyproxy/ratelimit's files", path.field("detailed_metric"), ErrInvalidConfig)
+	case d.Unlimited && d.Policy != "":
+		return nil, fmt.Errorf("%s: %w: policy %q and unlimited exclude each other", path, ErrInvalidConfig, d.Policy)
+	case d.ShadowMode && d.Policy == "":
+		return nil, fmt.Errorf("%s: %w: needs a policy to decide with", path.field("shadow_mode"), ErrInvalidConfig)
+	case d.Policy == "" && !d.Unlimited && len(d.Descriptors) == 0:
+		return nil, fmt.Errorf("%s: %w: rule %s applies to nothing: set policy, unlimited or descriptors", path, ErrInvalidConfig, d.Key)
+	case d.Unlimited:
+		return &rlsRule{unlimited: true}, nil
+	case d.Policy != "":
+		p, err := resolveRLSPolicy(d.Policy, cc.lookup)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path.field("policy"), err)
+		}
+		return &rlsRule{policy: p, shadow: d.ShadowMode, limit: policyLimit(p, p.Name)}, nil
+	}
+	return nil, nil
+}
+
+// fileRule compiles the limit of a rule of envoyproxy/ratelimit's schema;
+// nil when it has none.
+func (cc rlsCompiler) fileRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, error) {
+	if d.Policy != "" || d.Unlimited {
+		return nil, fmt.Errorf("%s: %w: policy and unlimited belong to quotad's config file; use rate_limit", path, ErrInvalidConfig)
+	}
+	rl := d.RateLimit
+	if rl == nil {
+		return nil, nil
+	}
+	rp := path.field("rate_limit")
+	for i, name := range rl.Replaces {
+		switch {
+		case name == "":
+			return nil, fmt.Errorf("%s: %w: a replaced limit needs a name", rp.field(fmt.Sprintf("replaces[%d].name", i)), ErrInvalidConfig)
+		case name == rl.Name:
+			return nil, fmt.Errorf("%s: %w: limit %q cannot replace itself", rp.field(fmt.Sprintf("replaces[%d].name", i)), ErrInvalidConfig, name)
+		}
+	}
+	r := &rlsRule{shadow: d.ShadowMode, name: rl.Name, replaces: rl.Replaces}
+	switch {
+	case rl.Policy != "":
+		if rl.Unit != "" || rl.RequestsPerUnit != nil || rl.Unlimited {
+			return nil, fmt.Errorf("%s: %w: quotad_policy %q says how to limit; it excludes unit, requests_per_unit and unlimited", rp, ErrInvalidConfig, rl.Policy)
+		}
+		p, err := resolveRLSPolicy(rl.Policy, cc.lookup)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", rp.field("quotad_policy"), err)
+		}
+		name := rl.Name
+		if name == "" {
+			name = p.Name
+		}
+		r.policy, r.limit = p, policyLimit(p, name)
+	case rl.Unlimited:
+		if rl.Unit != "" {
+			return nil, fmt.Errorf("%s: %w: an unlimited rate limit takes no unit (as in envoyproxy/ratelimit)", rp.field("unit"), ErrInvalidConfig)
+		}
+		r.unlimited = true
+	default:
+		u, ok := envoyUnits[strings.ToUpper(rl.Unit)]
+		if !ok {
+			return nil, fmt.Errorf("%s: %w: %q is not a unit: write second, minute, hour, day, week, month or year", rp.field("unit"), ErrInvalidConfig, rl.Unit)
+		}
+		var rpu uint32
+		if rl.RequestsPerUnit != nil {
+			rpu = *rl.RequestsPerUnit
+		}
+		r.limit = rlsLimit{name: rl.Name, requestsPerUnit: rpu, unit: u.unit}
+		r.period = u.period
+		if rpu == 0 {
+			// No window admits anything: decided without the store.
+			r.blocked = true
+			break
+		}
+		r.policy = node.Policy{Name: EnvoyNamespace, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: int64(rpu), Period: u.period}}
+	}
+	return r, nil
 }
 
 // resolveRLSPolicy finds a rule's policy. A nil lookup resolves nothing:

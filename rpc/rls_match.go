@@ -1,35 +1,48 @@
 package rpc
 
+import "strings"
+
 // This file finds the rule for a descriptor and names the counter it spends.
 
 // match returns the rule for a descriptor with entries es in the tree whose
-// first level is l, or nil when no rule applies. It walks the entries in
-// order: at each level, the rule naming the entry's key and value wins over
-// the key's default (the rule with no value); the entry after it is matched
-// among the winner's children. The rule applies only when the last entry
-// lands on it, so a descriptor longer or shorter than the rules has no
-// limit. There is no backtracking: once an exact rule wins, its key's
-// default is not tried for the entries after. These are envoyproxy/ratelimit's
-// rules.
+// first level is l, or nil when no rule applies (or l is nil). It walks the
+// entries in order: at each level, the rule naming the entry's key and
+// value wins; failing that, the first rule (in configured order) whose
+// value prefix ("foo*") starts the entry's value; failing that, the key's
+// default (the rule with no value). The entry after it is matched among the
+// winner's children. The rule applies only when the last entry lands on it,
+// so a descriptor longer or shorter than the rules has no limit. There is
+// no backtracking: once a rule wins an entry, the others are not tried for
+// the entries after. These are envoyproxy/ratelimit's rules.
 func (l *rlsLevel) match(es []rlsEntry) *rlsRule {
 	lvl := l
 	for i, e := range es {
-		n := lvl.exact[e]
-		if n == nil {
-			n = lvl.wildcard[e.key]
+		if lvl == nil {
+			return nil
 		}
+		n := lvl.find(e)
 		if n == nil {
 			return nil
 		}
 		if i == len(es)-1 {
 			return n.rule
 		}
-		if n.next == nil {
-			return nil
-		}
 		lvl = n.next
 	}
 	return nil
+}
+
+// find returns the rule at l that matches e, or nil.
+func (l *rlsLevel) find(e rlsEntry) *rlsNode {
+	if n := l.exact[e]; n != nil {
+		return n
+	}
+	for _, w := range l.prefixes {
+		if w.key == e.key && strings.HasPrefix(e.value, w.prefix) {
+			return w.node
+		}
+	}
+	return l.defaults[e.key]
 }
 
 // rlsKey is the key a descriptor's counter has under its rule's policy:

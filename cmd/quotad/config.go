@@ -58,6 +58,10 @@ type config struct {
 	// Envoy configures Envoy's rate limit service; the zero value leaves it
 	// unserved.
 	Envoy rpc.EnvoyConfig
+	// EnvoyDir is a directory of envoyproxy/ratelimit config files whose
+	// domains Envoy's rate limit service serves beside Envoy's, reloaded
+	// when they change; empty means none.
+	EnvoyDir string
 	// Telemetry says where traces go and whether /metrics is served.
 	Telemetry telemetryConfig
 	// Cluster makes the node a cluster member; the zero value runs

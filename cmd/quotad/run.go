@@ -72,7 +72,7 @@ func settings() []setting {
 		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
-	}, append(telemetrySettings(), clusterSettings()...)...)
+	}, append(append(telemetrySettings(), clusterSettings()...), envoySettings()...)...)
 }
 
 func parseDurationInto(dst *time.Duration, v string) error {
@@ -236,6 +236,9 @@ Config file (YAML; unknown fields are errors):
     join: ["quotad-headless:7946"]  # seeds; a DNS name means all its addresses
     node_name: quotad-0             # default hostname:port
     key_file: /etc/quotad/gossip.key  # base64 of 16/24/32 bytes
+  envoy:                            # Envoy's rate limit service (docs/envoy.md)
+    config_dir: /etc/ratelimit/config # envoyproxy/ratelimit's files, unchanged
+    shadow_mode: false              # also domains: [...] in quotad's own schema
   policies:
     - name: api                     # [A-Za-z0-9_.-]
       algorithm: token_bucket       # fixed_window | sliding_window_log | sliding_window_counter
@@ -278,6 +281,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	level, _ := parseLogLevel(cfg.LogLevel) // validated
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	envoy, envoyFiles, err := loadEnvoy(cfg)
+	if err != nil {
+		return err
+	}
 
 	// Telemetry starts first and stops last (deferred calls run in
 	// reverse), after the node has closed.
@@ -311,6 +318,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rpcCfg := cfg.rpcConfig()
 	rpcCfg.Health = health
 	rpcCfg.Telemetry = tel.rpc()
+	rpcCfg.EnvoyRules = envoy
 	handler, err := rpc.NewHandler(n, rpcCfg, log)
 	if err != nil {
 		return err
@@ -334,6 +342,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintln(stdout, tel.describe())
 	if cluster != nil {
 		fmt.Fprintf(stdout, "cluster: %s\n", cluster.Describe())
+	}
+	if line := describeEnvoy(cfg, envoy); line != "" {
+		fmt.Fprintln(stdout, line)
+	}
+	if cfg.EnvoyDir != "" {
+		pollCtx, stopPolling := context.WithCancel(ctx)
+		polling := make(chan struct{})
+		defer func() { stopPolling(); <-polling }()
+		go func() {
+			defer close(polling)
+			pollEnvoyDir(pollCtx, cfg, envoyFiles, envoy, envoyPollEvery, log)
+		}()
 	}
 
 	serveErr := make(chan error, 1)

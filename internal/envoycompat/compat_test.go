@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,20 +27,25 @@ import (
 )
 
 // docsConfig returns the configuration under test: the first YAML block
-// of docs/envoy.md, so that the documented example is the tested one.
+// of docs/envoy.md's section "Configuration" (quotad's own schema), so that
+// the documented example is the tested one.
 func docsConfig(t *testing.T) string {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "envoy.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(raw), "```yaml\n")
+	_, section, ok := strings.Cut(string(raw), "\n## Configuration\n")
 	if !ok {
-		t.Fatal("docs/envoy.md has no YAML block")
+		t.Fatal("docs/envoy.md has no section Configuration")
+	}
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatal("docs/envoy.md's section Configuration has no YAML block")
 	}
 	block, _, ok = strings.Cut(block, "```")
 	if !ok || !strings.Contains(block, "envoy:") {
-		t.Fatalf("docs/envoy.md's first YAML block is not a quotad config with an envoy section:\n%s", block)
+		t.Fatalf("docs/envoy.md's Configuration has no quotad config with an envoy section first:\n%s", block)
 	}
 	return block
 }
@@ -48,19 +54,44 @@ func docsConfig(t *testing.T) string {
 // until the test ends, and returns its host:port.
 func startQuotad(t *testing.T, cfg string) string {
 	t.Helper()
-	bin := quotadtest.Binary(t)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "quotad.yaml")
+	path := filepath.Join(t.TempDir(), "quotad.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--config", path, "--listen", "127.0.0.1:0")
+	addr, _ := runQuotad(t, "--config", path)
+	return addr
+}
+
+// lockedBuffer is quotad's stderr, read while quotad writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runQuotad builds cmd/quotad, runs it with args on a free loopback port
+// until the test ends, and returns its host:port and its stderr so far.
+func runQuotad(t *testing.T, args ...string) (string, *lockedBuffer) {
+	t.Helper()
+	bin := quotadtest.Binary(t)
+	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +119,7 @@ func startQuotad(t *testing.T, cfg string) string {
 	if !strings.HasPrefix(first, marker) {
 		t.Fatalf("first line %q does not say where quotad listens", first)
 	}
-	return strings.Fields(strings.TrimPrefix(first, marker))[0]
+	return strings.Fields(strings.TrimPrefix(first, marker))[0], stderr
 }
 
 func descriptor(kv ...string) *commonv3.RateLimitDescriptor {

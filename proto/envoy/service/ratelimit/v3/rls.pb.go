@@ -84,7 +84,8 @@ func (RateLimitResponse_Code) EnumDescriptor() ([]byte, []int) {
 	return file_envoy_service_ratelimit_v3_rls_proto_rawDescGZIP(), []int{1, 0}
 }
 
-// Unit is a unit of time; a month is 30 days and a year 365 days.
+// Unit is a unit of time; a week is 7 days, a month 30 days and a year
+// 365 days. WEEK was added after YEAR, hence its number.
 type RateLimitResponse_RateLimit_Unit int32
 
 const (
@@ -95,6 +96,7 @@ const (
 	RateLimitResponse_RateLimit_DAY     RateLimitResponse_RateLimit_Unit = 4
 	RateLimitResponse_RateLimit_MONTH   RateLimitResponse_RateLimit_Unit = 5
 	RateLimitResponse_RateLimit_YEAR    RateLimitResponse_RateLimit_Unit = 6
+	RateLimitResponse_RateLimit_WEEK    RateLimitResponse_RateLimit_Unit = 7
 )
 
 // Enum value maps for RateLimitResponse_RateLimit_Unit.
@@ -107,6 +109,7 @@ var (
 		4: "DAY",
 		5: "MONTH",
 		6: "YEAR",
+		7: "WEEK",
 	}
 	RateLimitResponse_RateLimit_Unit_value = map[string]int32{
 		"UNKNOWN": 0,
@@ -116,6 +119,7 @@ var (
 		"DAY":     4,
 		"MONTH":   5,
 		"YEAR":    6,
+		"WEEK":    7,
 	}
 )
 
@@ -269,7 +273,8 @@ func (x *RateLimitResponse) GetStatuses() []*RateLimitResponse_DescriptorStatus 
 // unit_multiplier units of time.
 type RateLimitResponse_RateLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The name of the limit; quotad sends the policy's name.
+	// The name of the limit; quotad sends the policy's name, or the
+	// rate_limit.name of a rule from envoyproxy/ratelimit's files.
 	Name            string                           `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	RequestsPerUnit uint32                           `protobuf:"varint,1,opt,name=requests_per_unit,json=requestsPerUnit,proto3" json:"requests_per_unit,omitempty"`
 	Unit            RateLimitResponse_RateLimit_Unit `protobuf:"varint,2,opt,name=unit,proto3,enum=envoy.service.ratelimit.v3.RateLimitResponse_RateLimit_Unit" json:"unit,omitempty"`
@@ -418,15 +423,15 @@ const file_envoy_service_ratelimit_v3_rls_proto_rawDesc = "" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12[\n" +
 	"\vdescriptors\x18\x02 \x03(\v29.envoy.extensions.common.ratelimit.v3.RateLimitDescriptorR\vdescriptors\x12\x1f\n" +
 	"\vhits_addend\x18\x03 \x01(\rR\n" +
-	"hitsAddend\"\xe0\x06\n" +
+	"hitsAddend\"\xea\x06\n" +
 	"\x11RateLimitResponse\x12U\n" +
 	"\foverall_code\x18\x01 \x01(\x0e22.envoy.service.ratelimit.v3.RateLimitResponse.CodeR\voverallCode\x12Z\n" +
-	"\bstatuses\x18\x02 \x03(\v2>.envoy.service.ratelimit.v3.RateLimitResponse.DescriptorStatusR\bstatuses\x1a\xb9\x02\n" +
+	"\bstatuses\x18\x02 \x03(\v2>.envoy.service.ratelimit.v3.RateLimitResponse.DescriptorStatusR\bstatuses\x1a\xc3\x02\n" +
 	"\tRateLimit\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12*\n" +
 	"\x11requests_per_unit\x18\x01 \x01(\rR\x0frequestsPerUnit\x12P\n" +
 	"\x04unit\x18\x02 \x01(\x0e2<.envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.UnitR\x04unit\x12E\n" +
-	"\x0funit_multiplier\x18\x04 \x01(\v2\x1c.google.protobuf.UInt32ValueR\x0eunitMultiplier\"S\n" +
+	"\x0funit_multiplier\x18\x04 \x01(\v2\x1c.google.protobuf.UInt32ValueR\x0eunitMultiplier\"]\n" +
 	"\x04Unit\x12\v\n" +
 	"\aUNKNOWN\x10\x00\x12\n" +
 	"\n" +
@@ -436,7 +441,8 @@ const file_envoy_service_ratelimit_v3_rls_proto_rawDesc = "" +
 	"\x04HOUR\x10\x03\x12\a\n" +
 	"\x03DAY\x10\x04\x12\t\n" +
 	"\x05MONTH\x10\x05\x12\b\n" +
-	"\x04YEAR\x10\x06\x1a\xae\x02\n" +
+	"\x04YEAR\x10\x06\x12\b\n" +
+	"\x04WEEK\x10\a\x1a\xae\x02\n" +
 	"\x10DescriptorStatus\x12F\n" +
 	"\x04code\x18\x01 \x01(\x0e22.envoy.service.ratelimit.v3.RateLimitResponse.CodeR\x04code\x12\\\n" +
 	"\rcurrent_limit\x18\x02 \x01(\v27.envoy.service.ratelimit.v3.RateLimitResponse.RateLimitR\fcurrentLimit\x12'\n" +

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/quotad/quotad/rpc"
+)
+
+// This file loads a directory of envoyproxy/ratelimit config files
+// (--envoy-config-dir), unchanged: each *.yaml or *.yml file is one domain
+// in that project's format, which rpc.EnvoyDomain (File set) carries. The
+// YAML is walked by hand rather than decoded into structs, so that every
+// error names the file, the line and the descriptor path, and every key the
+// format does not have, or quotad does not support, is refused by name.
+
+// envoyFile is one config file: its name in the directory and its text.
+type envoyFile struct {
+	name string
+	raw  []byte
+}
+
+// readEnvoyFiles reads dir's config files, sorted by name: the files named
+// *.yaml or *.yml (symbolic links followed). Names starting with '.' are
+// skipped, as Kubernetes' ConfigMap volumes keep their real files under
+// "..data"; other files and subdirectories are not config files.
+func readEnvoyFiles(dir string) ([]envoyFile, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []envoyFile
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || (filepath.Ext(name) != ".yaml" && filepath.Ext(name) != ".yml") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		st, err := os.Stat(path)
+		if err != nil {
+			return nil, err
+		}
+		if !st.Mode().IsRegular() {
+			continue
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, envoyFile{name: name, raw: raw})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+	return files, nil
+}
+
+// envoyRules compiles the Envoy rules quotad serves with configuration c:
+// the config file's envoy section and, when c.EnvoyDir is set, the domains
+// of files, the directory's config files (readEnvoyFiles). It is a pure
+// function of its arguments; hot reload calls it, then Swap. nil rules (and
+// no error) mean Envoy's rate limit service is not configured.
+func (c config) envoyRules(files []envoyFile) (*rpc.EnvoyRules, error) {
+	ec := c.Envoy
+	if c.EnvoyDir == "" {
+		if len(ec.Domains) == 0 {
+			return nil, nil
+		}
+		rules, err := rpc.CompileEnvoyRules(ec, c.Policies)
+		if err != nil {
+			return nil, fmt.Errorf("envoy: %w", err)
+		}
+		return rules, nil
+	}
+	ec.DropIn = true
+	ec.Domains = slices.Clone(ec.Domains)
+	for _, f := range files {
+		d, err := parseEnvoyFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("envoy config dir %s: %w", c.EnvoyDir, err)
+		}
+		ec.Domains = append(ec.Domains, d)
+	}
+	rules, err := rpc.CompileEnvoyRules(ec, c.Policies)
+	if err != nil {
+		return nil, fmt.Errorf("envoy config dir %s: %w", c.EnvoyDir, err)
+	}
+	return rules, nil
+}
+
+// The keys of the format, where they may appear. envoyUnsupported are keys
+// of envoyproxy/ratelimit that quotad refuses rather than ignore.
+var (
+	envoyFileKeys       = []string{"domain", "descriptors"}
+	envoyDescriptorKeys = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "descriptors"}
+	envoyRateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "quotad_policy"}
+	envoyReplacesKeys   = []string{"name"}
+	envoyUnsupported    = map[string]string{
+		"share_threshold": "quotad counts every value a wildcard matches separately; see docs/envoy.md",
+		"value_to_metric": "quotad's statistics label rules from the config only, and detailed_metric values; see docs/envoy.md",
+	}
+)
+
+// envoyWalker walks one file's YAML, naming the file in its errors.
+type envoyWalker struct{ file string }
+
+func (w envoyWalker) errorf(n *yaml.Node, path, format string, args ...any) error {
+	where := w.file
+	if n != nil && n.Line > 0 {
+		where = fmt.Sprintf("%s: line %d", where, n.Line)
+	}
+	if path != "" {
+		where += ": " + path
+	}
+	return fmt.Errorf("%s: %s", where, fmt.Sprintf(format, args...))
+}
+
+// parseEnvoyFile parses f as an envoyproxy/ratelimit config file: one
+// domain and its descriptors. It checks the YAML's shape and keys; the
+// rules' meaning is rpc.CompileEnvoyRules's to check.
+func parseEnvoyFile(f envoyFile) (rpc.EnvoyDomain, error) {
+	w := envoyWalker{file: f.name}
+	d := rpc.EnvoyDomain{File: f.name}
+	dec := yaml.NewDecoder(bytes.NewReader(f.raw))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return d, w.errorf(nil, "", "empty: a config file needs a domain")
+		}
+		return d, w.errorf(nil, "", "%s", yamlMessage(err))
+	}
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return d, w.errorf(nil, "", "%s", yamlMessage(err))
+		}
+		return d, w.errorf(&more, "", "a second YAML document; one file holds one domain")
+	}
+	root := resolve(doc.Content[0])
+	err := w.mapping(root, "", envoyFileKeys, func(key string, v *yaml.Node) error {
+		var err error
+		switch key {
+		case "domain":
+			d.Domain, err = w.str(v, "domain")
+		case "descriptors":
+			d.Descriptors, err = w.descriptors(v, "descriptors")
+		}
+		return err
+	})
+	return d, err
+}
+
+// descriptors parses a list of descriptors at path.
+func (w envoyWalker) descriptors(n *yaml.Node, path string) ([]rpc.EnvoyDescriptor, error) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, w.errorf(n, path, "want a list of descriptors")
+	}
+	ds := make([]rpc.EnvoyDescriptor, len(n.Content))
+	for i, item := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		item = resolve(item)
+		d := rpc.EnvoyDescriptor{Line: item.Line}
+		err := w.mapping(item, p, envoyDescriptorKeys, func(key string, v *yaml.Node) error {
+			var err error
+			switch key {
+			case "key":
+				d.Key, err = w.str(v, p+".key")
+			case "value":
+				d.Value, err = w.str(v, p+".value")
+			case "shadow_mode":
+				d.ShadowMode, err = w.boolean(v, p+".shadow_mode")
+			case "detailed_metric":
+				d.DetailedMetric, err = w.boolean(v, p+".detailed_metric")
+			case "rate_limit":
+				d.RateLimit, err = w.rateLimit(v, p+".rate_limit")
+			case "descriptors":
+				d.Descriptors, err = w.descriptors(v, p+".descriptors")
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		ds[i] = d
+	}
+	return ds, nil
+}
+
+// rateLimit parses a rate_limit block at path; null means none.
+func (w envoyWalker) rateLimit(n *yaml.Node, path string) (*rpc.EnvoyRateLimit, error) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil, nil
+	}
+	rl := &rpc.EnvoyRateLimit{}
+	err := w.mapping(n, path, envoyRateLimitKeys, func(key string, v *yaml.Node) error {
+		var err error
+		switch key {
+		case "unit":
+			rl.Unit, err = w.str(v, path+".unit")
+		case "requests_per_unit":
+			var u uint32
+			if err = v.Decode(&u); err != nil || v.Kind != yaml.ScalarNode {
+				return w.errorf(v, path+".requests_per_unit", "want a whole number from 0 to 4294967295, got %q", v.Value)
+			}
+			rl.RequestsPerUnit = &u
+		case "unlimited":
+			rl.Unlimited, err = w.boolean(v, path+".unlimited")
+		case "name":
+			rl.Name, err = w.str(v, path+".name")
+		case "quotad_policy":
+			rl.Policy, err = w.str(v, path+".quotad_policy")
+		case "replaces":
+			rl.Replaces, err = w.replaces(v, path+".replaces")
+		}
+		return err
+	})
+	return rl, err
+}
+
+// replaces parses a replaces list at path: mappings with a name.
+func (w envoyWalker) replaces(n *yaml.Node, path string) ([]string, error) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, w.errorf(n, path, "want a list of {name: ...}")
+	}
+	names := make([]string, len(n.Content))
+	for i, item := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		err := w.mapping(resolve(item), p, envoyReplacesKeys, func(_ string, v *yaml.Node) error {
+			var err error
+			names[i], err = w.str(v, p+".name")
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
+}
+
+// mapping calls each for every key of the mapping n at path, refusing keys
+// not in known, and keys written twice.
+func (w envoyWalker) mapping(n *yaml.Node, path string, known []string, each func(key string, v *yaml.Node) error) error {
+	if n.Kind != yaml.MappingNode {
+		return w.errorf(n, path, "want a mapping with the keys %s", strings.Join(known, ", "))
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], resolve(n.Content[i+1])
+		if k.Kind != yaml.ScalarNode {
+			return w.errorf(k, path, "a key must be a string")
+		}
+		key := k.Value
+		at := key
+		if path != "" {
+			at = path + "." + key
+		}
+		if why, ok := envoyUnsupported[key]; ok {
+			return w.errorf(k, at, "envoyproxy/ratelimit's %s is not supported by quotad (%s)", key, why)
+		}
+		if !slices.Contains(known, key) {
+			return w.errorf(k, at, "unknown key %q (the keys here are %s)", key, strings.Join(known, ", "))
+		}
+		if seen[key] {
+			return w.errorf(k, at, "written twice")
+		}
+		seen[key] = true
+		if err := each(key, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// str is the text of the scalar n at path; null is "". Like
+// envoyproxy/ratelimit, it takes any scalar as written (value: 500 is
+// "500").
+func (w envoyWalker) str(n *yaml.Node, path string) (string, error) {
+	if n.Kind != yaml.ScalarNode {
+		return "", w.errorf(n, path, "want a string")
+	}
+	if n.Tag == "!!null" {
+		return "", nil
+	}
+	return n.Value, nil
+}
+
+// boolean is the boolean scalar n at path; null is false.
+func (w envoyWalker) boolean(n *yaml.Node, path string) (bool, error) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return false, nil
+	}
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		return false, w.errorf(n, path, "want true or false, got %q", n.Value)
+	}
+	return b, nil
+}
+
+// resolve follows a YAML alias to the node it names.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// loadEnvoy reads and compiles the Envoy rules of c (config.envoyRules),
+// and returns the switch Envoy's rate limit service is to read them from
+// (nil when it is not configured) and the directory's files it read.
+func loadEnvoy(c config) (*rpc.EnvoySwitch, []envoyFile, error) {
+	var files []envoyFile
+	if c.EnvoyDir != "" {
+		var err error
+		if files, err = readEnvoyFiles(c.EnvoyDir); err != nil {
+			return nil, nil, fmt.Errorf("envoy config dir: %w", err)
+		}
+	}
+	rules, err := c.envoyRules(files)
+	if err != nil || rules == nil {
+		return nil, files, err
+	}
+	return rpc.NewEnvoySwitch(rules), files, nil
+}
+
+// describeEnvoy says what Envoy's rate limit service serves, for the
+// startup banner; "" when it is not configured.
+func describeEnvoy(c config, sw *rpc.EnvoySwitch) string {
+	if sw == nil {
+		return ""
+	}
+	s := "envoy: rate limit service for domains " + strings.Join(sw.Rules().Domains(), ", ")
+	if c.EnvoyDir != "" {
+		s += fmt.Sprintf(" (files of %s, checked for changes every %s)", c.EnvoyDir, envoyPollEvery)
+	}
+	if c.Envoy.ShadowMode {
+		s += "; global shadow mode: never OVER_LIMIT overall"
+	}
+	return s
+}

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/rpc"
+)
+
+func u32(n uint32) *uint32 { return &n }
+
+// A file with every key of the format parses into its rules, lines and all.
+func TestParseEnvoyFile(t *testing.T) {
+	const file = `# every key envoyproxy/ratelimit documents, and quotad_policy
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+  - key: to_number
+    detailed_metric: true
+    rate_limit: {unit: DAY, requests_per_unit: 100, name: per-number}
+  - key: id
+    value: 500
+    shadow_mode: true
+    rate_limit:
+      replaces:
+        - name: per-number
+      unit: second
+      requests_per_unit: 0
+  - key: ldap
+    rate_limit:
+      unlimited: true
+  - key: bucket
+    value: "v*"
+    rate_limit:
+      quotad_policy: per-ip
+  - key: whitelisted
+    rate_limit:
+`
+	got, err := parseEnvoyFile(envoyFile{name: "messaging.yaml", raw: []byte(file)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := rpc.EnvoyDomain{Domain: "messaging", File: "messaging.yaml", Descriptors: []rpc.EnvoyDescriptor{
+		{Key: "message_type", Value: "marketing", Line: 4, Descriptors: []rpc.EnvoyDescriptor{
+			{Key: "to_number", Line: 7, RateLimit: &rpc.EnvoyRateLimit{Unit: "day", RequestsPerUnit: u32(5)}},
+		}},
+		{Key: "to_number", Line: 11, DetailedMetric: true, RateLimit: &rpc.EnvoyRateLimit{Unit: "DAY", RequestsPerUnit: u32(100), Name: "per-number"}},
+		{Key: "id", Value: "500", Line: 14, ShadowMode: true, RateLimit: &rpc.EnvoyRateLimit{Replaces: []string{"per-number"}, Unit: "second", RequestsPerUnit: u32(0)}},
+		{Key: "ldap", Line: 22, RateLimit: &rpc.EnvoyRateLimit{Unlimited: true}},
+		{Key: "bucket", Value: "v*", Line: 25, RateLimit: &rpc.EnvoyRateLimit{Policy: "per-ip"}},
+		{Key: "whitelisted", Line: 29},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("parsed\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// Every mistake is refused naming the file, the line and the path; keys
+// quotad does not support are refused by name, not ignored.
+func TestEnvoyFileErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		want       []string
+	}{
+		{"empty file", "", []string{"e.yaml: empty"}},
+		{"not YAML", "domain: [x\n", []string{"e.yaml", "line"}},
+		{"not a mapping", "- a\n", []string{"e.yaml: line 1", "want a mapping with the keys domain, descriptors"}},
+		{"two documents", "domain: a\n---\ndomain: b\n", []string{"e.yaml: line 2", "a second YAML document"}},
+		{"unknown top-level key", "domain: a\ndescriptor: []\n", []string{"e.yaml: line 2: descriptor", `unknown key "descriptor"`, "domain, descriptors"}},
+		{"unknown descriptor key", "domain: a\ndescriptors:\n  - key: k\n    rate_limt: {unit: second}\n",
+			[]string{"e.yaml: line 4: descriptors[0].rate_limt", `unknown key "rate_limt"`}},
+		{"unknown rate_limit key", "domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit:\n          unit: second\n          request_per_unit: 3\n",
+			[]string{"e.yaml: line 8: descriptors[0].descriptors[0].rate_limit.request_per_unit", `unknown key "request_per_unit"`, "requests_per_unit"}},
+		{"unit_multiplier", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 30}\n",
+			[]string{"line 4: descriptors[0].rate_limit.unit_multiplier", `unknown key "unit_multiplier"`}},
+		{"share_threshold", "domain: a\ndescriptors:\n  - key: k\n    value: v*\n    share_threshold: true\n",
+			[]string{"e.yaml: line 5: descriptors[0].share_threshold", "share_threshold is not supported by quotad"}},
+		{"value_to_metric", "domain: a\ndescriptors:\n  - key: k\n    value_to_metric: true\n",
+			[]string{"e.yaml: line 4: descriptors[0].value_to_metric", "value_to_metric is not supported by quotad"}},
+		{"key twice", "domain: a\ndescriptors:\n  - key: k\n    key: j\n", []string{"line 4: descriptors[0].key: written twice"}},
+		{"negative requests_per_unit", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
+			[]string{"line 4: descriptors[0].rate_limit.requests_per_unit", `want a whole number from 0 to 4294967295, got "-1"`}},
+		{"huge requests_per_unit", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n",
+			[]string{"requests_per_unit", "4294967296"}},
+		{"boolean", "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: sometimes\n", []string{"line 4: descriptors[0].shadow_mode", `want true or false, got "sometimes"`}},
+		{"descriptors not a list", "domain: a\ndescriptors: k\n", []string{"line 2: descriptors: want a list of descriptors"}},
+		{"replaces not a list", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, replaces: x}\n", []string{"descriptors[0].rate_limit.replaces: want a list"}},
+		{"key not a string", "domain: a\ndescriptors:\n  - key: [k]\n", []string{"line 3: descriptors[0].key: want a string"}},
+		// What the rules mean is rpc's to judge, with the same naming.
+		{"bad unit", "domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: dya, requests_per_unit: 1}\n",
+			[]string{"envoy config dir", "e.yaml: line 5: descriptors[0].descriptors[0].rate_limit.unit", `"dya" is not a unit`}},
+		{"no domain", "descriptors: []\n", []string{"e.yaml: domain", "must not be empty"}},
+		{"unknown quotad_policy", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {quotad_policy: per-ipp}\n",
+			[]string{"e.yaml: line 3: descriptors[0].rate_limit.quotad_policy", `unknown policy "per-ipp"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config{EnvoyDir: "/rules", Policies: envoyTestPolicies(t)}
+			_, err := c.envoyRules([]envoyFile{{name: "e.yaml", raw: []byte(tc.file)}})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// envoyTestPolicies are envoyPolicies, configured.
+func envoyTestPolicies(t *testing.T) []node.Policy {
+	t.Helper()
+	c, err := loadConfig([]string{"--config", writeFile(t, "p.yaml", envoyPolicies)}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Policies
+}
+
+// A directory's config files: *.yaml and *.yml, symbolic links followed,
+// sorted; hidden names (Kubernetes' ..data), other files and subdirectories
+// left alone. A domain in two files, or in the config file and a file, is
+// refused naming both.
+func TestReadEnvoyFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("b.yml", "domain: b\n")
+	write("a.yaml", "domain: a\n")
+	write("README.md", "not a config file")
+	write(".hidden.yaml", "domain: hidden\n")
+	write("..2024_01_01/c.yaml", "domain: c\n")
+	write("sub/d.yaml", "domain: d\n")
+	if err := os.Symlink("..2024_01_01", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..data", "c.yaml"), filepath.Join(dir, "c.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	files, err := readEnvoyFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, f.name)
+	}
+	if !slices.Equal(names, []string{"a.yaml", "b.yml", "c.yaml"}) {
+		t.Fatalf("read %v, want a.yaml, b.yml, c.yaml", names)
+	}
+	c := config{EnvoyDir: dir}
+	rules, err := c.envoyRules(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := rules.Domains(); !slices.Equal(d, []string{"a", "b", "c"}) {
+		t.Errorf("domains %v", d)
+	}
+
+	write("e.yaml", "domain: b\n")
+	files, _ = readEnvoyFiles(dir)
+	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `e.yaml: domain: invalid rpc config: "b" is configured twice (also in b.yml)`) {
+		t.Errorf("a domain in two files: %v", err)
+	}
+	c.Envoy.Domains = []rpc.EnvoyDomain{{Domain: "a", Descriptors: []rpc.EnvoyDescriptor{{Key: "k", Unlimited: true}}}}
+	files = files[:1]
+	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `a.yaml: domain: invalid rpc config: "a" is configured twice (also in envoy.domains[0] of the config file)`) {
+		t.Errorf("a domain in the config file and a file: %v", err)
+	}
+
+	if _, _, err := loadEnvoy(config{EnvoyDir: filepath.Join(dir, "nope")}); err == nil || !strings.Contains(err.Error(), "envoy config dir: open") {
+		t.Errorf("a missing directory: %v", err)
+	}
+}
+
+// The settings reach the config from the file, the environment and flags.
+func TestEnvoySettings(t *testing.T) {
+	path := writeFile(t, "q.yaml", "envoy:\n  config_dir: /from/file\n  shadow_mode: true\n  near_limit_ratio: 0.5\n")
+	c, err := loadConfig([]string{"--config", path}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EnvoyDir != "/from/file" || !c.Envoy.ShadowMode || c.Envoy.NearLimitRatio != 0.5 {
+		t.Errorf("from the file: dir %q, shadow %t, ratio %g", c.EnvoyDir, c.Envoy.ShadowMode, c.Envoy.NearLimitRatio)
+	}
+	env := map[string]string{"QUOTAD_ENVOY_CONFIG_DIR": "/from/env", "QUOTAD_ENVOY_NEAR_LIMIT_RATIO": "0.9"}
+	c, err = loadConfig([]string{"--config", path, "--envoy-shadow-mode=false"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EnvoyDir != "/from/env" || c.Envoy.ShadowMode || c.Envoy.NearLimitRatio != 0.9 {
+		t.Errorf("from env and flags: dir %q, shadow %t, ratio %g", c.EnvoyDir, c.Envoy.ShadowMode, c.Envoy.NearLimitRatio)
+	}
+	for _, args := range [][]string{{"--envoy-near-limit-ratio", "1.5"}, {"--envoy-near-limit-ratio", "lots"}} {
+		if _, err := loadConfig(args, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "near") {
+			t.Errorf("%v: %v, want an error about the ratio", args, err)
+		}
+	}
+}
+
+// syncLog collects log lines for tests that wait on them.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// The poll sees a changed limit, a new file, a broken file (the rules in
+// force stay, the error is logged once) and its repair.
+func TestPollEnvoyDir(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		// Through a rename, as editors and Kubernetes do: never half a file.
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: one}\n")
+	c := config{EnvoyDir: dir}
+	sw, files, err := loadEnvoy(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncLog
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pollEnvoyDir(ctx, c, files, sw, 10*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)))
+	}()
+	defer func() { cancel(); <-done }()
+	first := sw.Rules()
+
+	write("a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2, name: two}\n")
+	waitFor(t, 10*time.Second, func() bool { return sw.Rules() != first })
+	write("b.yaml", "domain: b\n")
+	waitFor(t, 10*time.Second, func() bool { return slices.Equal(sw.Rules().Domains(), []string{"a", "b"}) })
+
+	good := sw.Rules()
+	write("b.yaml", "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "envoy rules not reloaded") })
+	if sw.Rules() != good {
+		t.Fatal("a broken file replaced the rules in force")
+	}
+	if !strings.Contains(logs.String(), `b.yaml: line 3: descriptors[0].rate_limit.unit`) {
+		t.Errorf("the log does not name the file, line and path:\n%s", logs.String())
+	}
+	write("b.yaml", "domain: b2\n")
+	waitFor(t, 10*time.Second, func() bool { return slices.Equal(sw.Rules().Domains(), []string{"a", "b2"}) })
+	if n := strings.Count(logs.String(), "not reloaded"); n != 1 {
+		t.Errorf("the error was logged %d times, want once:\n%s", n, logs.String())
+	}
+}

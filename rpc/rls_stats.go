@@ -1,0 +1,179 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+)
+
+// This file keeps envoyproxy/ratelimit's per-rule statistics (total_hits,
+// over_limit, near_limit, within_limit, shadow_mode) as OpenTelemetry
+// counters, which /metrics shows as quotad_envoy_*_total. Their labels come
+// from the configuration only: the domain and the rule; a detailed_metric
+// rule adds the descriptor's entries, capped per rule.
+
+// maxRLSDetails bounds the distinct detail labels of one detailed_metric
+// rule; later descriptors count under rlsOtherDetail.
+const maxRLSDetails = 100
+
+const rlsOtherDetail = "(other)"
+
+// Attributes of the statistics.
+const (
+	attrEnvoyDomain = attribute.Key("quotad.envoy.domain")
+	attrEnvoyRule   = attribute.Key("quotad.envoy.rule")
+	attrEnvoyDetail = attribute.Key("quotad.envoy.detail")
+)
+
+// rlsStatKey names a rule in the statistics: its domain and
+// envoyproxy/ratelimit's name for it (the rules' keys from the top, each
+// key or key_value, joined by '.': "message_type_marketing.to_number").
+type rlsStatKey struct {
+	attrs attribute.Set
+	// details is set for detailed_metric rules: the detail labels given out
+	// so far.
+	details *rlsDetails
+}
+
+func newRLSStatKey(domain, rule string, detailed bool) rlsStatKey {
+	k := rlsStatKey{attrs: attribute.NewSet(attrEnvoyDomain.String(domain), attrEnvoyRule.String(rule))}
+	if detailed {
+		k.details = &rlsDetails{seen: map[string]struct{}{}}
+	}
+	return k
+}
+
+// rlsDetails is a detailed_metric rule's detail labels. It is safe for
+// concurrent use.
+type rlsDetails struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// label returns detail if it is one of the first maxRLSDetails distinct
+// details asked for, else rlsOtherDetail.
+func (d *rlsDetails) label(detail string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.seen[detail]; ok {
+		return detail
+	}
+	if len(d.seen) >= maxRLSDetails {
+		return rlsOtherDetail
+	}
+	d.seen[detail] = struct{}{}
+	return detail
+}
+
+// rlsDetail is envoyproxy/ratelimit's detailed name of a descriptor: its
+// entries as key_value, joined by '.' ("key1_unspecified_value").
+func rlsDetail(es []rlsEntry) string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.key)
+		b.WriteByte('_')
+		b.WriteString(e.value)
+	}
+	return b.String()
+}
+
+// rlsStats are the service's counters. They are safe for concurrent use.
+type rlsStats struct {
+	hits, overLimit, nearLimit, withinLimit, shadowMode metric.Int64Counter
+	// globalShadowMode counts requests whose OVER_LIMIT the global shadow
+	// mode turned into OK; domainNotFound requests for a domain that is not
+	// configured (answered OK in drop-in mode).
+	globalShadowMode, domainNotFound metric.Int64Counter
+}
+
+// newRLSStats makes the counters with mp; nil means no metrics.
+func newRLSStats(mp metric.MeterProvider) (*rlsStats, error) {
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	m := mp.Meter("github.com/quotad/quotad/rpc")
+	s := &rlsStats{}
+	for _, c := range []struct {
+		dst               *metric.Int64Counter
+		name, unit, about string
+	}{
+		{&s.hits, "quotad.envoy.hits", "{hit}", "hits of an Envoy rate limit rule (envoyproxy/ratelimit's total_hits)"},
+		{&s.overLimit, "quotad.envoy.over_limit", "{hit}", "hits over an Envoy rate limit rule's limit"},
+		{&s.nearLimit, "quotad.envoy.near_limit", "{hit}", "hits above the near-limit ratio of an Envoy rate limit rule's limit, but not over it"},
+		{&s.withinLimit, "quotad.envoy.within_limit", "{hit}", "hits within an Envoy rate limit rule's limit"},
+		{&s.shadowMode, "quotad.envoy.shadow_mode", "{hit}", "hits over the limit of a shadow_mode rule, answered OK"},
+		{&s.globalShadowMode, "quotad.envoy.global_shadow_mode", "{request}", "requests over the limit answered OK by the global shadow mode"},
+		{&s.domainNotFound, "quotad.envoy.domain_not_found", "{request}", "requests naming a domain that is not configured"},
+	} {
+		var err error
+		if *c.dst, err = m.Int64Counter(c.name, metric.WithUnit(c.unit), metric.WithDescription(c.about)); err != nil {
+			return nil, fmt.Errorf("telemetry: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// rlsOutcome is what the statistics need of one decided descriptor, in
+// envoyproxy/ratelimit's terms: its counter goes from before to
+// before+hits (even when over the limit: that is how that project counts),
+// and it is over the limit past limit.
+type rlsOutcome struct {
+	hits, before, limit uint64
+	over                bool
+}
+
+// record counts one decided descriptor of rule r, whose entries were es,
+// as envoyproxy/ratelimit does: every hit is a hit; the hits past the
+// limit are over_limit, those past the near-limit threshold (nearRatio of
+// the limit, rounded down) but not past the limit near_limit, and the rest
+// of an admitted request's within_limit; an over-the-limit shadow_mode rule
+// counts its hits in shadow_mode too.
+func (s *rlsStats) record(ctx context.Context, r *rlsRule, es []rlsEntry, nearRatio float64, o rlsOutcome) {
+	if o.hits == 0 {
+		return
+	}
+	attrs := metric.WithAttributeSet(r.stat.attrs)
+	if r.stat.details != nil {
+		label := r.stat.details.label(rlsDetail(es))
+		kvs := append(r.stat.attrs.ToSlice(), attrEnvoyDetail.String(label))
+		attrs = metric.WithAttributeSet(attribute.NewSet(kvs...))
+	}
+	add := func(c metric.Int64Counter, n uint64) {
+		if n > 0 {
+			c.Add(ctx, int64(min(n, math.MaxInt64)), attrs)
+		}
+	}
+	add(s.hits, o.hits)
+	if r.unlimited {
+		return
+	}
+	near := uint64(math.Floor(float64(o.limit) * nearRatio))
+	after := o.before + o.hits
+	if o.over {
+		if o.before >= o.limit || after <= o.limit {
+			add(s.overLimit, o.hits)
+		} else {
+			// Only the hits past the limit are over it; those before it,
+			// past the near-limit threshold, are near it.
+			add(s.overLimit, after-o.limit)
+			add(s.nearLimit, o.limit-max(near, o.before))
+		}
+		if r.shadow {
+			add(s.shadowMode, o.hits)
+		}
+		return
+	}
+	add(s.withinLimit, o.hits)
+	if after > near {
+		add(s.nearLimit, after-max(near, o.before))
+	}
+}
