@@ -174,9 +174,10 @@ type Stats struct {
 	Denied cache.DeniedStats
 	// StoreErrors counts failed store calls (not those the breaker
 	// refused); BreakerOpens counts how often the breaker opened, and
-	// BreakerOpen says whether it is open now.
+	// BreakerOpen says whether it is open now. Breaker says whether there
+	// is one: only a remote store has it.
 	StoreErrors, BreakerOpens int64
-	BreakerOpen               bool
+	BreakerOpen, Breaker      bool
 	// StoreCalls counts the calls a remote store was sent (checks, lease
 	// grants and returns; not resets, nor calls the breaker refused); 0
 	// for the memory store. Pipelining may carry several in one round
@@ -201,6 +202,7 @@ func (n *Node) Stats() Stats {
 		st.BreakerOpens = n.breaker.opens.Load()
 		st.BreakerOpen = n.breaker.open.Load()
 		st.StoreCalls = n.breaker.calls.Load()
+		st.Breaker = true
 	}
 	return st
 }
