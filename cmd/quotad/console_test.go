@@ -427,3 +427,62 @@ func loadForScreenshots(base string) (stop func()) {
 	}
 	return func() { cancel(); wg.Wait() }
 }
+
+func TestConsoleSettings(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	c, err := loadConfig(nil, noEnv, io.Discard)
+	if err != nil || !c.Console.Enabled || !c.Console.ShowKeys {
+		t.Fatalf("defaults: %+v, %v; want the console on, keys shown", c.Console, err)
+	}
+	path := writeFile(t, "q.yaml", "console:\n  enabled: false\n  show_keys: false\n")
+	c, err = loadConfig([]string{"--config", path}, noEnv, io.Discard)
+	if err != nil || c.Console.Enabled || c.Console.ShowKeys {
+		t.Fatalf("file: %+v, %v", c.Console, err)
+	}
+	if rc := c.rpcConfig(); !rc.DisableConsole || !rc.HideKeys {
+		t.Fatalf("rpc config %+v, want the console off and keys hidden", rc)
+	}
+	env := map[string]string{"QUOTAD_CONSOLE_SHOW_KEYS": "true", "QUOTAD_CONSOLE": "false"}
+	c, err = loadConfig([]string{"--config", path, "--console"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil || !c.Console.Enabled || !c.Console.ShowKeys {
+		t.Fatalf("env and flag over the file: %+v, %v; want both on", c.Console, err)
+	}
+}
+
+func get(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
+}
+
+// The built binary serves the page and its assets from itself (the
+// browser test shows they are all it needs), and --console=false removes
+// them while GET /status stays.
+func TestConsoleOnAndOffOnTheBinary(t *testing.T) {
+	on := startBinary(t)
+	resp, body := get(t, on+"/")
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
+		!strings.Contains(body, "<title>quotad console</title>") || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'self'") {
+		t.Fatalf("GET / on the binary: %d %v\n%.200s", resp.StatusCode, resp.Header, body)
+	}
+	for _, asset := range []string{"api.js", "playground.js", "live.js", "console.css", "favicon.svg"} {
+		if resp, _ := get(t, on+"/console/"+asset); resp.StatusCode != http.StatusOK {
+			t.Errorf("GET /console/%s: %d", asset, resp.StatusCode)
+		}
+	}
+
+	off := startBinary(t, "--console=false")
+	for _, path := range []string{"/", "/console/playground.js", "/console/console.css"} {
+		if resp, _ := get(t, off+path); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("--console=false: GET %s is %d, want 404", path, resp.StatusCode)
+		}
+	}
+	if resp, body := get(t, off+"/status"); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"policies"`) {
+		t.Errorf("--console=false: GET /status %d\n%.200s", resp.StatusCode, body)
+	}
+}
