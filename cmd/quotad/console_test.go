@@ -83,7 +83,7 @@ func lookChromium(t *testing.T) string {
 		}
 	}
 	t.Fatal("chromium not found in PATH: the console test drives a real headless Chromium; " +
-		"install it with `make chromium` (sudo apt-get install -y --no-install-recommends chromium)")
+		"install it with `make chromium` (sudo apt-get install -y --no-install-recommends chromium fonts-liberation)")
 	return ""
 }
 
@@ -98,10 +98,10 @@ type browser struct {
 	errors   []string
 }
 
-func newBrowser(t *testing.T) *browser {
+func newBrowser(t *testing.T, chromium string) *browser {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(lookChromium(t)),
+		chromedp.ExecPath(chromium),
 		chromedp.Flag("headless", true),
 		chromedp.NoSandbox, // tests may run as root
 		chromedp.DisableGPU,
@@ -270,6 +270,7 @@ func near(a, b [3]uint32) bool {
 // those decisions and the key denied most; the page loads nothing from
 // anywhere but quotad and reports no error.
 func TestConsoleInChromium(t *testing.T) {
+	chromium := lookChromium(t)
 	r := redistest.Start(t)
 	policies := writeFile(t, "quotad.yaml", `
 policies:
@@ -287,7 +288,7 @@ policies:
 		args = append(args, "--cluster-addr", fmt.Sprintf("127.0.0.1:%d", port), "--node-name", "quotad-1")
 	}
 	base := startBinary(t, args...)
-	b := newBrowser(t)
+	b := newBrowser(t, chromium)
 	b.do(t, "open /", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(card("gcra", "button[data-action=send]"))))
 
 	// A one-hour window: the six checks must not straddle its edge.
