@@ -101,6 +101,9 @@
     body.replaceChildren(...rows);
   }
 
+  const SHOWN_KEYS = 10;
+  const expanded = new Set(); // policies whose whole top list is open
+
   function renderTopKeys(st) {
     $('top-window').textContent = 'keys denied most in the last ' + st.top_denied_window.replace(/0s$/, '') +
       (st.keys === 'sha256' ? ' · keys shown as SHA-256 prefixes' : '') +
@@ -111,16 +114,22 @@
       const t = p.top_denied;
       if (!t || !t.keys.length) continue;
       const max = t.keys[0].count || 1;
+      const open = expanded.has(p.name);
+      const more = t.keys.length > SHOWN_KEYS ? el('button', {
+        class: 'more', text: open ? 'show the top ' + SHOWN_KEYS : 'show all ' + t.keys.length,
+        onclick: () => { if (open) expanded.delete(p.name); else expanded.add(p.name); renderTopKeys(st); },
+      }) : null;
       blocks.push(el('div', { class: 'top-policy', 'data-policy': p.name },
         el('h3', {}, p.name, el('span', { text: fmtNum(t.denials) + ' denials' })),
-        el('ol', {}, ...t.keys.map((k, i) => {
+        el('ol', {}, ...t.keys.slice(0, open ? t.keys.length : SHOWN_KEYS).map((k, i) => {
           const bar = el('i');
           bar.style.width = (100 * k.count / max).toFixed(1) + '%';
           return el('li', { 'data-key': k.key },
             el('span', { class: 'rank', text: String(i + 1) }),
             el('div', { class: 'bar', title: k.key }, bar, el('span', { text: k.key })),
-            el('span', { class: 'count' }, fmtNum(k.count), k.error ? el('small', { text: ' ±' + k.error }) : null));
-        }))));
+            el('span', { class: 'count', title: k.error ? 'denied between ' + (k.count - k.error) + ' and ' + k.count + ' times (an estimate)' : 'denied ' + k.count + ' times' },
+              fmtNum(k.count), k.error ? el('small', { text: ' ≥' + fmtNum(k.count - k.error) }) : null));
+        })), more));
     }
     if (!blocks.length) blocks.push(el('p', { class: 'muted', text: 'No key has been denied recently.' }));
     box.replaceChildren(...blocks);
