@@ -26,7 +26,8 @@ type statusJSON struct {
 	Leases      leasesJSON      `json:"leases"`
 	DeniedCache deniedCacheJSON `json:"denied_cache"`
 	// Keys says how keys are shown in top_denied: "shown", or "sha256"
-	// (the first 16 hex digits of the key's SHA-256) under --console-show-keys=false.
+	// when Config.HideKeys replaces each by "sha256:" and the first 16 hex
+	// digits of its SHA-256.
 	Keys string `json:"keys"`
 	// TopDeniedWindow is how far back top_denied reaches at most.
 	TopDeniedWindow string `json:"top_denied_window"`
