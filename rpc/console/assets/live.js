@@ -155,7 +155,7 @@
     if (!canvas.clientWidth) return;
     const { ctx, w, h } = sizeCanvas(canvas);
     const pad = { l: 44, r: 8, t: 8, b: 18 };
-    const top = Math.max(1, ...history.map((x) => x.allowed + x.denied));
+    const top = Math.max(4, ...history.map((x) => x.allowed + x.denied));
     const scale = niceCeil(top);
     ctx.font = '11px system-ui, sans-serif';
     ctx.fillStyle = colors.muted;
@@ -183,9 +183,10 @@
     });
   }
 
+  // niceCeil rounds v up to a scale whose quarters read well (4 → 1, 2, 3, 4).
   function niceCeil(v) {
     const p = Math.pow(10, Math.floor(Math.log10(v)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+    for (const m of [1, 2, 4, 8, 10]) if (m * p >= v) return m * p;
     return 10 * p;
   }
 
