@@ -7,7 +7,7 @@ BUF       := $(TOOLS)/node_modules/.bin/buf
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: help run test redis-server lint proto proto-check bench cluster
+.PHONY: help run test redis-server chromium lint proto proto-check bench cluster screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -15,7 +15,7 @@ help: ## list the targets
 run: ## run quotad on :8080 with the embedded memory store
 	$(GO) run ./cmd/quotad
 
-test: redis-server lint ## the whole test suite (installs redis-server when missing)
+test: redis-server chromium lint ## the whole test suite (installs redis-server and chromium when missing)
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
@@ -44,6 +44,15 @@ redis-server: ## install redis-server (and redis-cli) when missing
 		{ echo "installing redis-server"; $(SUDO) apt-get update -qq && \
 		  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+chromium: ## install Debian's chromium (the console's browser test drives it) when missing
+	@command -v chromium >/dev/null || \
+		{ echo "installing chromium"; $(SUDO) apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null; }
+	@chromium --version 2>/dev/null
+
+screenshots: redis-server chromium ## rewrite docs/console-*.png from the console's browser test
+	$(GO) test -count=1 -run '^TestConsoleInChromium$$' ./cmd/quotad -args -console.screenshots $(CURDIR)/docs
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...

@@ -70,6 +70,8 @@ type breaker struct {
 	failures atomic.Int64
 	opens    atomic.Int64
 	errors   atomic.Int64
+	// calls counts the calls let through to the store.
+	calls atomic.Int64
 
 	mu        sync.Mutex
 	listeners []func(available bool)
@@ -165,6 +167,7 @@ func (s breakerStore) Acquire(ctx context.Context, base string, l algorithms.Lim
 	if err := s.b.allow(); err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, err
 	}
+	s.b.calls.Add(1)
 	d, g, err := s.Store.Acquire(ctx, base, l, cost, want, hold)
 	s.b.record(ctx, err)
 	return d, g, err
@@ -174,6 +177,7 @@ func (s breakerStore) Release(ctx context.Context, base string, l algorithms.Lim
 	if err := s.b.allow(); err != nil {
 		return 0, err
 	}
+	s.b.calls.Add(1)
 	n, err := s.Store.Release(ctx, base, l, units, g)
 	s.b.record(ctx, err)
 	return n, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/cache"
+	"github.com/quotad/quotad/topkeys"
 )
 
 // Config is a node's configuration. Build it with defaults, apply overrides,
@@ -41,6 +42,9 @@ type Config struct {
 	// Telemetry is where the node sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry
+	// TopKeys sizes the tracker of the keys denied most (TopDenied); the
+	// zero value takes package topkeys' defaults.
+	TopKeys topkeys.Config
 	// Cluster is this node's cluster membership; nil runs standalone. New
 	// requires a remote store with it (ErrSharedStoreRequired), gossips the
 	// store's denials and this node's resets through it, and applies the
@@ -67,6 +71,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.DeniedCache.Validate(); err != nil {
 		return fmt.Errorf("denied cache: %w", err)
+	}
+	if err := c.TopKeys.Validate(); err != nil {
+		return fmt.Errorf("top keys: %w", err)
 	}
 	seen := make(map[string]bool, len(c.Policies))
 	for i, p := range c.Policies {
@@ -120,6 +127,12 @@ type Node struct {
 	stats  stats
 	tel    *telemetry
 
+	// decisions counts decisions by policy, outcome and source (Decisions,
+	// and quotad.decisions when there is a meter); topDenied tracks the
+	// keys denied most (TopDenied).
+	decisions policyLabels
+	topDenied *topkeys.Tracker
+
 	// breaker guards a remote store (store is then a breakerStore around
 	// it); nil for the memory store.
 	breaker     *breaker
@@ -161,9 +174,15 @@ type Stats struct {
 	Denied cache.DeniedStats
 	// StoreErrors counts failed store calls (not those the breaker
 	// refused); BreakerOpens counts how often the breaker opened, and
-	// BreakerOpen says whether it is open now.
+	// BreakerOpen says whether it is open now. Breaker says whether there
+	// is one: only a remote store has it.
 	StoreErrors, BreakerOpens int64
-	BreakerOpen               bool
+	BreakerOpen, Breaker      bool
+	// StoreCalls counts the calls a remote store was sent (checks, lease
+	// grants and returns; not resets, nor calls the breaker refused); 0
+	// for the memory store. Pipelining may carry several in one round
+	// trip.
+	StoreCalls int64
 }
 
 // Stats returns the node's counters.
@@ -182,6 +201,8 @@ func (n *Node) Stats() Stats {
 		st.StoreErrors = n.breaker.errors.Load()
 		st.BreakerOpens = n.breaker.opens.Load()
 		st.BreakerOpen = n.breaker.open.Load()
+		st.StoreCalls = n.breaker.calls.Load()
+		st.Breaker = true
 	}
 	return st
 }
@@ -216,16 +237,21 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	topDenied, err := topkeys.New(cfg.TopKeys)
+	if err != nil {
+		return nil, fmt.Errorf("top keys: %w", err)
+	}
 	denied, err := cache.NewDenied(cfg.DeniedCache)
 	if err != nil {
 		return nil, fmt.Errorf("denied cache: %w", err)
 	}
 	n := &Node{
 		cfg: cfg, lcfg: cfg.Lease, store: store, log: log, clusterSize: cfg.ClusterSize,
-		policies: make(map[string]Policy, len(cfg.Policies)),
-		leases:   newLeaseTable(),
-		denied:   denied,
-		epoch:    time.Now(),
+		policies:  make(map[string]Policy, len(cfg.Policies)),
+		leases:    newLeaseTable(),
+		denied:    denied,
+		topDenied: topDenied,
+		epoch:     time.Now(),
 	}
 	for _, p := range cfg.Policies {
 		// Resolve the default now so that status pages and ListPolicies
@@ -235,6 +261,7 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		}
 		n.policies[p.Name] = p
 	}
+	n.decisions.init(n.Policies())
 	if n.tel, err = newTelemetry(cfg.Telemetry, n, store); err != nil {
 		denied.Close()
 		return nil, fmt.Errorf("telemetry: %w", err)
@@ -258,19 +285,25 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 }
 
 // janitor returns the unused units of expired leases and forgets idle
-// keys, until ctx ends.
+// keys (remote stores only), and starts a new interval of the top denied
+// keys every TopDeniedInterval, until ctx ends.
 func (n *Node) janitor(ctx context.Context) {
 	defer close(n.janitorDone)
-	if !n.store.Remote() {
-		return
+	var sweep <-chan time.Time
+	if n.store.Remote() {
+		t := time.NewTicker(n.lcfg.Hold / 2)
+		defer t.Stop()
+		sweep = t.C
 	}
-	t := time.NewTicker(n.lcfg.Hold / 2)
-	defer t.Stop()
+	interval := time.NewTicker(TopDeniedInterval)
+	defer interval.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-interval.C:
+			n.topDenied.Advance()
+		case <-sweep:
 			// A key that needs a lease is checked every few milliseconds
 			// (its rate × horizon must reach minLeaseChecks), so one idle for a
 			// second has nothing worth keeping; its denial, if any, lives
@@ -308,10 +341,17 @@ func (n *Node) Store() string { return n.store.Describe() }
 //
 // It may block on the store until ctx is done or the store's timeout passes.
 func (n *Node) Check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+	var res Result
+	var err error
 	if n.tel.observed() {
-		return n.checkObserved(ctx, p, key, cost)
+		res, err = n.checkObserved(ctx, p, key, cost)
+	} else {
+		res, err = n.check(ctx, p, key, cost)
 	}
-	return n.check(ctx, p, key, cost)
+	if err == nil {
+		n.count(p.Name, key, res)
+	}
+	return res, err
 }
 
 // check is Check without telemetry.

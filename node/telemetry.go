@@ -105,10 +105,9 @@ type telemetry struct {
 	// bySource holds the precomputed options of checkDuration per source
 	// slot, so that recording allocates nothing.
 	bySource [sourceSlots][]metric.RecordOption
-	// policies counts decisions; quotad.decisions reports the counts at
+	// decisions reports the node's decision counts (Node.decisions) at
 	// each collection. An observable counter costs a check one atomic add,
 	// where a synchronous one costs about as much as the whole lease hit.
-	policies  policyLabels
 	decisions metric.Int64ObservableCounter
 
 	// db instruments the store's calls; nil unless the store is Redis and
@@ -167,7 +166,6 @@ func (t *telemetry) instrument(meter metric.Meter, n *Node) error {
 	for i := range sourceSlots {
 		t.bySource[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrSource.String(sourceLabel(i))))}
 	}
-	t.policies.init(n.Policies())
 	if t.decisions, err = meter.Int64ObservableCounter("quotad.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Checks decided, by policy, outcome (allowed or denied) and source (who decided).")); err != nil {
 		return fmt.Errorf("quotad.decisions: %w", err)
@@ -216,7 +214,7 @@ func (t *telemetry) instrument(meter metric.Meter, n *Node) error {
 		for _, o := range obs {
 			ob.ObserveInt64(o.inst, o.value())
 		}
-		t.policies.observe(ob, t.decisions)
+		n.decisions.observe(ob, t.decisions)
 		return nil
 	}, append(insts, t.decisions)...)
 	if err != nil {
@@ -258,7 +256,6 @@ func (n *Node) checkObserved(ctx context.Context, p Policy, key string, cost int
 		span.End()
 	}
 	if t.checkDuration != nil && err == nil {
-		t.policies.get(p.Name).count(res)
 		t.checkDuration.Record(ctx, time.Since(start).Seconds(), t.bySource[sourceSlot(res.Source)]...)
 	}
 	return res, err

@@ -8,6 +8,7 @@ package rpc
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Bounds and defaults of Config.
@@ -56,6 +57,19 @@ type Config struct {
 	// Telemetry is where the wire sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry
+	// DisableConsole leaves the web console (GET / and /console/, package
+	// rpc/console) unserved. Default false: served. GET /status, the
+	// figures it shows, is served either way.
+	DisableConsole bool
+	// HideKeys makes GET /status, and so the console, show a hash of each
+	// key instead of the key (see hashKey). Default false: keys shown.
+	HideKeys bool
+	// ConfigGeneration reports the configuration the node runs, for GET
+	// /status: its generation (1 for the one loaded at start, one more per
+	// reload) and when it was loaded. nil means nothing reloads it: the
+	// page shows generation null and the time NewHandler ran. It is called
+	// on every GET /status and must be safe for concurrent use.
+	ConfigGeneration func() (generation uint64, loadedAt time.Time)
 }
 
 // Validate reports the first problem with c. Zero values are valid: they

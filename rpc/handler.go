@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+	"github.com/quotad/quotad/rpc/console"
 )
 
 // NewHandler returns the API of node n as one http.Handler:
@@ -26,7 +28,12 @@ import (
 //     quotad.v1.QuotaService, and GET /readyz: readiness (see Health);
 //   - GET /healthz, liveness: 200 "ok\n".
 //   - GET /cluster, the node's view of its cluster and its lease and
-//     denied-cache figures, as JSON.
+//     denied-cache figures, as JSON;
+//   - GET /status, the node's live figures as JSON: decisions per policy
+//     by outcome and source, store calls, breaker, cluster members, config
+//     generation and the keys denied most;
+//   - unless cfg.DisableConsole, the web console: GET / and its assets
+//     under GET /console/ (package console).
 //
 // gRPC needs HTTP/2: serve the handler with an http.Server whose Protocols
 // enable HTTP/1 and unencrypted HTTP/2 (h2c), or over TLS. cfg is defaulted
@@ -82,5 +89,11 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /cluster", clusterPage(n))
+	mux.HandleFunc("GET /status", statusPage(n, cfg, time.Now()))
+	if !cfg.DisableConsole {
+		c := console.Handler()
+		mux.Handle("GET /{$}", c)
+		mux.Handle("GET /console/", c)
+	}
 	return mux, nil
 }

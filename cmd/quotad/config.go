@@ -67,6 +67,8 @@ type config struct {
 	// Cluster makes the node a cluster member; the zero value runs
 	// standalone.
 	Cluster clusterConfig
+	// Console is the web console at GET /. Default on, keys shown.
+	Console consoleConfig
 }
 
 func defaultConfig() config {
@@ -79,6 +81,7 @@ func defaultConfig() config {
 		ShutdownTimeout:     10 * time.Second,
 		LogLevel:            "info",
 		Telemetry:           defaultTelemetryConfig(),
+		Console:             defaultConsoleConfig(),
 	}
 }
 
@@ -96,7 +99,8 @@ func (c config) usesRedis() bool {
 }
 
 func (c config) rpcConfig() rpc.Config {
-	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, Envoy: c.Envoy}
+	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, Envoy: c.Envoy,
+		DisableConsole: !c.Console.Enabled, HideKeys: !c.Console.ShowKeys}
 }
 
 // validate checks what no package checks for itself.
@@ -151,6 +155,7 @@ type fileConfig struct {
 	Tracing             *fileTracing   `yaml:"tracing"`
 	Metrics             *bool          `yaml:"metrics"`
 	Cluster             *fileCluster   `yaml:"cluster"`
+	Console             *fileConsole   `yaml:"console"`
 }
 
 type fileLease struct {
@@ -223,7 +228,7 @@ var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": tru
 var unknownField = regexp.MustCompile(`field (\S+) not found in type main\.file(\w+)`)
 
 // yamlSections names the file structs as users write them.
-var yamlSections = map[string]string{"Config": "the top level", "Redis": "redis", "Lease": "lease", "Denied": "denied_cache", "Breaker": "breaker"}
+var yamlSections = map[string]string{"Config": "the top level", "Redis": "redis", "Lease": "lease", "Denied": "denied_cache", "Breaker": "breaker", "Console": "console"}
 
 // yamlMessage is err's text without yaml.v3's line breaks and Go type
 // names: "line 3: unknown field adress in redis".
@@ -297,6 +302,7 @@ func (f fileConfig) apply(c *config) error {
 	setIf(&c.MaxBatch, f.MaxBatch)
 	setIf(&c.MaxRequestBytes, f.MaxRequestBytes)
 	f.Cluster.apply(&c.Cluster)
+	f.Console.apply(&c.Console)
 	if f.ShutdownTimeout != nil {
 		c.ShutdownTimeout = time.Duration(*f.ShutdownTimeout)
 	}

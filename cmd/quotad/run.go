@@ -72,7 +72,7 @@ func settings() []setting {
 		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
-	}, append(append(telemetrySettings(), clusterSettings()...), envoySettings()...)...)
+	}, append(append(append(telemetrySettings(), clusterSettings()...), envoySettings()...), consoleSettings()...)...)
 }
 
 func parseDurationInto(dst *time.Duration, v string) error {
@@ -231,6 +231,7 @@ Config file (YAML; unknown fields are errors):
   log_level: info
   tracing: {exporter: otlp-grpc, endpoint: "http://localhost:4317", sample_ratio: 0.1}
   metrics: true                     # Prometheus text at GET /metrics
+  console: {enabled: true, show_keys: true}  # the web console at GET /
   cluster:                          # optional; needs redis
     addr: ":7946"                   # gossip address (UDP and TCP)
     join: ["quotad-headless:7946"]  # seeds; a DNS name means all its addresses
@@ -340,6 +341,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "quotad listening on %s (Connect, gRPC, gRPC-Web, HTTP/JSON)\nstore: %s\npolicies: %d configured, inline limits %s\n",
 		displayURL(ln.Addr()), n.Store(), len(cfg.Policies), map[bool]string{true: "on", false: "off"}[cfg.InlineLimits])
 	fmt.Fprintln(stdout, tel.describe())
+	fmt.Fprintln(stdout, cfg.Console.describe(displayURL(ln.Addr())))
 	if cluster != nil {
 		fmt.Fprintf(stdout, "cluster: %s\n", cluster.Describe())
 	}

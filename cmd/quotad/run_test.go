@@ -209,6 +209,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad lease mode", file: policy + "    lease: sometimes\n", want: []string{"line 2", "lease", "sometimes"}},
 		{name: "lease fraction above 1", file: "lease:\n  max_fraction: 2\n", want: []string{"lease max fraction", "2"}},
 		{name: "unknown lease field", file: "lease:\n  horizon: 1s\n  holds: 2s\n", want: []string{"line 3", "holds"}},
+		{name: "unknown console field", file: "console:\n  enabled: true\n  show_key: false\n", want: []string{"line 3", "unknown field show_key in console"}},
+		{name: "bad console flag", args: []string{"--console-show-keys=sometimes"}, want: []string{"--console-show-keys", "sometimes"}},
 		{name: "hold under horizon", args: []string{"--lease-horizon", "1s", "--lease-hold", "100ms"}, want: []string{"lease hold", "horizon"}},
 		{name: "bad lease fraction flag", args: []string{"--lease-max-fraction", "most"}, want: []string{"--lease-max-fraction", "most"}},
 		{name: "denied cache sized twice", args: []string{"--denied-cache-entries", "10", "--denied-cache-bytes", "100000"}, want: []string{"denied cache", "at most one"}},

@@ -1,0 +1,41 @@
+package main
+
+// consoleConfig is the web console at GET / (package rpc/console).
+type consoleConfig struct {
+	// Enabled serves the console. Default true.
+	Enabled bool
+	// ShowKeys shows the keys denied most as they are; false shows a hash
+	// of each instead. Default true.
+	ShowKeys bool
+}
+
+func defaultConsoleConfig() consoleConfig { return consoleConfig{Enabled: true, ShowKeys: true} }
+
+func consoleSettings() []setting {
+	return []setting{
+		{name: "console", usage: "serve the web console at GET / on the API port (playground and live view)", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Console.Enabled, v) }},
+		{name: "console-show-keys", usage: "show keys in the console's top limited keys and GET /status; false shows a SHA-256 prefix of each instead", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Console.ShowKeys, v) }},
+	}
+}
+
+// fileConsole is the config file's console section.
+type fileConsole struct {
+	Enabled  *bool `yaml:"enabled"`
+	ShowKeys *bool `yaml:"show_keys"`
+}
+
+func (f *fileConsole) apply(c *consoleConfig) {
+	if f == nil {
+		return
+	}
+	setIf(&c.Enabled, f.Enabled)
+	setIf(&c.ShowKeys, f.ShowKeys)
+}
+
+// describe is the console's line in the start banner.
+func (c consoleConfig) describe(url string) string {
+	if !c.Enabled {
+		return "console: off"
+	}
+	return "console: " + url + "/ (keys " + map[bool]string{true: "shown", false: "hashed"}[c.ShowKeys] + ")"
+}
