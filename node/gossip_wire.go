@@ -12,70 +12,116 @@ import (
 
 // Gossip messages tell the other nodes what spares them store calls
 // (denials) or what they must forget (resets). Each node sends its own to
-// every live member as memberlist user packets (UDP, encrypted when the
-// cluster has a key), batched, twice (see Membership.gossipLoop).
+// every live member as memberlist user packets (UDP, encrypted and
+// authenticated with the cluster key), batched, twice (see
+// Membership.gossipLoop).
 //
-// Wire format, version 1. Every message is
+// Wire format, version 2. A packet is a header and one or more messages:
 //
-//	version (1 byte, = 1) | kind (1 byte) | body
+//	version (1 byte, = 2) | sender (8 bytes) | seq (8 bytes) | sent_ms (8 bytes) |
+//	(length (uvarint) | message)…
 //
-// A packet holds one message, or a batch: kind 3, then for each message
-// its length (uvarint) and the message. The body of kind 1 (denial) is
+// sender is the sending process's gossip id (random at its start, and
+// advertised in its membership metadata), seq numbers its packets from 1,
+// and sent_ms is its wall clock when it built the packet, in milliseconds
+// since the Unix epoch; all three big endian. A message is
 //
-//	policy | key | algorithm (1 byte) | limit | period_ms | burst |
-//	cost | retry_after_ms | reset_after_ms | remaining
-//
-// and that of kind 2 (reset)
-//
-//	id (8 bytes, big endian) | policy | key
+//	denial: kind (1 byte, = 1) | policy | key | algorithm (1 byte) | limit |
+//	        period_ms | burst | cost | retry_after_ms | reset_after_ms | remaining
+//	reset:  kind (1 byte, = 2) | id (8 bytes, big endian) | policy | key
 //
 // where policy and key are a uvarint length then the bytes, and the other
-// numbers are uvarints. A message must be exactly this long: a node drops
-// (and counts) anything else, including messages of another version, so a
-// later version is a new version byte, never a silent extension.
+// numbers are uvarints. A packet and each message must be exactly this
+// long: a node drops (and counts) anything else, including packets of
+// another version, so a later version is a new version byte, never a
+// silent extension. (Version 1 had no header, so its packets, which start
+// with the byte 1, are dropped as another version.)
 //
-// Time travels as durations, not clock readings: a denial carries how long
-// it still holds when the packet is built (recomputed for every
-// retransmission), and the receiver measures that from when it decodes it.
-// No clock agreement between nodes is assumed. A received denial can
-// outlast the authority's by the packet's one-way delay (well under a
-// millisecond on a LAN); both ends round down to whole milliseconds, which
-// usually more than makes up for it, and a denial that holds a moment too
-// long only under-admits.
+// The header is what lets a receiver refuse replays (gossip.admit): it
+// takes a packet only from a current member's gossip id, only once per
+// seq, and only within GossipMaxAge of sent_ms on its own clock.
+//
+// A denial carries durations: how long it still holds when the packet is
+// built (recomputed for every retransmission). The receiver counts them
+// down from sent_ms when its clock says the packet is older than that
+// (a packet delayed, or replayed, holds no longer than the original), and
+// from arrival otherwise, so a clock ahead of the sender's only shortens
+// a denial, and one behind never lengthens it.
 const (
-	gossipVersion = 1
+	gossipVersion = 2
 	kindDenial    = 1
 	kindReset     = 2
-	kindBatch     = 3
+	// packetHeaderLen is the length of a packet's header.
+	packetHeaderLen = 1 + 8 + 8 + 8
 	// maxGossipPacket bounds a packet: memberlist's 1400-byte UDP buffer
 	// less its headers, a checksum and the encryption overhead, with room
 	// to spare.
 	maxGossipPacket = 1200
-	// maxGossipMessage bounds one message so that it fits in a batch
-	// packet (2 bytes of batch header, 2 of length). A longer one (a key
-	// near the 1 KiB limit with a long policy name) is not gossiped.
-	maxGossipMessage = maxGossipPacket - 4
-	// gossipTransmits is how many times each message goes to each member,
-	// one gossip interval apart: a packet lost once still arrives.
-	gossipTransmits = 2
-	// maxPacketsPerRound bounds what one round sends to each member; the
-	// rest waits for the next round.
-	maxPacketsPerRound = 8
-	// maxQueuedGossip bounds the broadcasts waiting to go out; beyond it
-	// the oldest are dropped. Each is one key's denial or reset, and a
-	// dropped one only costs another node a store call.
-	maxQueuedGossip = 4096
-	// resetMemory is how long a reset's id is remembered, so that
-	// retransmissions do not reset the key again and drop leases taken
-	// since; memberlist stops retransmitting within seconds.
-	resetMemory = time.Minute
+	// maxGossipMessage bounds one message so that it fits in a packet
+	// (the header, then 2 bytes of length). A longer one (a key near the
+	// 1 KiB limit with a long policy name) is not gossiped.
+	maxGossipMessage = maxGossipPacket - packetHeaderLen - 2
 )
 
-// Sentinels of decodeGossip.
+// Sentinels of decodeGossip and splitPacket.
 var (
 	errMalformedGossip   = errors.New("malformed gossip message")
 	errUnsupportedGossip = errors.New("unsupported gossip version")
 )
+
+// packetHeader is a packet's header: who sent it, its number and when.
+type packetHeader struct {
+	sender, seq uint64
+	sentMs      int64 // Unix ms, >= 0
+}
+
+// appendPacket appends a packet of msgs, each a message's encoding, under
+// h to b.
+func appendPacket(b []byte, h packetHeader, msgs ...[]byte) []byte {
+	b = append(b, gossipVersion)
+	b = binary.BigEndian.AppendUint64(b, h.sender)
+	b = binary.BigEndian.AppendUint64(b, h.seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(h.sentMs))
+	for _, m := range msgs {
+		b = append(binary.AppendUvarint(b, uint64(len(m))), m...)
+	}
+	return b
+}
+
+// splitPacket returns a packet's header and its messages, which alias b.
+// A packet must hold at least one message and nothing after the last.
+// Errors wrap errMalformedGossip or errUnsupportedGossip; it never panics.
+func splitPacket(b []byte) (packetHeader, [][]byte, error) {
+	r := &gossipReader{b: b}
+	if v := r.byte("version"); r.err == nil && v != gossipVersion {
+		return packetHeader{}, nil, fmt.Errorf("version %d: %w", v, errUnsupportedGossip)
+	}
+	h := packetHeader{sender: r.uint64("sender"), seq: r.uint64("seq")}
+	sent := r.uint64("sent_ms")
+	if r.err == nil && sent > math.MaxInt64 {
+		r.fail("sent_ms", "%d is not a time", sent)
+	}
+	h.sentMs = int64(sent)
+	var msgs [][]byte
+	for r.err == nil && len(r.b) > 0 {
+		n := r.int("message length", maxGossipPacket)
+		switch {
+		case r.err != nil:
+		case int64(len(r.b)) < n:
+			r.fail("message", "%d bytes overrun the packet", n)
+		default:
+			msgs = append(msgs, r.b[:n])
+			r.b = r.b[n:]
+		}
+	}
+	if r.err == nil && len(msgs) == 0 {
+		r.fail("packet", "no messages")
+	}
+	if r.err != nil {
+		return packetHeader{}, nil, r.err
+	}
+	return h, msgs, nil
+}
 
 // denialMsg says that the authority denied cost units of key under limit:
 // checks of at least that cost are denied for retryAfter more.
@@ -107,7 +153,7 @@ func appendString(b []byte, s string) []byte {
 // appendDenial appends m's encoding to b. m must be valid (as
 // decodeGossip checks).
 func appendDenial(b []byte, m denialMsg) []byte {
-	b = append(b, gossipVersion, kindDenial)
+	b = append(b, kindDenial)
 	b = appendString(b, m.policy)
 	b = appendString(b, m.key)
 	b = append(b, byte(m.limit.Algorithm))
@@ -119,7 +165,7 @@ func appendDenial(b []byte, m denialMsg) []byte {
 
 // appendReset appends m's encoding to b.
 func appendReset(b []byte, m resetMsg) []byte {
-	b = append(b, gossipVersion, kindReset)
+	b = append(b, kindReset)
 	b = binary.BigEndian.AppendUint64(b, m.id)
 	b = appendString(b, m.policy)
 	return appendString(b, m.key)
@@ -193,14 +239,11 @@ func (r *gossipReader) string(field string, maxLen int) string {
 // maxMillis is the most milliseconds a time.Duration holds.
 const maxMillis = math.MaxInt64 / int64(time.Millisecond)
 
-// decodeGossip decodes and validates one message. Errors wrap
-// errMalformedGossip or errUnsupportedGossip; it never panics, whatever b
-// holds, and it does not retain b.
+// decodeGossip decodes and validates one message of a packet. Errors
+// wrap errMalformedGossip; it never panics, whatever b holds, and it does
+// not retain b.
 func decodeGossip(b []byte) (gossipMsg, error) {
 	r := &gossipReader{b: b}
-	if v := r.byte("version"); r.err == nil && v != gossipVersion {
-		return gossipMsg{}, fmt.Errorf("version %d: %w", v, errUnsupportedGossip)
-	}
 	m := gossipMsg{kind: r.byte("kind")}
 	switch {
 	case r.err != nil:
