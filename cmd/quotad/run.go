@@ -235,7 +235,8 @@ Config file (YAML; unknown fields are errors):
     addr: ":7946"                   # gossip address (UDP and TCP)
     join: ["quotad-headless:7946"]  # seeds; a DNS name means all its addresses
     node_name: quotad-0             # default hostname:port
-    key_file: /etc/quotad/gossip.key  # base64 of 16/24/32 bytes
+    key_file: /etc/quotad/gossip.key  # base64 of 16/24/32 bytes; required
+                                    # unless insecure: true (plaintext gossip)
   policies:
     - name: api                     # [A-Za-z0-9_.-]
       algorithm: token_bucket       # fixed_window | sliding_window_log | sliding_window_counter
