@@ -466,6 +466,15 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s: node name %q empty or taken", n, env["QUOTAD_NODE_NAME"])
 		}
 		names[env["QUOTAD_NODE_NAME"]] = true
+		// quotad refuses to gossip without a key (issue 10): the nodes
+		// share one, from a volume.
+		keyDir := filepath.Dir(env["QUOTAD_CLUSTER_KEY_FILE"])
+		if env["QUOTAD_CLUSTER_KEY_FILE"] == "" || !slices.ContainsFunc(s.Volumes, func(v string) bool {
+			f := strings.Split(v, ":")
+			return len(f) >= 2 && filepath.Clean(f[1]) == keyDir
+		}) {
+			t.Errorf("%s: QUOTAD_CLUSTER_KEY_FILE=%q is not in a volume it mounts (%v)", n, env["QUOTAD_CLUSTER_KEY_FILE"], s.Volumes)
+		}
 		if !slices.ContainsFunc(s.Volumes, func(v string) bool {
 			src, dst, _ := strings.Cut(v, ":")
 			_, err := os.Stat(src)

@@ -138,7 +138,9 @@ func TestResetReachesEveryNode(t *testing.T) {
 	}
 }
 
-// A peer sending garbage gets it dropped and counted; the node carries on.
+// A process that is not a quotad member sending garbage, or well-formed
+// gossip, gets it dropped and counted; the node carries on. (Its join is
+// refused: it advertises no quotad fingerprint.)
 func TestMalformedGossipIsDroppedAndCounted(t *testing.T) {
 	r := redistest.Start(t)
 	fn := newFaultNet()
@@ -151,25 +153,41 @@ func TestMalformedGossipIsDroppedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rogue.Shutdown()
-	if _, err := rogue.Join([]string{ms[0].end.addr}); err != nil {
-		t.Fatal(err)
-	}
+	// a refuses the state exchange, but the rogue has already read a's
+	// state, so it knows a's address.
+	_, _ = rogue.Join([]string{ms[0].end.addr})
 	var target *memberlist.Node
 	for _, n := range rogue.Members() {
 		if n.Name == "a" {
 			target = n
 		}
 	}
+	if target == nil {
+		t.Fatal("the rogue did not learn a's address")
+	}
+	waitFor(t, 10*time.Second, func() (bool, string) {
+		return ms[0].Stats().Refused > 0, "a has not refused the rogue"
+	})
+	if ms[0].Size() != 1 {
+		t.Fatalf("a counts %d members; the rogue was refused", ms[0].Size())
+	}
+	header := func(v byte) []byte { return append([]byte{v}, make([]byte, 24)...) }
 	// (memberlist does not deliver empty messages.)
-	msgs := [][]byte{{1}, {1, 1, 0xff}, {1, 7, 0}, []byte("not gossip at all"), {9, 1, 0, 0}}
+	msgs := [][]byte{
+		{2}, append(header(2), 5, 1), append(header(2), 200), // malformed: truncated header, truncated message, length past the end
+		[]byte("not gossip at all"), append(header(1), 1, 1), // another version
+		append(header(2), 3, 2, 1, 'k'), // well-formed, from nobody a knows
+	}
 	for _, b := range msgs {
 		if err := rogue.SendReliable(target, b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitGossip(t, ms[0], "the garbage", func(g node.GossipStats) bool { return g.Malformed+g.Unsupported == int64(len(msgs)) })
-	if g := ms[0].Stats().Gossip; g.Unsupported != 2 || g.DenialsReceived != 0 || g.ResetsReceived != 0 {
-		t.Fatalf("gossip counters %+v; want 3 malformed, 2 of an unknown version, nothing applied", g)
+	waitGossip(t, ms[0], "the garbage", func(g node.GossipStats) bool {
+		return g.Malformed+g.Unsupported+g.UnknownSender == int64(len(msgs))
+	})
+	if g := ms[0].Stats().Gossip; g.Malformed != 3 || g.Unsupported != 2 || g.UnknownSender != 1 || g.DenialsReceived != 0 || g.ResetsReceived != 0 {
+		t.Fatalf("gossip counters %+v; want 3 malformed, 2 of another version, 1 from an unknown sender, nothing applied", g)
 	}
 	p := node.Policy{Name: "m", Limit: fiveAMinute}
 	if res, err := nodes[0].Check(context.Background(), p, "k", 1); err != nil || !res.Allowed {

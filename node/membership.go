@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"sort"
@@ -32,6 +33,11 @@ const (
 	// MinDeadAfter is the smallest DeadAfter: memberlist then probes every
 	// 10ms, about as fast as a loopback test can keep up with.
 	MinDeadAfter = 100 * time.Millisecond
+	// DefaultGossipMaxAge is how far a gossip packet's send time may lie
+	// from the receiver's clock: members' clocks must agree that well.
+	DefaultGossipMaxAge = 10 * time.Second
+	// MinGossipMaxAge is the smallest GossipMaxAge.
+	MinGossipMaxAge = 100 * time.Millisecond
 )
 
 // MembershipConfig configures this node's membership in a quotad cluster.
@@ -58,8 +64,25 @@ type MembershipConfig struct {
 	Join []string
 	// SecretKey encrypts and authenticates all gossip (AES-GCM); 16, 24 or
 	// 32 bytes for AES-128, -192 or -256. Every node needs the same key; a
-	// node with another key, or none, is refused. nil: plaintext gossip.
+	// node with another key, or none, is refused. nil: plaintext gossip,
+	// which anyone who reaches the address can read, join and forge
+	// (received denials are still held to what their limit can justify);
+	// cmd/quotad allows it only with --cluster-insecure.
 	SecretKey []byte
+	// KeyPrefix and StoreID name the data this node limits: its Redis key
+	// prefix, and the Redis it limits on (cmd/quotad: the address and
+	// database of one server, the master name of a Sentinel set or the
+	// seeds of a Cluster; never credentials, as it appears in logs). Members
+	// advertise a hash of each and refuse, with a log line saying which
+	// differs, a peer whose either differs: its denials and resets would
+	// apply to other counters. Empty values are values like any other.
+	KeyPrefix, StoreID string
+	// GossipMaxAge is how far from this node's clock a gossip packet's
+	// send time may lie; older (or newer) packets are dropped as stale, so
+	// a captured packet cannot be played back later. Members' clocks must
+	// agree within it (NTP does far better). Default DefaultGossipMaxAge;
+	// at least MinGossipMaxAge.
+	GossipMaxAge time.Duration
 	// DeadAfter is how long after a member stops answering the others
 	// declare it dead and stop counting it, for clusters of up to about ten
 	// nodes (memberlist probes every DeadAfter/10 and suspects a member for
@@ -106,6 +129,9 @@ func (c MembershipConfig) withDefaults() MembershipConfig {
 	if c.LookupHost == nil {
 		c.LookupHost = net.DefaultResolver.LookupHost
 	}
+	if c.GossipMaxAge == 0 {
+		c.GossipMaxAge = DefaultGossipMaxAge
+	}
 	return c
 }
 
@@ -151,6 +177,8 @@ func (c MembershipConfig) Validate() error {
 		return fmt.Errorf("cluster rejoin interval: %w: %s must be > 0", ErrInvalidConfig, c.RejoinInterval)
 	case c.ForgetDeadAfter < 0:
 		return fmt.Errorf("cluster forget dead after: %w: %s must be > 0", ErrInvalidConfig, c.ForgetDeadAfter)
+	case c.GossipMaxAge < MinGossipMaxAge:
+		return fmt.Errorf("cluster gossip max age: %w: %s must be at least %s", ErrInvalidConfig, c.GossipMaxAge, MinGossipMaxAge)
 	}
 	return nil
 }
@@ -211,12 +239,17 @@ type Member struct {
 	Since time.Time
 }
 
-// MembershipStats counts the rejoin loop's work and the gossip.
+// MembershipStats counts the rejoin loop's work, refused peers and the
+// gossip.
 type MembershipStats struct {
 	// JoinAttempts counts addresses the join and rejoin loop contacted;
 	// JoinContacts those that answered and exchanged state.
 	JoinAttempts, JoinContacts int64
-	Gossip                     GossipStats
+	// Refused counts alive messages and state exchanges refused because
+	// they came from, or carried, a peer with another key prefix or Redis
+	// (or no quotad fingerprint).
+	Refused int64
+	Gossip  GossipStats
 }
 
 // Membership is this node's membership in a quotad cluster, on
@@ -234,6 +267,8 @@ type Membership struct {
 	port   int
 	ml     *memberlist.Memberlist
 	gossip *gossip
+	// fp is this node's fingerprint, advertised in its metadata.
+	fp fingerprint
 	// leaving is set just before a graceful leave, so that the last alive
 	// message this node sends tells the others it is leaving, not dying.
 	leaving atomic.Bool
@@ -246,7 +281,12 @@ type Membership struct {
 	// dropped after ForgetDeadAfter.
 	members map[string]Member
 
-	joinAttempts, joinContacts atomic.Int64
+	joinAttempts, joinContacts, refused atomic.Int64
+	// refusedMu guards refusedAt: when each refused peer was last logged.
+	refusedMu sync.Mutex
+	refusedAt map[string]time.Time
+	// gossipIDs are the members' gossip ids by name; guarded by mu.
+	gossipIDs map[string]uint64
 
 	// peers are the live members but this node, copied out of memberlist's
 	// events for the gossip sender.
@@ -274,8 +314,11 @@ func NewMembership(cfg MembershipConfig, log *slog.Logger) (*Membership, error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Membership{cfg: cfg, log: log, members: make(map[string]Member)}
-	m.gossip = newGossip(log)
+	m := &Membership{
+		cfg: cfg, log: log, members: make(map[string]Member), gossipIDs: make(map[string]uint64),
+		refusedAt: make(map[string]time.Time), fp: newFingerprint(cfg.KeyPrefix, cfg.StoreID),
+	}
+	m.gossip = newGossip(log, newGossipID(), cfg.GossipMaxAge)
 	mc, err := m.memberlistConfig()
 	if err != nil {
 		return nil, err
@@ -340,7 +383,9 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 	mc.DeadNodeReclaimTime = c.DeadAfter
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
-	mc.Logger = log.New(memberlistLog{m.log}, "", 0)
+	mc.Alive = guard{m}
+	mc.Merge = guard{m}
+	mc.Logger = log.New(&memberlistLog{log: m.log}, "", 0)
 	return mc, nil
 }
 
@@ -389,6 +434,7 @@ func (m *Membership) Stats() MembershipStats {
 	return MembershipStats{
 		JoinAttempts: m.joinAttempts.Load(),
 		JoinContacts: m.joinContacts.Load(),
+		Refused:      m.refused.Load(),
 		Gossip:       m.gossip.stats(),
 	}
 }
@@ -525,6 +571,7 @@ func (m *Membership) rejoinTargets(ctx context.Context) []string {
 			skip[mb.Addr] = true
 		case now.Sub(mb.Since) > m.cfg.ForgetDeadAfter:
 			delete(m.members, name)
+			delete(m.gossipIDs, name)
 		case mb.State == MemberDead:
 			dead = append(dead, mb.Addr)
 		}
@@ -617,25 +664,6 @@ func (m *Membership) Describe() string {
 	return s
 }
 
-// memberMeta is the metadata each node advertises: a version byte, then a
-// flags byte whose bit 0 says the node is leaving.
-const (
-	metaVersion     = 1
-	metaFlagLeaving = 1
-)
-
-func (m *Membership) meta() []byte {
-	var flags byte
-	if m.leaving.Load() {
-		flags |= metaFlagLeaving
-	}
-	return []byte{metaVersion, flags}
-}
-
-func metaLeaving(meta []byte) bool {
-	return len(meta) >= 2 && meta[0] == metaVersion && meta[1]&metaFlagLeaving != 0
-}
-
 // events records membership changes. memberlist calls it with its own
 // locks held and never concurrently, so it only updates this node's table.
 type events struct{ m *Membership }
@@ -660,8 +688,12 @@ func (m *Membership) record(n *memberlist.Node, state MemberState) {
 	}
 	self := n.Name == m.name
 	m.members[n.Name] = Member{Name: n.Name, Addr: n.Address(), State: state, Self: self, Since: since}
+	if meta, ok := decodeMeta(n.Meta); ok {
+		m.gossipIDs[n.Name] = meta.gossipID
+	}
 	if !self {
 		m.updatePeer(n, state == MemberAlive)
+		m.updateSenders()
 	}
 	live := 0
 	for _, mb := range m.members {
@@ -672,6 +704,28 @@ func (m *Membership) record(n *memberlist.Node, state MemberState) {
 	m.size.Store(int64(live))
 	if !self && (!known || old.State != state) {
 		m.log.Info("cluster: member "+state.String(), "member", n.Name, "addr", n.Address(), "members", live)
+	}
+}
+
+// updateSenders tells the gossip the gossip ids of the live members but
+// this node: the only senders it takes packets from. Called with m.mu
+// held.
+func (m *Membership) updateSenders() {
+	senders := make(map[uint64]string)
+	for name, mb := range m.members {
+		if id, ok := m.gossipIDs[name]; ok && mb.State == MemberAlive && !mb.Self {
+			senders[id] = name
+		}
+	}
+	m.gossip.setSenders(senders, time.Now())
+}
+
+// newGossipID returns a random, non-zero gossip id for this process.
+func newGossipID() uint64 {
+	for {
+		if id := rand.Uint64(); id != 0 {
+			return id
+		}
 	}
 }
 
@@ -723,7 +777,7 @@ func (m *Membership) sendGossip() {
 	if m.gossip.queue.NumQueued() == 0 {
 		return
 	}
-	packets := m.gossip.nextPackets()
+	packets := m.gossip.nextPackets(time.Now())
 	peers := m.peers.Load()
 	if peers == nil {
 		return
@@ -737,11 +791,28 @@ func (m *Membership) sendGossip() {
 	}
 }
 
-// memberlistLog turns memberlist's "[LEVEL] memberlist: text" lines into
-// slog records at the same level.
-type memberlistLog struct{ log *slog.Logger }
+// maxMemberlistWarnings is how many warning and error lines of
+// memberlist's the log takes per second; the rest are counted and
+// reported in the next line let through. memberlist writes one per bad
+// packet ("decrypt packet failed", "handler queue full"), so a flood of
+// junk would otherwise cost a log line per packet.
+const maxMemberlistWarnings = 20
 
-func (w memberlistLog) Write(p []byte) (int, error) {
+// memberlistLog turns memberlist's "[LEVEL] memberlist: text" lines into
+// slog records at the same level, at most maxMemberlistWarnings warnings
+// and errors a second. memberlist writes from many goroutines.
+type memberlistLog struct {
+	log *slog.Logger
+
+	mu sync.Mutex
+	// second is the Unix second being counted; sent the warnings and
+	// errors let through in it, and suppressed those dropped since the
+	// last one let through.
+	second           int64
+	sent, suppressed int
+}
+
+func (w *memberlistLog) Write(p []byte) (int, error) {
 	line := strings.TrimSpace(string(p))
 	level := slog.LevelInfo
 	for _, l := range [...]struct {
@@ -753,8 +824,37 @@ func (w memberlistLog) Write(p []byte) (int, error) {
 			break
 		}
 	}
-	if w.log.Enabled(context.Background(), level) {
-		w.log.Log(context.Background(), level, strings.TrimPrefix(line, "memberlist: "), "component", "memberlist")
+	ctx := context.Background()
+	if !w.log.Enabled(ctx, level) {
+		return len(p), nil
 	}
+	var attrs []any
+	if level >= slog.LevelWarn {
+		suppressed, ok := w.admit(time.Now().Unix())
+		if !ok {
+			return len(p), nil
+		}
+		if suppressed > 0 {
+			attrs = append(attrs, "suppressed_before", suppressed)
+		}
+	}
+	w.log.Log(ctx, level, strings.TrimPrefix(line, "memberlist: "), append(attrs, "component", "memberlist")...)
 	return len(p), nil
+}
+
+// admit counts a warning in second and reports whether it goes to the log
+// and, if so, how many were dropped since the last that did.
+func (w *memberlistLog) admit(second int64) (suppressed int, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if second != w.second {
+		w.second, w.sent = second, 0
+	}
+	if w.sent >= maxMemberlistWarnings {
+		w.suppressed++
+		return 0, false
+	}
+	w.sent++
+	suppressed, w.suppressed = w.suppressed, 0
+	return suppressed, true
 }

@@ -23,6 +23,8 @@ type clusterJSON struct {
 	Joins      struct {
 		Attempts int64 `json:"attempts"`
 		Contacts int64 `json:"contacts"`
+		// Refused counts peers refused for another key prefix or Redis.
+		Refused int64 `json:"refused"`
 	} `json:"joins"`
 	Gossip      gossipJSON      `json:"gossip"`
 	Leases      leasesJSON      `json:"leases"`
@@ -38,16 +40,21 @@ type memberJSON struct {
 }
 
 type gossipJSON struct {
-	DenialsSent     int64 `json:"denials_sent"`
-	DenialsReceived int64 `json:"denials_received"`
-	ResetsSent      int64 `json:"resets_sent"`
-	ResetsReceived  int64 `json:"resets_received"`
-	DuplicateResets int64 `json:"duplicate_resets"`
-	Malformed       int64 `json:"malformed"`
-	Unsupported     int64 `json:"unsupported_version"`
-	TooLarge        int64 `json:"too_large"`
-	Dropped         int64 `json:"dropped"`
-	Queued          int   `json:"queued"`
+	DenialsSent      int64 `json:"denials_sent"`
+	DenialsReceived  int64 `json:"denials_received"`
+	ResetsSent       int64 `json:"resets_sent"`
+	ResetsReceived   int64 `json:"resets_received"`
+	DuplicateResets  int64 `json:"duplicate_resets"`
+	RememberedResets int   `json:"remembered_resets"`
+	Capped           int64 `json:"capped"`
+	Malformed        int64 `json:"malformed"`
+	Unsupported      int64 `json:"unsupported_version"`
+	UnknownSender    int64 `json:"unknown_sender"`
+	Replayed         int64 `json:"replayed"`
+	Stale            int64 `json:"stale"`
+	TooLarge         int64 `json:"too_large"`
+	Dropped          int64 `json:"dropped"`
+	Queued           int   `json:"queued"`
 }
 
 type leasesJSON struct {
@@ -77,8 +84,9 @@ func clusterPage(n *node.Node) http.HandlerFunc {
 			Gossip: gossipJSON{
 				DenialsSent: s.Membership.Gossip.DenialsSent, DenialsReceived: s.Membership.Gossip.DenialsReceived,
 				ResetsSent: s.Membership.Gossip.ResetsSent, ResetsReceived: s.Membership.Gossip.ResetsReceived,
-				DuplicateResets: s.Membership.Gossip.DuplicateResets,
-				Malformed:       s.Membership.Gossip.Malformed, Unsupported: s.Membership.Gossip.Unsupported,
+				DuplicateResets: s.Membership.Gossip.DuplicateResets, RememberedResets: s.Membership.Gossip.RememberedResets,
+				Capped: s.Membership.Gossip.Capped, Malformed: s.Membership.Gossip.Malformed, Unsupported: s.Membership.Gossip.Unsupported,
+				UnknownSender: s.Membership.Gossip.UnknownSender, Replayed: s.Membership.Gossip.Replayed, Stale: s.Membership.Gossip.Stale,
 				TooLarge: s.Membership.Gossip.TooLarge, Dropped: s.Membership.Gossip.Dropped, Queued: s.Membership.Gossip.Queued,
 			},
 			Leases: leasesJSON{
@@ -91,7 +99,7 @@ func clusterPage(n *node.Node) http.HandlerFunc {
 				Cost:    s.Stats.Denied.Cost, MaxCost: s.Stats.Denied.MaxCost, Evicted: s.Stats.Denied.Evicted,
 			},
 		}
-		out.Joins.Attempts, out.Joins.Contacts = s.Membership.JoinAttempts, s.Membership.JoinContacts
+		out.Joins.Attempts, out.Joins.Contacts, out.Joins.Refused = s.Membership.JoinAttempts, s.Membership.JoinContacts, s.Membership.Refused
 		for i, m := range s.Members {
 			out.Members[i] = memberJSON{Name: m.Name, Addr: m.Addr, State: m.State.String(), Self: m.Self, Since: m.Since.UTC()}
 		}

@@ -6,7 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -29,6 +34,9 @@ type clusterConfig struct {
 	NodeName string
 	// KeyFile holds the shared gossip key (see readClusterKey).
 	KeyFile string
+	// Insecure allows gossip without KeyFile: plaintext and
+	// unauthenticated. Without either, a cluster does not start.
+	Insecure bool
 	// DeadAfter and RejoinInterval tune membership; 0 takes node's
 	// defaults (5s, 10s).
 	DeadAfter, RejoinInterval time.Duration
@@ -40,7 +48,8 @@ func clusterSettings() []setting {
 		{name: "cluster-advertise", usage: "address the other nodes reach this one at (`host:port`), when it differs from --cluster-addr", apply: func(c *config, v string) error { c.Cluster.Advertise = v; return nil }},
 		{name: "join", usage: "cluster seeds to join, `host:port[,host:port...]`; a DNS name stands for every address it resolves to (a Kubernetes headless service)", apply: func(c *config, v string) error { return parseAddrsInto(&c.Cluster.Join, v) }},
 		{name: "node-name", usage: "this node's name in the cluster, unique; default hostname:port", apply: func(c *config, v string) error { c.Cluster.NodeName = v; return nil }},
-		{name: "cluster-key-file", usage: "`file` with the shared gossip key that encrypts and authenticates the cluster: base64 of 16, 24 or 32 bytes (openssl rand -base64 32), or the raw bytes", apply: func(c *config, v string) error { c.Cluster.KeyFile = v; return nil }},
+		{name: "cluster-key-file", usage: "`file` with the shared gossip key that encrypts and authenticates the cluster: base64 of 16, 24 or 32 bytes (openssl rand -base64 32), or the raw bytes; required with --cluster-addr unless --cluster-insecure", apply: func(c *config, v string) error { c.Cluster.KeyFile = v; return nil }},
+		{name: "cluster-insecure", usage: "gossip without --cluster-key-file: unencrypted and unauthenticated, so anyone who reaches --cluster-addr can join, read and forge gossip (a forged denial still lasts no longer than its limit could justify); only for a network nobody else reaches", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Cluster.Insecure, v) }},
 		{name: "cluster-dead-after", usage: "a member that stops answering is dropped from the cluster after about this long (`duration`); 0 takes the default 5s", apply: func(c *config, v string) error { return parseDurationInto(&c.Cluster.DeadAfter, v) }},
 		{name: "cluster-rejoin-interval", usage: "how often seeds and dead members are re-joined, which heals partitions (`duration`); 0 takes the default 10s", apply: func(c *config, v string) error { return parseDurationInto(&c.Cluster.RejoinInterval, v) }},
 	}
@@ -50,8 +59,8 @@ func clusterSettings() []setting {
 // one store every node shares.
 func (c clusterConfig) validate(usesRedis bool) error {
 	if c.Addr == "" {
-		if c.Advertise != "" || len(c.Join) > 0 || c.NodeName != "" || c.KeyFile != "" || c.DeadAfter != 0 || c.RejoinInterval != 0 {
-			return errors.New("cluster: --join, --cluster-advertise, --node-name, --cluster-key-file and the timings need --cluster-addr, the gossip address")
+		if c.Advertise != "" || len(c.Join) > 0 || c.NodeName != "" || c.KeyFile != "" || c.Insecure || c.DeadAfter != 0 || c.RejoinInterval != 0 {
+			return errors.New("cluster: --join, --cluster-advertise, --node-name, --cluster-key-file, --cluster-insecure and the timings need --cluster-addr, the gossip address")
 		}
 		return nil
 	}
@@ -62,7 +71,16 @@ func (c clusterConfig) validate(usesRedis bool) error {
 	if err != nil {
 		return err
 	}
-	return mc.Validate()
+	if err := mc.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.KeyFile == "" && !c.Insecure:
+		return errors.New("cluster: --cluster-addr needs --cluster-key-file, the same key on every node (make one with: openssl rand -base64 32): without a key gossip is neither encrypted nor authenticated, and anyone who reaches the gossip port can join the cluster and forge its gossip; pass --cluster-insecure to run without one anyway")
+	case c.KeyFile != "" && c.Insecure:
+		return errors.New("cluster: --cluster-insecure and --cluster-key-file contradict each other; drop one")
+	}
+	return nil
 }
 
 // membershipConfig is node's view of c; it reads the key file.
@@ -102,7 +120,7 @@ func readClusterKey(path string) ([]byte, error) {
 func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
 // openCluster starts this node's membership, or returns nil when it runs
-// standalone.
+// standalone. Members refuse peers with another key prefix or Redis.
 func openCluster(cfg config, log *slog.Logger) (*node.Membership, error) {
 	if cfg.Cluster.Addr == "" {
 		return nil, nil
@@ -111,14 +129,49 @@ func openCluster(cfg config, log *slog.Logger) (*node.Membership, error) {
 	if err != nil {
 		return nil, err
 	}
+	mc.KeyPrefix, mc.StoreID = cfg.KeyPrefix, redisIdentity(cfg.Redis)
 	m, err := node.NewMembership(mc, log)
 	if err != nil {
 		return nil, err
 	}
 	if mc.SecretKey == nil {
-		log.Warn("cluster gossip is neither encrypted nor authenticated: anyone who reaches --cluster-addr can join; set --cluster-key-file")
+		log.Warn("cluster gossip is neither encrypted nor authenticated (--cluster-insecure): anyone who reaches --cluster-addr can join the cluster, read its gossip and forge denials and resets; give every node the same --cluster-key-file instead")
 	}
 	return m, nil
+}
+
+// redisIdentity names the Redis that r points at, for members to compare:
+// for a URL its host:port (lower-cased; port 6379 when absent) and
+// database, for Sentinel the master's name and database, for Cluster its
+// seeds, lower-cased and sorted. Two nodes that name one Redis differently
+// (a name and an IP, other seeds) refuse each other; the log says so. It
+// never holds credentials or TLS settings. r must be valid.
+func redisIdentity(r node.RedisConfig) string {
+	switch {
+	case r.URL != "":
+		u, err := url.Parse(r.URL)
+		if err != nil {
+			return "redis " + r.URL // validated: does not happen
+		}
+		port := u.Port()
+		if port == "" {
+			port = "6379"
+		}
+		db, err := strconv.Atoi(strings.TrimPrefix(u.Path, "/"))
+		if err != nil {
+			db = 0 // no path: database 0
+		}
+		return fmt.Sprintf("redis %s db %d", net.JoinHostPort(strings.ToLower(u.Hostname()), port), db)
+	case len(r.ClusterAddrs) > 0:
+		addrs := make([]string, len(r.ClusterAddrs))
+		for i, a := range r.ClusterAddrs {
+			addrs[i] = strings.ToLower(a)
+		}
+		slices.Sort(addrs)
+		return "redis cluster " + strings.Join(slices.Compact(addrs), ",")
+	default:
+		return fmt.Sprintf("redis sentinel master %s db %d", r.MasterName, r.DB)
+	}
 }
 
 // fileCluster is the config file's cluster section.
@@ -128,6 +181,7 @@ type fileCluster struct {
 	Join           *fileList     `yaml:"join"`
 	NodeName       *string       `yaml:"node_name"`
 	KeyFile        *string       `yaml:"key_file"`
+	Insecure       *bool         `yaml:"insecure"`
 	DeadAfter      *yamlDuration `yaml:"dead_after"`
 	RejoinInterval *yamlDuration `yaml:"rejoin_interval"`
 }
@@ -140,6 +194,7 @@ func (f *fileCluster) apply(c *clusterConfig) {
 	setIf(&c.Advertise, f.Advertise)
 	setIf(&c.NodeName, f.NodeName)
 	setIf(&c.KeyFile, f.KeyFile)
+	setIf(&c.Insecure, f.Insecure)
 	if f.Join != nil {
 		c.Join = *f.Join
 	}

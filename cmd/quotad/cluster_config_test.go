@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotad/quotad/node"
 )
 
 func TestClusterSettings(t *testing.T) {
@@ -44,7 +46,7 @@ cluster:
 
 	// --join takes a comma-separated list, and so may the file; an empty
 	// item is an error, not silently dropped (a typo would lose a seed).
-	c, err = loadConfig([]string{"--redis", "redis://127.0.0.1:6399/0", "--cluster-addr", ":7946", "--join", "a:1, b:2,c:3"}, func(string) string { return "" }, io.Discard)
+	c, err = loadConfig([]string{"--redis", "redis://127.0.0.1:6399/0", "--cluster-addr", ":7946", "--cluster-insecure", "--join", "a:1, b:2,c:3"}, func(string) string { return "" }, io.Discard)
 	if err != nil || !slices.Equal(c.Cluster.Join, []string{"a:1", "b:2", "c:3"}) {
 		t.Fatalf("--join: %q, %v", c.Cluster.Join, err)
 	}
@@ -55,10 +57,16 @@ cluster:
 	if c, err = loadConfig([]string{"--config", path}, func(string) string { return "" }, io.Discard); err != nil || !slices.Equal(c.Redis.ClusterAddrs, []string{"a:1", "b:2"}) {
 		t.Fatalf("redis.cluster as one string in the file: %q, %v", c.Redis.ClusterAddrs, err)
 	}
-	path = writeFile(t, "q2.yaml", "redis: {url: \"redis://127.0.0.1:6399/0\"}\ncluster: {addr: \":7946\", join: \"a:1,b:2\"}\n")
+	path = writeFile(t, "q2.yaml", "redis: {url: \"redis://127.0.0.1:6399/0\"}\ncluster: {addr: \":7946\", join: \"a:1,b:2\", insecure: true}\n")
 	c, err = loadConfig([]string{"--config", path}, func(string) string { return "" }, io.Discard)
-	if err != nil || !slices.Equal(c.Cluster.Join, []string{"a:1", "b:2"}) {
-		t.Fatalf("join as one string in the file: %q, %v", c.Cluster.Join, err)
+	if err != nil || !slices.Equal(c.Cluster.Join, []string{"a:1", "b:2"}) || !c.Cluster.Insecure {
+		t.Fatalf("join as one string in the file, insecure: %+v, %v", c.Cluster, err)
+	}
+	c, err = loadConfig([]string{"--redis", "redis://127.0.0.1:6399/0", "--cluster-addr", ":7946"}, func(k string) string {
+		return map[string]string{"QUOTAD_CLUSTER_INSECURE": "true"}[k]
+	}, io.Discard)
+	if err != nil || !c.Cluster.Insecure {
+		t.Fatalf("QUOTAD_CLUSTER_INSECURE=true: %+v, %v", c.Cluster, err)
 	}
 }
 
@@ -91,6 +99,7 @@ func TestClusterKeyFormats(t *testing.T) {
 
 func TestClusterConfigErrors(t *testing.T) {
 	redis := []string{"--redis", "redis://127.0.0.1:6399/0"}
+	keyPath := writeFile(t, "gossip.key", base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)))
 	cases := []struct {
 		name string
 		args []string
@@ -100,6 +109,10 @@ func TestClusterConfigErrors(t *testing.T) {
 		{name: "cluster on the memory store", args: []string{"--cluster-addr", ":7946"}, want: []string{"--cluster-addr needs Redis", "once per node"}},
 		{name: "join without an address", args: append(redis, "--join", "a:7946"), want: []string{"need --cluster-addr"}},
 		{name: "key file without an address", args: append(redis, "--cluster-key-file", "/k"), want: []string{"need --cluster-addr"}},
+		{name: "insecure without an address", args: append(redis, "--cluster-insecure"), want: []string{"need --cluster-addr"}},
+		{name: "no key", args: append(redis, "--cluster-addr", ":7946"), want: []string{"config: cluster: --cluster-addr needs --cluster-key-file", "openssl rand -base64 32", "forge", "--cluster-insecure"}},
+		{name: "no key in the file", file: "redis: {url: \"redis://127.0.0.1:6399/0\"}\ncluster: {addr: \":7946\"}\n", want: []string{"--cluster-addr needs --cluster-key-file"}},
+		{name: "insecure and a key", args: append(redis, "--cluster-addr", ":7946", "--cluster-key-file", keyPath, "--cluster-insecure"), want: []string{"--cluster-insecure and --cluster-key-file contradict each other"}},
 		{name: "bind to a name", args: append(redis, "--cluster-addr", "localhost:7946"), want: []string{"cluster bind address", "not an IP"}},
 		{name: "bad seed", args: append(redis, "--cluster-addr", ":7946", "--join", "a:b:c"), want: []string{"join[0]"}},
 		{name: "missing key file", args: append(redis, "--cluster-addr", ":7946", "--cluster-key-file", "/nonexistent/key"), want: []string{"cluster key file", "/nonexistent/key"}},
@@ -124,5 +137,48 @@ func TestClusterConfigErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Nodes compare their Redis by these names: equal for the spellings of one
+// server, different for another server or database, never a credential.
+func TestRedisIdentity(t *testing.T) {
+	same := []node.RedisConfig{
+		{URL: "redis://Redis.Example:6379/0"},
+		{URL: "redis://redis.example/0"},
+		{URL: "redis://user:s3cret@redis.example:6379"},
+		{URL: "rediss://redis.example:6379/"},
+	}
+	want := "redis redis.example:6379 db 0"
+	for _, r := range same {
+		if got := redisIdentity(r); got != want {
+			t.Errorf("%s: %q; want %q", r.URL, got, want)
+		}
+	}
+	distinct := map[string]node.RedisConfig{
+		"another db":     {URL: "redis://redis.example:6379/1"},
+		"another port":   {URL: "redis://redis.example:6380/0"},
+		"another host":   {URL: "redis://10.0.0.5:6379/0"},
+		"cluster":        {ClusterAddrs: []string{"b:7001", "A:7000", "b:7001"}},
+		"sentinel":       {SentinelAddrs: []string{"s:26379"}, MasterName: "main"},
+		"sentinel db 2":  {SentinelAddrs: []string{"s:26379"}, MasterName: "main", DB: 2},
+		"other sentinel": {SentinelAddrs: []string{"s:26379"}, MasterName: "other"},
+	}
+	seen := map[string]string{want: "the first"}
+	for name, r := range distinct {
+		id := redisIdentity(r)
+		if other, dup := seen[id]; dup {
+			t.Errorf("%s and %s both name %q", name, other, id)
+		}
+		seen[id] = name
+		if strings.Contains(id, "s3cret") {
+			t.Errorf("%s: %q holds a credential", name, id)
+		}
+	}
+	if got := redisIdentity(node.RedisConfig{ClusterAddrs: []string{"b:7001", "a:7000"}}); got != redisIdentity(distinct["cluster"]) || got != "redis cluster a:7000,b:7001" {
+		t.Errorf("cluster seeds in another order: %q", got)
+	}
+	if got := redisIdentity(node.RedisConfig{SentinelAddrs: []string{"t:26379"}, MasterName: "main"}); got != redisIdentity(distinct["sentinel"]) {
+		t.Errorf("the same master through other sentinels: %q", got)
 	}
 }

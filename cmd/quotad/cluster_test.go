@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -64,9 +65,10 @@ func (l *lockedBuffer) tail() string {
 }
 
 // startProc starts quotad on 127.0.0.<i> with free ports, joining seed
-// (unless empty), and waits until it listens. A start that loses its
-// ports to someone else is retried.
-func startProc(t *testing.T, bin string, i int, redisURL, seed, keyFile string) *proc {
+// (unless empty), gossiping with the key in keyFile (or, when empty, with
+// --cluster-insecure), with any extra flags, and waits until it listens.
+// A start that loses its ports to someone else is retried.
+func startProc(t *testing.T, bin string, i int, redisURL, seed, keyFile string, extra ...string) *proc {
 	t.Helper()
 	host := "127.0.0." + strconv.Itoa(i)
 	var last string
@@ -82,11 +84,16 @@ func startProc(t *testing.T, bin string, i int, redisURL, seed, keyFile string) 
 			"--redis", redisURL,
 			"--cluster-addr", net.JoinHostPort(host, strconv.Itoa(gossipPort)),
 			"--node-name", p.name,
-			"--cluster-key-file", keyFile,
 			"--cluster-dead-after", clusterDeadAfter.String(),
 			"--cluster-rejoin-interval", "500ms",
 			"--shutdown-timeout", "5s",
 		}
+		if keyFile != "" {
+			args = append(args, "--cluster-key-file", keyFile)
+		} else {
+			args = append(args, "--cluster-insecure")
+		}
+		args = append(args, extra...)
 		if seed != "" {
 			args = append(args, "--join", seed)
 		}
@@ -143,8 +150,13 @@ type clusterView struct {
 		Name  string `json:"name"`
 		State string `json:"state"`
 	} `json:"members"`
+	Joins struct {
+		Refused int64 `json:"refused"`
+	} `json:"joins"`
 	Gossip struct {
 		DenialsReceived int64 `json:"denials_received"`
+		Unsupported     int64 `json:"unsupported_version"`
+		UnknownSender   int64 `json:"unknown_sender"`
 	} `json:"gossip"`
 }
 
@@ -412,5 +424,79 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %s", within)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Issue 10, item 10: a node with another --key-prefix on the same Redis
+// (another deployment) is refused by the cluster it tries to join, and
+// both say why on stderr.
+func TestClusterRefusesAnotherKeyPrefix(t *testing.T) {
+	r := redistest.Start(t)
+	bin := quotadtest.Binary(t)
+	keyFile := writeFile(t, "gossip.key", base64.StdEncoding.EncodeToString(make([]byte, 32))+"\n")
+	a := startProc(t, bin, 1, r.URL(), "", keyFile, "--key-prefix", "prod")
+	b := startProc(t, bin, 2, r.URL(), "127.0.0.1:"+a.gossipPort(t), keyFile, "--key-prefix", "staging")
+	for _, p := range []*proc{a, b} {
+		waitCluster(t, p, 10*time.Second, "refusing the other", func(v clusterView) bool { return v.Joins.Refused > 0 })
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		return strings.Contains(a.stderr.tail(), "refused a peer: it uses another key prefix") &&
+			strings.Contains(b.stderr.tail(), "refused a peer: it uses another key prefix")
+	})
+	for _, p := range []*proc{a, b} {
+		if v, err := p.cluster(t); err != nil || v.Size != 1 || len(v.Members) != 1 {
+			t.Fatalf("%s sees %+v, %v; want only itself", p.name, v, err)
+		}
+	}
+}
+
+// Issue 10, item 3: a node refuses to gossip without a key unless told to
+// (--cluster-insecure, which it warns about); and the issue's 33-byte
+// packet from a process that never joined, or its version-2 equivalent,
+// denies nothing: a configured policy's key stays allowed.
+func TestInsecureClusterIsExplicitAndDropsForgedGossip(t *testing.T) {
+	r := redistest.Start(t)
+	bin := quotadtest.Binary(t)
+	out, err := exec.Command(bin, "--redis", r.URL(), "--cluster-addr", "127.0.0.1:7946").CombinedOutput() // refused before it binds
+	if err == nil || !strings.Contains(string(out), "quotad: config: cluster: --cluster-addr needs --cluster-key-file") {
+		t.Fatalf("quotad with --cluster-addr and no key: %v\n%s", err, out)
+	}
+
+	policies := writeFile(t, "q.yaml", "policies:\n  - {name: api, algorithm: fixed_window, limit: 1500, period: 10s}\n")
+	a := startProc(t, bin, 1, r.URL(), "", "", "--config", policies)
+	waitFor(t, 5*time.Second, func() bool {
+		return strings.Contains(a.stderr.tail(), "cluster gossip is neither encrypted nor authenticated (--cluster-insecure)")
+	})
+
+	// version 1 | kind denial | "api" | "victim" | fixed window | 1500 | 10000 ms | 0 | cost 1 | 100 years | 100 years | 0
+	denial := []byte{1, 3, 'a', 'p', 'i', 6, 'v', 'i', 'c', 't', 'i', 'm', 1}
+	for _, v := range []uint64{1500, 10000, 0, 1, 3_153_599_999_000, 3_153_599_999_000, 0} {
+		denial = binary.AppendUvarint(denial, v)
+	}
+	v1 := append([]byte{8, 1}, denial...) // memberlist user message, then gossip version 1
+	if len(v1) != 1+33 {
+		t.Fatalf("the issue's packet is 33 bytes; this one %d", len(v1)-1)
+	}
+	v2 := []byte{8, 2}
+	v2 = binary.BigEndian.AppendUint64(v2, 0xbad)
+	v2 = binary.BigEndian.AppendUint64(v2, 1)
+	v2 = binary.BigEndian.AppendUint64(v2, uint64(time.Now().UnixMilli()))
+	v2 = append(binary.AppendUvarint(v2, uint64(len(denial)-1)), denial[1:]...)
+	conn, err := net.Dial("udp", "127.0.0.1:"+a.gossipPort(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, pkt := range [][]byte{v1, v2} {
+		if _, err := conn.Write(pkt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCluster(t, a, 5*time.Second, "dropping both packets", func(v clusterView) bool {
+		return v.Gossip.Unsupported == 1 && v.Gossip.UnknownSender == 1 && v.Gossip.DenialsReceived == 0
+	})
+	res, err := a.client.Check(context.Background(), connect.NewRequest(&quotadv1.CheckRequest{Policy: "api", Key: "victim"}))
+	if err != nil || !res.Msg.Allowed || res.Msg.Source != quotadv1.Source_SOURCE_STORE {
+		t.Fatalf("check of the victim key: %v, %v; want allowed by Redis", res, err)
 	}
 }

@@ -236,7 +236,8 @@ Config file (YAML; unknown fields are errors):
     addr: ":7946"                   # gossip address (UDP and TCP)
     join: ["quotad-headless:7946"]  # seeds; a DNS name means all its addresses
     node_name: quotad-0             # default hostname:port
-    key_file: /etc/quotad/gossip.key  # base64 of 16/24/32 bytes
+    key_file: /etc/quotad/gossip.key  # base64 of 16/24/32 bytes; required
+                                    # unless insecure: true (plaintext gossip)
   envoy:                            # Envoy's rate limit service (docs/envoy.md)
     config_dir: /etc/ratelimit/config # envoyproxy/ratelimit's files, unchanged
     shadow_mode: false              # also domains: [...] in quotad's own schema
