@@ -50,6 +50,13 @@ type Config struct {
 	// Telemetry is where the wire sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry
+	// AdminToken, when not empty, is the bearer token that admin calls
+	// (Reset, and any later call that changes state for every client)
+	// require: a call without "Authorization: Bearer <token>" fails with
+	// Unauthenticated, one with another token with PermissionDenied.
+	// Printable ASCII without spaces. Empty, the default, leaves admin calls
+	// open to every client.
+	AdminToken string
 }
 
 // Validate reports the first problem with c. Zero values are valid: they
@@ -60,6 +67,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 0 {
 		return fmt.Errorf("max request bytes: %w: %d must be > 0 (0 means %d)", ErrInvalidConfig, c.MaxRequestBytes, DefaultMaxRequestBytes)
+	}
+	for _, r := range c.AdminToken {
+		if r <= ' ' || r > '~' {
+			return fmt.Errorf("admin token: %w: only printable ASCII without spaces may go in an Authorization header", ErrInvalidConfig)
+		}
 	}
 	if _, err := compileRLS(c.Envoy, nil); err != nil {
 		return err
