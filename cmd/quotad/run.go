@@ -152,12 +152,16 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 			fs.Var(&textFlag{}, s.name, s.usage+" (env "+s.env()+")")
 		}
 	}
+	showVersion := fs.Bool("version", false, "print quotad's version, commit and Go version, and exit (also: quotad version)")
 	fs.Usage = func() { usage(fs, defaults) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return config{}, errHelp
 		}
 		return config{}, err
+	}
+	if *showVersion {
+		return config{}, errVersion
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q (see quotad --help)", fs.Arg(0))
@@ -207,6 +211,7 @@ Redis the authoritative store.
 Usage:
   quotad [flags]
   quotad check --policy NAME --key KEY [flags]   (one decision; see quotad check --help)
+  quotad version                                 (version, commit, Go version)
 
 Settings come from defaults, then the --config file, then QUOTAD_* environment
 variables, then flags. Flags:
@@ -280,6 +285,10 @@ func parseLogLevel(s string) (slog.Level, error) {
 // It returns nil after a shutdown that ctx asked for.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig(args, getenv, stderr)
+	if errors.Is(err, errVersion) {
+		_, err = fmt.Fprintln(stdout, versionText())
+		return err
+	}
 	if err != nil {
 		return err
 	}
