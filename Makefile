@@ -6,14 +6,24 @@ TOOLS     := $(CURDIR)/.tools
 BUF       := $(TOOLS)/node_modules/.bin/buf
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
+# -buildvcs=auto overrides a GOFLAGS=-buildvcs=false, so that `quotad version` names the
+# commit (the Go toolchain stamps it from git when the checkout's .git is a directory).
+BUILDFLAGS := -buildvcs=auto -trimpath
 
-.PHONY: help run test redis-server lint proto proto-check bench cluster
+.PHONY: help run build install test redis-server lint proto proto-check bench cluster
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 run: ## run quotad on :8080 with the embedded memory store
 	$(GO) run ./cmd/quotad
+
+build: ## build bin/quotad, stamped with its version and commit (bin/quotad version)
+	$(GO) build $(BUILDFLAGS) -o bin/quotad ./cmd/quotad
+
+install: ## install quotad into $(go env GOBIN), else $(go env GOPATH)/bin
+	$(GO) install $(BUILDFLAGS) ./cmd/quotad
+	@d=$$($(GO) env GOBIN); echo "installed $${d:-$$($(GO) env GOPATH)/bin}/quotad"
 
 test: redis-server lint ## the whole test suite (installs redis-server when missing)
 	$(GO) test -race -count=1 -timeout 12m ./...
