@@ -6,11 +6,14 @@ TOOLS     := $(CURDIR)/.tools
 BUF       := $(TOOLS)/node_modules/.bin/buf
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
+# helm renders the chart in deploy/helm in `make test`; built from the Go module proxy.
+HELM_VERSION ?= v3.22.0
+HELM      := $(TOOLS)/helm-$(HELM_VERSION)/helm
 # -buildvcs=auto overrides a GOFLAGS=-buildvcs=false, so that `quotad version` names the
 # commit (the Go toolchain stamps it from git when the checkout's .git is a directory).
 BUILDFLAGS := -buildvcs=auto -trimpath
 
-.PHONY: help run build install test redis-server lint proto proto-check bench cluster
+.PHONY: help run build install test redis-server helm lint proto proto-check bench cluster
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -25,8 +28,8 @@ install: ## install quotad into $(go env GOBIN), else $(go env GOPATH)/bin
 	$(GO) install $(BUILDFLAGS) ./cmd/quotad
 	@d=$$($(GO) env GOBIN); echo "installed $${d:-$$($(GO) env GOPATH)/bin}/quotad"
 
-test: redis-server lint ## the whole test suite (installs redis-server when missing)
-	$(GO) test -race -count=1 -timeout 12m ./...
+test: redis-server helm lint ## the whole test suite (installs redis-server and helm when missing)
+	HELM=$(HELM) $(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAcquireReply$$' -fuzztime $(FUZZTIME) ./algorithms
@@ -54,6 +57,11 @@ redis-server: ## install redis-server (and redis-cli) when missing
 		{ echo "installing redis-server"; $(SUDO) apt-get update -qq && \
 		  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+helm: ## install helm $(HELM_VERSION) into .tools/helm-$(HELM_VERSION) when missing (go install; minutes the first time)
+	@[ -x $(HELM) ] || { echo "installing helm $(HELM_VERSION) into $(dir $(HELM))"; \
+		GOBIN=$(dir $(HELM)) GOFLAGS=-buildvcs=false $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); }
+	@echo "helm: $(HELM)"
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...
