@@ -133,8 +133,8 @@ unreachable, or an error from quotad such as an unknown policy).
 An inline limit (--algorithm, --limit and --period together) is checked
 instead of a configured policy, in the namespace --policy.
 
---reset clears the key instead (Reset): on a quotad with an admin token it
-needs --admin-token-file. For a quotad serving TLS give an https:// --addr;
+--reset clears the key instead (Reset; exit 0 once done): on a quotad with an
+admin token it needs --admin-token-file. For a quotad serving TLS give an https:// --addr;
 --tls-ca-file trusts a private CA, --tls-cert-file and --tls-key-file present
 a client certificate.
 

@@ -533,3 +533,22 @@ func TestHandshakeLogLevels(t *testing.T) {
 		t.Errorf("log:\n%s", out)
 	}
 }
+
+// quotad check's new flags refuse bad combinations before any call.
+func TestCheckResetAndTLSFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--reset", "--cost", "2"}, "--reset takes --policy and --key only"},
+		{[]string{"--reset", "--json"}, "--reset takes --policy and --key only"},
+		{[]string{"--tls-cert-file", "c.pem"}, "--tls-cert-file and --tls-key-file go together"},
+		{[]string{"--tls-ca-file", "/nonexistent/ca.pem"}, "--tls-ca-file"},
+		{[]string{"--admin-token-file", "/nonexistent/token"}, "--admin-token-file"},
+	} {
+		code, out, errOut := runCheck(t, append([]string{"--policy", "api", "--key", "k"}, tc.args...)...)
+		if code != checkFailed || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, %q %q; want 2 and %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
