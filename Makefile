@@ -6,8 +6,14 @@ TOOLS     := $(CURDIR)/.tools
 BUF       := $(TOOLS)/node_modules/.bin/buf
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
+# helm renders the chart in deploy/helm in `make test`; built from the Go module proxy.
+HELM_VERSION ?= v3.22.0
+HELM      := $(TOOLS)/helm-$(HELM_VERSION)/helm
+# -buildvcs=auto overrides a GOFLAGS=-buildvcs=false, so that `quotad version` names the
+# commit (the Go toolchain stamps it from git when the checkout's .git is a directory).
+BUILDFLAGS := -buildvcs=auto -trimpath
 
-.PHONY: help run test redis-server chromium lint proto proto-check bench cluster screenshots
+.PHONY: help run build install test redis-server chromium helm lint proto proto-check bench cluster screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -15,8 +21,15 @@ help: ## list the targets
 run: ## run quotad on :8080 with the embedded memory store
 	$(GO) run ./cmd/quotad
 
-test: redis-server chromium lint ## the whole test suite (installs redis-server and chromium when missing)
-	$(GO) test -race -count=1 -timeout 12m ./...
+build: ## build bin/quotad, stamped with its version and commit (bin/quotad version)
+	$(GO) build $(BUILDFLAGS) -o bin/quotad ./cmd/quotad
+
+install: ## install quotad into $(go env GOBIN), else $(go env GOPATH)/bin
+	$(GO) install $(BUILDFLAGS) ./cmd/quotad
+	@d=$$($(GO) env GOBIN); echo "installed $${d:-$$($(GO) env GOPATH)/bin}/quotad"
+
+test: redis-server chromium helm lint ## the whole test suite (installs redis-server, chromium and helm when missing)
+	HELM=$(HELM) $(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAcquireReply$$' -fuzztime $(FUZZTIME) ./algorithms
@@ -53,6 +66,11 @@ chromium: ## install Debian's chromium (the console's browser test drives it) wh
 
 screenshots: redis-server chromium ## rewrite docs/console-*.png from the console's browser test
 	$(GO) test -count=1 -run '^TestConsoleInChromium$$' ./cmd/quotad -args -console.screenshots $(CURDIR)/docs
+
+helm: ## install helm $(HELM_VERSION) into .tools/helm-$(HELM_VERSION) when missing (go install; minutes the first time)
+	@[ -x $(HELM) ] || { echo "installing helm $(HELM_VERSION) into $(dir $(HELM))"; \
+		GOBIN=$(dir $(HELM)) GOFLAGS=-buildvcs=false $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); }
+	@echo "helm: $(HELM)"
 
 lint: ## go vet and gofmt
 	$(GO) vet ./...

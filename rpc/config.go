@@ -70,6 +70,13 @@ type Config struct {
 	// page shows generation null and the time NewHandler ran. It is called
 	// on every GET /status and must be safe for concurrent use.
 	ConfigGeneration func() (generation uint64, loadedAt time.Time)
+	// AdminToken, when not empty, is the bearer token that admin calls
+	// (Reset, and any later call that changes state for every client)
+	// require: a call without "Authorization: Bearer <token>" fails with
+	// Unauthenticated, one with another token with PermissionDenied.
+	// Printable ASCII without spaces. Empty, the default, leaves admin calls
+	// open to every client.
+	AdminToken string
 }
 
 // Validate reports the first problem with c. Zero values are valid: they
@@ -80,6 +87,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 0 {
 		return fmt.Errorf("max request bytes: %w: %d must be > 0 (0 means %d)", ErrInvalidConfig, c.MaxRequestBytes, DefaultMaxRequestBytes)
+	}
+	for _, r := range c.AdminToken {
+		if r <= ' ' || r > '~' {
+			return fmt.Errorf("admin token: %w: only printable ASCII without spaces may go in an Authorization header", ErrInvalidConfig)
+		}
 	}
 	if _, err := compileRLS(c.Envoy, nil); err != nil {
 		return err

@@ -29,6 +29,12 @@ var (
 	// errInternal is the whole message of every Internal error: details
 	// stay in the server's log.
 	errInternal = errors.New("internal error (details are in the server's log)")
+	// errAdminTokenMissing: an admin call (Reset) without a bearer token,
+	// on a server that has one.
+	errAdminTokenMissing = errors.New("this call needs the admin token: send the header Authorization: Bearer <token>")
+	// errAdminTokenWrong: an admin call with a bearer token that is not the
+	// server's.
+	errAdminTokenWrong = errors.New("the admin token is not this server's")
 	// errUnavailable is the whole message of every Unavailable error.
 	errUnavailable = errors.New("the quota store is unavailable; retry later (details are in the server's log)")
 )
@@ -36,7 +42,8 @@ var (
 // code chooses the Connect code of err, an error of the call whose context
 // is ctx. It is the only place in quotad that does: input problems are
 // InvalidArgument, an unknown policy or Envoy domain is NotFound, inline
-// limits on a server that forbids them are PermissionDenied, the caller's
+// limits on a server that forbids them are PermissionDenied, so is an admin
+// call with the wrong token (without one it is Unauthenticated), the caller's
 // context ending is Canceled or DeadlineExceeded, a failed store (on Reset;
 // checks take the failure mode instead) is Unavailable, and everything else
 // is Internal.
@@ -45,8 +52,10 @@ func code(ctx context.Context, err error) connect.Code {
 	switch {
 	case errors.As(err, &ce):
 		return ce.Code()
-	case errors.Is(err, errInlineDisabled):
+	case errors.Is(err, errInlineDisabled), errors.Is(err, errAdminTokenWrong):
 		return connect.CodePermissionDenied
+	case errors.Is(err, errAdminTokenMissing):
+		return connect.CodeUnauthenticated
 	case errors.Is(err, node.ErrUnknownPolicy), errors.Is(err, errUnknownDomain):
 		return connect.CodeNotFound
 	case node.IsInvalidInput(err), errors.Is(err, errInvalidRequest), errors.Is(err, errPolicyConfigured):

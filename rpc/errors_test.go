@@ -268,6 +268,8 @@ func TestCode(t *testing.T) {
 		{live, fmt.Errorf("limit: policy %q %w", "p", errPolicyConfigured), connect.CodeInvalidArgument},
 		{live, fmt.Errorf("policy: %w", node.ErrUnknownPolicy), connect.CodeNotFound},
 		{live, fmt.Errorf("limit: %w", errInlineDisabled), connect.CodePermissionDenied},
+		{live, errAdminTokenWrong, connect.CodePermissionDenied},
+		{live, errAdminTokenMissing, connect.CodeUnauthenticated},
 		{canceled, fmt.Errorf("check p: %w", context.Canceled), connect.CodeCanceled},
 		{expired, fmt.Errorf("check p: %w", context.DeadlineExceeded), connect.CodeDeadlineExceeded},
 		// The store's own timeout, while the caller still waits.
@@ -298,7 +300,7 @@ func TestRecoverPanic(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	for _, bad := range []Config{{MaxBatch: -1}, {MaxBatch: 1001}, {MaxRequestBytes: -1}} {
+	for _, bad := range []Config{{MaxBatch: -1}, {MaxBatch: 1001}, {MaxRequestBytes: -1}, {AdminToken: "two words"}, {AdminToken: "line\nbreak"}} {
 		if err := bad.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: got %v", bad, err)
 		}

@@ -75,7 +75,12 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 		tracer:   cfg.Telemetry.tracer(),
 	}
 	mux := http.NewServeMux()
-	rpcInterceptors := connect.WithInterceptors(append(interceptors, errorInterceptor(log))...)
+	interceptors = append(interceptors, errorInterceptor(log))
+	if cfg.AdminToken != "" {
+		// Inside errorInterceptor, which gives its refusals their codes.
+		interceptors = append(interceptors, adminInterceptor(cfg.AdminToken, log))
+	}
+	rpcInterceptors := connect.WithInterceptors(interceptors...)
 	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, rpcInterceptors))
 	envoyServices, err := mountRLS(mux, n, cfg, common, rpcInterceptors)
 	if err != nil {

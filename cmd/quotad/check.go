@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
@@ -30,6 +33,13 @@ type checkArgs struct {
 	// limit is the inline limit, when --algorithm, --limit and --period are
 	// given.
 	limit *algorithms.Limit
+	// reset asks for Reset instead of Check.
+	reset bool
+	// adminToken is the token read from --admin-token-file.
+	adminToken string
+	// tls is the client's TLS: roots and a client certificate; nil means
+	// the system's roots.
+	tls *tls.Config
 }
 
 // check is `quotad check`: it asks a running quotad for one decision,
@@ -44,7 +54,7 @@ func check(ctx context.Context, args []string, getenv func(string) string, stdou
 		fmt.Fprintln(stderr, "quotad check:", err)
 		return checkFailed
 	}
-	c, err := quotadclient.New(a.addr, quotadclient.Options{Protocol: a.protocol})
+	c, err := quotadclient.New(a.addr, quotadclient.Options{Protocol: a.protocol, TLSConfig: a.tls, AdminToken: a.adminToken})
 	if err != nil {
 		fmt.Fprintln(stderr, "quotad check:", err)
 		return checkFailed
@@ -52,6 +62,17 @@ func check(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
+	if a.reset {
+		if err := c.Reset(ctx, a.policy, a.key); err != nil {
+			fmt.Fprintf(stderr, "quotad check: %s: %v\n", a.addr, err)
+			return checkFailed
+		}
+		if _, err := fmt.Fprintf(stdout, "reset  policy %s\n", a.policy); err != nil {
+			fmt.Fprintln(stderr, "quotad check: write:", err)
+			return checkFailed
+		}
+		return checkAllowed
+	}
 	var d quotadclient.Decision
 	if a.limit != nil {
 		d, err = c.CheckLimit(ctx, a.policy, *a.limit, a.key, a.cost)
@@ -96,6 +117,11 @@ func parseCheckArgs(args []string, getenv func(string) string, stderr io.Writer)
 	limit := fs.Int64("limit", 0, "inline limit: `units` per period")
 	period := fs.Duration("period", 0, "inline limit: the period, e.g. 1m")
 	burst := fs.Int64("burst", 0, "inline limit: capacity of the buckets and gcra (0 means limit)")
+	fs.BoolVar(&a.reset, "reset", false, "clear the key's state instead of checking it (Reset, an admin call); prints \"reset\", exit 0")
+	tokenFile := fs.String("admin-token-file", "", "`file` with the admin token quotad's --admin-token-file holds, sent as Authorization: Bearer (needed for --reset on such a quotad)")
+	caFile := fs.String("tls-ca-file", "", "PEM `file` of the CAs to trust for an https:// --addr instead of the system's")
+	certFile := fs.String("tls-cert-file", "", "PEM `file` of this client's certificate, for a quotad that requires one (--tls-client-ca-file)")
+	keyFile := fs.String("tls-key-file", "", "PEM `file` of the private key of --tls-cert-file")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: quotad check --policy NAME --key KEY [flags]
 
@@ -106,6 +132,11 @@ unreachable, or an error from quotad such as an unknown policy).
 
 An inline limit (--algorithm, --limit and --period together) is checked
 instead of a configured policy, in the namespace --policy.
+
+--reset clears the key instead (Reset; exit 0 once done): on a quotad with an
+admin token it needs --admin-token-file. For a quotad serving TLS give an https:// --addr;
+--tls-ca-file trusts a private CA, --tls-cert-file and --tls-key-file present
+a client certificate.
 
 Flags:
 `)
@@ -128,8 +159,17 @@ Flags:
 		return checkArgs{}, fmt.Errorf("--protocol: %w", err)
 	}
 	a.protocol = p
+	if a.adminToken, err = readAdminToken(*tokenFile); err != nil {
+		return checkArgs{}, fmt.Errorf("--admin-token-file: %w", err)
+	}
+	if a.tls, err = clientTLS(*caFile, *certFile, *keyFile); err != nil {
+		return checkArgs{}, err
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if a.reset && (set["cost"] || set["algorithm"] || set["limit"] || set["period"] || set["burst"] || a.json) {
+		return checkArgs{}, errors.New("--reset takes --policy and --key only (no cost, inline limit or --json)")
+	}
 	switch {
 	case set["algorithm"] && set["limit"] && set["period"]:
 		alg, err := algorithms.ParseAlgorithm(*algorithm)
@@ -180,4 +220,34 @@ func printDecisionJSON(w io.Writer, d quotadclient.Decision) error {
 		ResetAfterMS: d.ResetAfter.Milliseconds(), RetryAfterMS: d.RetryAfter.Milliseconds(),
 		Source: string(d.Source),
 	})
+}
+
+// clientTLS is the TLS configuration of `quotad check --tls-*`: nil when
+// no flag is set (the system's roots).
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	if caFile == "" && certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		raw, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca-file: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(raw) {
+			return nil, fmt.Errorf("--tls-ca-file %s: no PEM certificate in it", caFile)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
+	}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert-file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
 }

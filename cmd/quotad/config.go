@@ -69,6 +69,11 @@ type config struct {
 	Cluster clusterConfig
 	// Console is the web console at GET /. Default on, keys shown.
 	Console consoleConfig
+	// TLS makes the API port serve TLS; the zero value serves cleartext.
+	TLS tlsConfig
+	// AdminTokenFile holds the bearer token admin calls (Reset) require;
+	// empty leaves them open.
+	AdminTokenFile string
 }
 
 func defaultConfig() config {
@@ -120,6 +125,12 @@ func (c config) validate() error {
 	if err := c.Telemetry.validate(); err != nil {
 		return err
 	}
+	if err := c.TLS.validate(); err != nil {
+		return err
+	}
+	if err := validateAdminToken(c.AdminTokenFile); err != nil {
+		return err
+	}
 	if c.usesRedis() {
 		if err := c.Redis.Validate(); err != nil {
 			return err
@@ -156,6 +167,8 @@ type fileConfig struct {
 	Metrics             *bool          `yaml:"metrics"`
 	Cluster             *fileCluster   `yaml:"cluster"`
 	Console             *fileConsole   `yaml:"console"`
+	TLS                 *fileTLS       `yaml:"tls"`
+	AdminTokenFile      *string        `yaml:"admin_token_file"`
 }
 
 type fileLease struct {
@@ -228,7 +241,7 @@ var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": tru
 var unknownField = regexp.MustCompile(`field (\S+) not found in type main\.file(\w+)`)
 
 // yamlSections names the file structs as users write them.
-var yamlSections = map[string]string{"Config": "the top level", "Redis": "redis", "Lease": "lease", "Denied": "denied_cache", "Breaker": "breaker", "Console": "console"}
+var yamlSections = map[string]string{"Config": "the top level", "Redis": "redis", "Lease": "lease", "Denied": "denied_cache", "Breaker": "breaker", "Console": "console", "TLS": "tls"}
 
 // yamlMessage is err's text without yaml.v3's line breaks and Go type
 // names: "line 3: unknown field adress in redis".
@@ -303,6 +316,8 @@ func (f fileConfig) apply(c *config) error {
 	setIf(&c.MaxRequestBytes, f.MaxRequestBytes)
 	f.Cluster.apply(&c.Cluster)
 	f.Console.apply(&c.Console)
+	f.TLS.apply(&c.TLS)
+	setIf(&c.AdminTokenFile, f.AdminTokenFile)
 	if f.ShutdownTimeout != nil {
 		c.ShutdownTimeout = time.Duration(*f.ShutdownTimeout)
 	}

@@ -5,7 +5,8 @@
 // makes Redis the authoritative store. `quotad --help` lists every setting.
 //
 // `quotad check` asks a running quotad for one decision; `quotad check
-// --help` explains it.
+// --help` explains it. `quotad version` (or --version) prints the version,
+// commit and Go version.
 package main
 
 import (
@@ -19,6 +20,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "version" {
+		fmt.Println(versionText())
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "check" {
 		code := check(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
 		stop()

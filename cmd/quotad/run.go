@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,7 +73,7 @@ func settings() []setting {
 		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
-	}, append(append(append(telemetrySettings(), clusterSettings()...), envoySettings()...), consoleSettings()...)...)
+	}, slices.Concat(telemetrySettings(), clusterSettings(), envoySettings(), consoleSettings(), tlsSettings(), adminSettings())...)
 }
 
 func parseDurationInto(dst *time.Duration, v string) error {
@@ -151,12 +152,16 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 			fs.Var(&textFlag{}, s.name, s.usage+" (env "+s.env()+")")
 		}
 	}
+	showVersion := fs.Bool("version", false, "print quotad's version, commit and Go version, and exit (also: quotad version)")
 	fs.Usage = func() { usage(fs, defaults) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return config{}, errHelp
 		}
 		return config{}, err
+	}
+	if *showVersion {
+		return config{}, errVersion
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q (see quotad --help)", fs.Arg(0))
@@ -199,12 +204,14 @@ func usage(fs *flag.FlagSet, d config) {
 	fmt.Fprintf(w, `quotad — a distributed quota (rate-limit) service.
 
 Serves quotad.v1.QuotaService over Connect, gRPC, gRPC-Web and HTTP/JSON on one
-port (HTTP/1.1 and cleartext HTTP/2). With no flags it listens on %s with the
-embedded in-memory store; --redis makes Redis the authoritative store.
+port (HTTP/1.1 and cleartext HTTP/2, or TLS with --tls-cert-file). With no
+flags it listens on %s with the embedded in-memory store; --redis makes
+Redis the authoritative store.
 
 Usage:
   quotad [flags]
   quotad check --policy NAME --key KEY [flags]   (one decision; see quotad check --help)
+  quotad version                                 (version, commit, Go version)
 
 Settings come from defaults, then the --config file, then QUOTAD_* environment
 variables, then flags. Flags:
@@ -232,6 +239,11 @@ Config file (YAML; unknown fields are errors):
   tracing: {exporter: otlp-grpc, endpoint: "http://localhost:4317", sample_ratio: 0.1}
   metrics: true                     # Prometheus text at GET /metrics
   console: {enabled: true, show_keys: true}  # the web console at GET /
+  tls:                              # optional; the port then serves TLS only
+    cert_file: /etc/quotad/tls/tls.crt
+    key_file: /etc/quotad/tls/tls.key
+    client_ca_file: /etc/quotad/tls/ca.crt  # optional: require client certificates
+  admin_token_file: /etc/quotad/admin/token # optional: Reset needs this bearer token
   cluster:                          # optional; needs redis
     addr: ":7946"                   # gossip address (UDP and TCP)
     join: ["quotad-headless:7946"]  # seeds; a DNS name means all its addresses
@@ -278,6 +290,10 @@ func parseLogLevel(s string) (slog.Level, error) {
 // It returns nil after a shutdown that ctx asked for.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig(args, getenv, stderr)
+	if errors.Is(err, errVersion) {
+		_, err = fmt.Fprintln(stdout, versionText())
+		return err
+	}
 	if err != nil {
 		return err
 	}
@@ -321,6 +337,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rpcCfg.Health = health
 	rpcCfg.Telemetry = tel.rpc()
 	rpcCfg.EnvoyRules = envoy
+	if rpcCfg.AdminToken, err = readAdminToken(cfg.AdminTokenFile); err != nil {
+		return err
+	}
 	handler, err := rpc.NewHandler(n, rpcCfg, log)
 	if err != nil {
 		return err
@@ -338,11 +357,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// HTTP/2 (h2c) for gRPC.
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
+	// With a certificate: TLS only, HTTP/2 by ALPN.
+	if err := configureTLS(srv, cfg.TLS, log); err != nil {
+		ln.Close()
+		return err
+	}
 
 	fmt.Fprintf(stdout, "quotad listening on %s (Connect, gRPC, gRPC-Web, HTTP/JSON)\nstore: %s\npolicies: %d configured, inline limits %s\n",
-		displayURL(ln.Addr()), n.Store(), len(cfg.Policies), map[bool]string{true: "on", false: "off"}[cfg.InlineLimits])
+		displayURL(ln.Addr(), cfg.TLS.enabled()), n.Store(), len(cfg.Policies), map[bool]string{true: "on", false: "off"}[cfg.InlineLimits])
 	fmt.Fprintln(stdout, tel.describe())
-	fmt.Fprintln(stdout, cfg.Console.describe(displayURL(ln.Addr())))
+	fmt.Fprintln(stdout, cfg.Console.describe(displayURL(ln.Addr(), cfg.TLS.enabled())))
+	if d := cfg.TLS.describe(); d != "" {
+		fmt.Fprintln(stdout, d)
+	}
 	if cluster != nil {
 		fmt.Fprintf(stdout, "cluster: %s\n", cluster.Describe())
 	}
@@ -360,7 +387,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- serveAPI(srv, ln) }()
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
@@ -397,14 +424,19 @@ func openStore(ctx context.Context, cfg config) (node.Store, error) {
 }
 
 // displayURL turns a listener address into something a user can paste:
-// an unspecified host ("[::]" or "0.0.0.0") becomes localhost.
-func displayURL(a net.Addr) string {
+// an unspecified host ("[::]" or "0.0.0.0") becomes localhost, and the
+// scheme is https when the port serves TLS.
+func displayURL(a net.Addr, tls bool) string {
+	scheme := "http://"
+	if tls {
+		scheme = "https://"
+	}
 	host, port, err := net.SplitHostPort(a.String())
 	if err != nil {
-		return "http://" + a.String()
+		return scheme + a.String()
 	}
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host = "localhost"
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	return scheme + net.JoinHostPort(host, port)
 }

@@ -14,6 +14,7 @@ package quotadclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -82,6 +83,17 @@ type Options struct {
 	// ClientOptions are passed to the generated client after the protocol
 	// option, e.g. connect.WithInterceptors for tracing.
 	ClientOptions []connect.ClientOption
+	// TLSConfig configures TLS for https:// URLs on the transport New
+	// makes: RootCAs to trust a private CA, Certificates for a quotad that
+	// requires client certificates (--tls-client-ca-file). Nil means the
+	// system's roots and no client certificate. It must be nil when
+	// HTTPClient is set (configure that client's transport instead).
+	TLSConfig *tls.Config
+	// AdminToken, when not empty, is sent with every call as
+	// "Authorization: Bearer <token>", as quotad requires for admin calls
+	// (Reset) when it has --admin-token-file. Give it only to clients that
+	// need it, and prefer https:// URLs: the header is a credential.
+	AdminToken string
 }
 
 // Client calls one quotad address (a node, or a load balancer in front of
@@ -113,10 +125,19 @@ func New(baseURL string, opts Options) (*Client, error) {
 	default:
 		return nil, fmt.Errorf("%w: protocol %v", ErrInvalidOptions, opts.Protocol)
 	}
+	if opts.TLSConfig != nil && opts.HTTPClient != nil {
+		return nil, fmt.Errorf("%w: TLSConfig with HTTPClient (set TLS on that client's transport)", ErrInvalidOptions)
+	}
+	if opts.AdminToken != "" {
+		if strings.ContainsFunc(opts.AdminToken, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			return nil, fmt.Errorf("%w: admin token: only printable ASCII without spaces may go in an Authorization header", ErrInvalidOptions)
+		}
+		protocolOption = append(protocolOption, connect.WithInterceptors(bearer(opts.AdminToken)))
+	}
 	c := &Client{}
 	hc := opts.HTTPClient
 	if hc == nil {
-		c.own = newTransport(opts.Protocol)
+		c.own = newTransport(opts.Protocol, opts.TLSConfig)
 		hc = &http.Client{Transport: c.own}
 	}
 	c.svc = quotadv1connect.NewQuotaServiceClient(hc, strings.TrimSuffix(baseURL, "/"), append(protocolOption, opts.ClientOptions...)...)
@@ -124,9 +145,13 @@ func New(baseURL string, opts Options) (*Client, error) {
 }
 
 // newTransport is http.DefaultTransport's settings (proxy from the
-// environment, dial and TLS timeouts) adjusted for p.
-func newTransport(p Protocol) *http.Transport {
+// environment, dial and TLS timeouts) adjusted for p, with tc (may be nil)
+// for TLS.
+func newTransport(p Protocol, tc *tls.Config) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	if tc != nil {
+		t.TLSClientConfig = tc.Clone()
+	}
 	// Over HTTP/1.1 each concurrent call needs a connection of its own;
 	// the default of 2 idle connections per host would make a busy
 	// middleware open and close connections all the time.
@@ -151,8 +176,31 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// Reset clears key's state of policy (a configured policy or an inline
+// limit's namespace) at quotad's authority, and every node's lease and
+// cached denial of it. It is an admin call: a quotad with an admin token
+// refuses it with Unauthenticated unless Options.AdminToken is set, and
+// with PermissionDenied if that token is not quotad's. It blocks until
+// quotad answers or ctx ends.
+func (c *Client) Reset(ctx context.Context, policy, key string) error {
+	if _, err := c.svc.Reset(ctx, connect.NewRequest(&quotadv1.ResetRequest{Policy: policy, Key: key})); err != nil {
+		return fmt.Errorf("reset of policy %q: %w", policy, err)
+	}
+	return nil
+}
+
+// bearer sets the Authorization header of every call to token.
+func bearer(token string) connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
+		}
+	})
+}
+
 // Service is the generated client, for the RPCs this package does not wrap
-// (CheckBatch, Reset, ListPolicies).
+// (CheckBatch, ListPolicies).
 func (c *Client) Service() quotadv1connect.QuotaServiceClient { return c.svc }
 
 // Source says which part of quotad made a decision: "store", "lease",

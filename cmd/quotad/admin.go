@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"github.com/quotad/quotad/rpc"
+)
+
+func adminSettings() []setting {
+	return []setting{
+		{name: "admin-token-file", usage: "`file` holding the bearer token that admin calls (Reset) require: Authorization: Bearer TOKEN; unset, any client may call Reset", apply: func(c *config, v string) error { c.AdminTokenFile = v; return nil }},
+	}
+}
+
+// readAdminToken returns the token in the file at path, surrounding
+// whitespace (a trailing newline) removed. An empty path means no token.
+func readAdminToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("admin token file: %w", err)
+	}
+	tok := bytes.TrimSpace(raw)
+	if len(tok) == 0 {
+		return "", fmt.Errorf("admin token file %s: empty (make a token with: openssl rand -base64 32)", path)
+	}
+	return string(tok), nil
+}
+
+// validateAdminToken checks that the file at path, if any, holds a token
+// rpc accepts.
+func validateAdminToken(path string) error {
+	tok, err := readAdminToken(path)
+	if err != nil {
+		return err
+	}
+	return rpc.Config{AdminToken: tok}.Validate()
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+)
+
+// tlsConfig makes the API port serve TLS. The zero value serves cleartext:
+// HTTP/1.1 and h2c.
+type tlsConfig struct {
+	// CertFile and KeyFile are PEM files: the server's certificate chain
+	// (leaf first) and its private key. Both or neither. Set, the port
+	// serves TLS only, HTTP/2 by ALPN and HTTP/1.1. Both are re-read when
+	// either changes on disk (see certReloader).
+	CertFile, KeyFile string
+	// ClientCAFile is a PEM file of the certificate authorities that sign
+	// client certificates. Set, every client must present a certificate
+	// one of them signed (mutual TLS); needs CertFile. Re-read like the
+	// certificate.
+	ClientCAFile string
+}
+
+func tlsSettings() []setting {
+	return []setting{
+		{name: "tls-cert-file", usage: "PEM `file` of the API's certificate chain; with --tls-key-file the port serves TLS only (HTTP/2 by ALPN, and HTTP/1.1); re-read when it changes", apply: func(c *config, v string) error { c.TLS.CertFile = v; return nil }},
+		{name: "tls-key-file", usage: "PEM `file` of the private key of --tls-cert-file", apply: func(c *config, v string) error { c.TLS.KeyFile = v; return nil }},
+		{name: "tls-client-ca-file", usage: "PEM `file` of the CAs that sign client certificates; set, every client must present one (mutual TLS); needs --tls-cert-file", apply: func(c *config, v string) error { c.TLS.ClientCAFile = v; return nil }},
+	}
+}
+
+// enabled reports whether the API serves TLS.
+func (c tlsConfig) enabled() bool { return c.CertFile != "" }
+
+// validate checks that the files exist and hold what they should, so that
+// a bad file stops quotad at start rather than failing every handshake.
+func (c tlsConfig) validate() error {
+	switch {
+	case c.CertFile == "" && c.KeyFile == "" && c.ClientCAFile == "":
+		return nil
+	case c.CertFile == "" && c.KeyFile == "":
+		return errors.New("tls: --tls-client-ca-file needs --tls-cert-file and --tls-key-file (mutual TLS is TLS first)")
+	case c.CertFile == "" || c.KeyFile == "":
+		return errors.New("tls: --tls-cert-file and --tls-key-file go together (set both, or neither for cleartext)")
+	}
+	_, err := c.load()
+	return err
+}
+
+// load reads the files into the configuration of one handshake: TLS 1.2
+// or newer, ALPN offering h2 then http/1.1, and client certificates
+// required when ClientCAFile is set.
+func (c tlsConfig) load() (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: certificate %s with key %s: %w", c.CertFile, c.KeyFile, err)
+	}
+	tc := &tls.Config{
+		Certificates: []tls.Certificate{pair},
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2", "http/1.1"},
+	}
+	if c.ClientCAFile != "" {
+		raw, err := os.ReadFile(c.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: client CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(raw) {
+			return nil, fmt.Errorf("tls: client CA file %s: no PEM certificate in it", c.ClientCAFile)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+// describe is the startup line about TLS, or "" for cleartext.
+func (c tlsConfig) describe() string {
+	switch {
+	case !c.enabled():
+		return ""
+	case c.ClientCAFile != "":
+		return "tls: on, client certificates required (mutual TLS)"
+	}
+	return "tls: on"
+}
+
+// certReloader hands each new TLS connection the configuration built from
+// the files as they are at its handshake. It stats the files on every
+// handshake (a few microseconds, next to a handshake's milliseconds) and
+// reloads them when one has changed: another inode (a Kubernetes Secret
+// update swaps a symlink; cert-manager and editors rename a new file into
+// place), size or modification time. A change that does not load (a
+// certificate written before its key) keeps the last good configuration
+// and is logged once; the next change is tried again. Connections already
+// open keep the certificate they were made with. Safe for concurrent use.
+type certReloader struct {
+	cfg tlsConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	seen    []fs.FileInfo // the files' state at the last load attempt
+	current *tls.Config   // never nil
+}
+
+// newCertReloader loads cfg's files once; an error means they do not load
+// now.
+func newCertReloader(cfg tlsConfig, log *slog.Logger) (*certReloader, error) {
+	r := &certReloader{cfg: cfg, log: log}
+	r.seen = r.stat()
+	tc, err := cfg.load()
+	if err != nil {
+		return nil, err
+	}
+	r.current = tc
+	return r, nil
+}
+
+func (r *certReloader) files() []string {
+	f := []string{r.cfg.CertFile, r.cfg.KeyFile}
+	if r.cfg.ClientCAFile != "" {
+		f = append(f, r.cfg.ClientCAFile)
+	}
+	return f
+}
+
+// stat returns the files' state; a file that cannot be stat'ed is nil.
+func (r *certReloader) stat() []fs.FileInfo {
+	files := r.files()
+	out := make([]fs.FileInfo, len(files))
+	for i, f := range files {
+		out[i], _ = os.Stat(f) // a missing file is a change like any other
+	}
+	return out
+}
+
+func sameFile(a, b fs.FileInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
+}
+
+// configForClient is tls.Config.GetConfigForClient.
+func (r *certReloader) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
+	now := r.stat()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	changed := false
+	for i := range now {
+		if !sameFile(now[i], r.seen[i]) {
+			changed = true
+		}
+	}
+	if !changed {
+		return r.current, nil
+	}
+	r.seen = now
+	tc, err := r.cfg.load()
+	if err != nil {
+		r.log.Warn("tls: files changed but do not load; still serving the previous certificate", "err", err)
+		return r.current, nil
+	}
+	r.current = tc
+	attrs := []any{"cert_file", r.cfg.CertFile}
+	if leaf, err := x509.ParseCertificate(tc.Certificates[0].Certificate[0]); err == nil {
+		attrs = append(attrs, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter)
+	}
+	r.log.Info("tls: certificate reloaded", attrs...)
+	return tc, nil
+}
+
+// configureTLS makes srv serve TLS with cfg's files, reloaded as they
+// change, when cfg is enabled; otherwise it leaves srv as it is. Serve srv
+// with serveAPI.
+func configureTLS(srv *http.Server, cfg tlsConfig, logger *slog.Logger) error {
+	if !cfg.enabled() {
+		return nil
+	}
+	r, err := newCertReloader(cfg, logger)
+	if err != nil {
+		return err
+	}
+	srv.TLSConfig = &tls.Config{GetConfigForClient: r.configForClient, NextProtos: []string{"h2", "http/1.1"}}
+	// Over TLS, HTTP/2 is negotiated by ALPN; nothing speaks h2c.
+	srv.Protocols.SetHTTP2(true)
+	srv.Protocols.SetUnencryptedHTTP2(false)
+	if srv.ErrorLog == nil {
+		srv.ErrorLog = log.New(handshakeLog{logger}, "", 0)
+	}
+	return nil
+}
+
+// serveAPI serves srv on ln, over TLS when configureTLS set it up.
+func serveAPI(srv *http.Server, ln net.Listener) error {
+	if srv.TLSConfig != nil {
+		// The certificate comes from TLSConfig.GetConfigForClient.
+		return srv.ServeTLS(ln, "", "")
+	}
+	return srv.Serve(ln)
+}
+
+// handshakeLog routes net/http's error log into quotad's structured log.
+// Failed handshakes are the client's problem (no or a wrong client
+// certificate, a port scan, a TCP probe), so they go to debug, not warn.
+type handshakeLog struct{ log *slog.Logger }
+
+func (h handshakeLog) Write(p []byte) (int, error) {
+	msg := string(bytes.TrimSpace(p))
+	if bytes.Contains(p, []byte("TLS handshake error")) {
+		h.log.Debug(msg)
+	} else {
+		h.log.Warn(msg)
+	}
+	return len(p), nil
+}
+
+// fileTLS is the config file's tls section.
+type fileTLS struct {
+	CertFile     *string `yaml:"cert_file"`
+	KeyFile      *string `yaml:"key_file"`
+	ClientCAFile *string `yaml:"client_ca_file"`
+}
+
+func (f *fileTLS) apply(c *tlsConfig) {
+	if f == nil {
+		return
+	}
+	setIf(&c.CertFile, f.CertFile)
+	setIf(&c.KeyFile, f.KeyFile)
+	setIf(&c.ClientCAFile, f.ClientCAFile)
+}
