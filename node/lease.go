@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,15 +197,28 @@ type denial struct {
 }
 
 // deniedFor returns the remembered denial if it holds for cost under lim at
-// now.
+// now: the same limit, and the denied cost or a larger one whose wait
+// follows from the denial (algorithms.Limit.RetryAfterFor), not yet over.
+// The decision's RetryAfter is this cost's own wait.
 func (l *lease) deniedFor(lim algorithms.Limit, cost, now int64) (algorithms.Decision, bool) {
 	dn := l.denial.Load()
-	if dn == nil || dn.limit != lim || max(cost, 1) < dn.cost || now >= dn.untilNs {
+	if dn == nil || dn.limit != lim {
+		return algorithms.Decision{}, false
+	}
+	until := dn.untilNs
+	if c := max(cost, 1); c != dn.cost {
+		retry, ok := lim.RetryAfterFor(dn.decision, dn.cost, c)
+		if !ok {
+			return algorithms.Decision{}, false
+		}
+		until = dn.sinceNs + min(int64(retry), math.MaxInt64-dn.sinceNs)
+	}
+	if now >= until {
 		return algorithms.Decision{}, false
 	}
 	d := dn.decision
 	// Whole milliseconds, rounded up, like the store's own answers.
-	d.RetryAfter = ceilMillis(time.Duration(dn.untilNs - now))
+	d.RetryAfter = ceilMillis(time.Duration(until - now))
 	d.ResetAfter = max(ceilMillis(d.ResetAfter-time.Duration(now-dn.sinceNs)), d.RetryAfter)
 	return d, true
 }
