@@ -59,8 +59,11 @@ func NewMemoryStore(now func() time.Time, sweepEvery time.Duration) *MemoryStore
 	return s
 }
 
+// shard is where base's states live: chosen by its family, so that Reset
+// finds every variant in one shard.
 func (s *MemoryStore) shard(base string) *memoryShard {
-	return &s.shards[maphash.String(s.seed, base)%memoryShards]
+	family, _ := splitBase(base)
+	return &s.shards[maphash.String(s.seed, family)%memoryShards]
 }
 
 // Acquire implements Store. It never fails and never blocks on I/O.
@@ -105,13 +108,16 @@ func (s *MemoryStore) Remote() bool { return false }
 // Ping implements Store: memory always answers.
 func (s *MemoryStore) Ping(context.Context) error { return nil }
 
-// Reset implements Store.
-func (s *MemoryStore) Reset(_ context.Context, base string) error {
-	sh := s.shard(base)
+// Reset implements Store. Inline limits' states are found by a scan of
+// the family's shard (a 64th of the states).
+func (s *MemoryStore) Reset(_ context.Context, family string) error {
+	sh := s.shard(family)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for _, a := range algorithms.Algorithms() {
-		delete(sh.states, memoryKey{base, a})
+	for k := range sh.states {
+		if f, _ := splitBase(k.base); f == family {
+			delete(sh.states, k)
+		}
 	}
 	return nil
 }

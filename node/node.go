@@ -20,8 +20,9 @@ import (
 // Config is a node's configuration. Build it with defaults, apply overrides,
 // then Validate (New does).
 type Config struct {
-	// KeyPrefix starts every Redis key: {prefix:policy:key}. Default
-	// "quotad". It must not contain '{' or '}'.
+	// KeyPrefix starts every Redis key's hash tag, {prefix:policy:key}
+	// (keys.go has the whole layout). Default "quotad". It must not contain
+	// '{' or '}'.
 	KeyPrefix string
 	// Policies are the configured policies; names are unique.
 	Policies []Policy
@@ -328,7 +329,7 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 	if n.store.Remote() {
 		return n.checkLeased(ctx, p, key, cost)
 	}
-	d, _, err := n.acquire(ctx, n.keyBase(p.Name, key), p.Limit, cost, cost, 0)
+	d, _, err := n.acquire(ctx, n.keyBase(p, key), p.Limit, cost, cost, 0)
 	if err == nil {
 		return Result{Decision: d, Source: SourceStore}, nil
 	}
@@ -358,7 +359,8 @@ func (n *Node) storeFailed(p Policy, err error) Result {
 }
 
 // Reset forgets the authority's state for key under the policy or inline
-// namespace called policy.
+// namespace called policy: under every inline limit the key was checked
+// with, too.
 func (n *Node) Reset(ctx context.Context, policy, key string) error {
 	if err := ValidatePolicyName(policy); err != nil {
 		return err
@@ -376,7 +378,8 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 		n.denied.Forget(cache.Key{Policy: policy, Key: key})
 		n.denied.Wait()
 	}()
-	if err := n.store.Reset(ctx, n.keyBase(policy, key)); err != nil {
+	// The family: the configured policy's state and every inline limit's.
+	if err := n.store.Reset(ctx, n.keyFamily(policy, key)); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fmt.Errorf("reset %s: %w", policy, ctxErr)
 		}
@@ -403,23 +406,6 @@ func (n *Node) forgetLocal(policy, key string) {
 		l.denial.Store(nil)
 	}
 	n.denied.Forget(cache.Key{Policy: policy, Key: key})
-}
-
-// keyBase is the Redis key base of one limit: {prefix:policy:key}. The braces
-// are a Redis Cluster hash tag, so every key of the limit lands in one slot.
-// Policy names cannot contain ':', so distinct (policy, key) pairs never
-// share a base.
-func (n *Node) keyBase(policy, key string) string {
-	var b strings.Builder
-	b.Grow(len(n.cfg.KeyPrefix) + len(policy) + len(key) + 4)
-	b.WriteByte('{')
-	b.WriteString(n.cfg.KeyPrefix)
-	b.WriteByte(':')
-	b.WriteString(policy)
-	b.WriteByte(':')
-	b.WriteString(key)
-	b.WriteByte('}')
-	return b.String()
 }
 
 // cacheKey is the denied cache's name for a key under lim.

@@ -286,9 +286,14 @@ func (s *RedisStore) Acquire(ctx context.Context, base string, l algorithms.Limi
 	if sc == nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
+	keys, args := algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0)
+	if family, variant := splitBase(base); variant != "" {
+		// An inline limit: the script records it for Reset.
+		keys, args = append(keys, algorithms.VariantsKey(family)), append(args, variant)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	reply, err := s.checkPipe.run(ctx, sc, algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
+	reply, err := s.checkPipe.run(ctx, sc, keys, args)
 	if err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
@@ -328,13 +333,35 @@ func (s *RedisStore) PipelineStats() (calls, roundTrips int64) {
 	return s.checkPipe.calls.Load() + s.releasePipe.calls.Load(), s.checkPipe.roundTrips.Load() + s.releasePipe.roundTrips.Load()
 }
 
-// Reset implements Store. All keys of one base share a hash tag, so one DEL
-// covers them even on Redis Cluster.
-func (s *RedisStore) Reset(ctx context.Context, base string) error {
+// Reset implements Store: it reads the family's variants (the inline
+// limits the check scripts recorded), then deletes the family's keys and
+// every variant's. All of them share the family's hash tag, so one DEL
+// covers them even on Redis Cluster. A variant recorded after the read is
+// a check that ran after the reset began, and is left alone with its
+// record.
+func (s *RedisStore) Reset(ctx context.Context, family string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	if err := s.client.Del(ctx, algorithms.AllKeys(base)...).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	variantsKey := algorithms.VariantsKey(family)
+	variants, err := s.client.SMembers(ctx, variantsKey).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redis reset: read inline limits: %w", err)
+	}
+	keys := algorithms.AllKeys(family)
+	for _, v := range variants {
+		keys = append(keys, algorithms.AllKeys(family+v)...)
+	}
+	if err := s.client.Del(ctx, keys...).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis reset: %w", err)
+	}
+	if len(variants) > 0 {
+		members := make([]any, len(variants))
+		for i, v := range variants {
+			members[i] = v
+		}
+		if err := s.client.SRem(ctx, variantsKey, members...).Err(); err != nil {
+			return fmt.Errorf("redis reset: forget inline limits: %w", err)
+		}
 	}
 	return nil
 }
