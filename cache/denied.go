@@ -43,17 +43,21 @@ type Denied struct {
 	seed  maphash.Seed
 	c     *ristretto.Cache[uint64, *entry]
 	close sync.Once
+	// gen is the generation ForgetAll starts: entries of an older one are
+	// misses, and ristretto reclaims them by TTL or eviction.
+	gen atomic.Uint64
 
 	// Counters, each on its own cache line: hits and misses are written by
 	// every Lookup from every core, and sharing a line would make each
 	// Lookup contend with all the others twice.
-	hits     paddedCounter
-	misses   paddedCounter
-	adds     paddedCounter
-	dropped  paddedCounter
-	forgets  paddedCounter
-	rejected paddedCounter
-	evicted  paddedCounter
+	hits       paddedCounter
+	misses     paddedCounter
+	adds       paddedCounter
+	dropped    paddedCounter
+	forgets    paddedCounter
+	forgetAlls paddedCounter
+	rejected   paddedCounter
+	evicted    paddedCounter
 }
 
 type paddedCounter struct {
@@ -63,7 +67,7 @@ type paddedCounter struct {
 
 // entry is one remembered denial. It is immutable once stored: a later Add
 // for the same Key stores a new entry, so Lookup reads it without locks.
-// Its layout is 120 bytes (a 128-byte malloc size class); entryBytes
+// Its layout is 128 bytes (a 128-byte malloc size class); entryBytes
 // charges it.
 type entry struct {
 	// key is the full Key, with strings owned by the entry, so that a hash
@@ -78,6 +82,8 @@ type entry struct {
 	limit, remaining int64
 	// resetAfter and retryAfter are the authority's waits at addedMs.
 	resetAfter, retryAfter time.Duration
+	// gen is the cache's generation when the entry was added.
+	gen uint64
 }
 
 // DeniedStats is a snapshot of a Denied cache's counters. Counts are totals
@@ -104,8 +110,9 @@ type DeniedStats struct {
 	// Evicted is the number of entries removed by ristretto to make room or
 	// because their TTL passed; Close evicts all remaining entries.
 	Evicted uint64
-	// Forgets is the number of Forget calls.
-	Forgets uint64
+	// Forgets is the number of Forget calls; ForgetAlls the number of
+	// ForgetAll calls.
+	Forgets, ForgetAlls uint64
 	// Cost is what the entries ristretto currently holds are charged:
 	// entries when the cache is sized by MaxEntries, estimated bytes when by
 	// MaxBytes. Expired entries count until ristretto's periodic cleanup
@@ -180,6 +187,7 @@ func (c *Denied) Add(k Key, cost int64, dec algorithms.Decision, nowMs int64) {
 		remaining:  dec.Remaining,
 		resetAfter: dec.ResetAfter,
 		retryAfter: dec.RetryAfter,
+		gen:        c.gen.Load(),
 	}
 	c.adds.Add(1)
 	// The TTL lets ristretto reclaim the entry; it runs on the wall clock
@@ -207,7 +215,7 @@ func (c *Denied) Add(k Key, cost int64, dec algorithms.Decision, nowMs int64) {
 // Lookup does not block and does not allocate.
 func (c *Denied) Lookup(k Key, cost int64, nowMs int64) (algorithms.Decision, bool) {
 	e, ok := c.c.Get(c.hash(k))
-	if !ok || e == nil || e.key != k {
+	if !ok || e == nil || e.key != k || e.gen != c.gen.Load() {
 		c.misses.Add(1)
 		return algorithms.Decision{}, false
 	}
@@ -260,20 +268,30 @@ func (c *Denied) Forget(k Key) {
 	c.c.Del(c.hash(k))
 }
 
+// ForgetAll drops every entry added before it, visible yet or not: for
+// when the authority lost its state (a restarted or flushed Redis), so
+// that no denial of the old state answers for the new one. It does not block; the dropped entries keep their
+// memory until ristretto reclaims them (by TTL, or to make room).
+func (c *Denied) ForgetAll() {
+	c.forgetAlls.Add(1)
+	c.gen.Add(1)
+}
+
 // Stats returns the cache's counters. It takes ristretto's policy lock
 // briefly.
 func (c *Denied) Stats() DeniedStats {
 	maxCost := c.c.MaxCost()
 	return DeniedStats{
-		Hits:     c.hits.Load(),
-		Misses:   c.misses.Load(),
-		Adds:     c.adds.Load(),
-		Dropped:  c.dropped.Load(),
-		Rejected: c.rejected.Load(),
-		Evicted:  c.evicted.Load(),
-		Forgets:  c.forgets.Load(),
-		Cost:     maxCost - c.c.RemainingCost(),
-		MaxCost:  maxCost,
+		Hits:       c.hits.Load(),
+		Misses:     c.misses.Load(),
+		Adds:       c.adds.Load(),
+		Dropped:    c.dropped.Load(),
+		Rejected:   c.rejected.Load(),
+		Evicted:    c.evicted.Load(),
+		Forgets:    c.forgets.Load(),
+		ForgetAlls: c.forgetAlls.Load(),
+		Cost:       maxCost - c.c.RemainingCost(),
+		MaxCost:    maxCost,
 	}
 }
 

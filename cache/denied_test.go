@@ -348,10 +348,10 @@ func TestEntryLayout(t *testing.T) {
 	if strconv.IntSize != 64 {
 		t.Skip("the layout is documented for 64-bit platforms")
 	}
-	// entry is documented as 120 bytes (in the 128-byte malloc size
-	// class), and ristrettoItemBytes was measured alongside it.
-	if entryBytes != 120 {
-		t.Errorf("unsafe.Sizeof(entry{}) = %d, want 120", entryBytes)
+	// entry is documented as 128 bytes (the 128-byte malloc size class),
+	// and ristrettoItemBytes was measured alongside it.
+	if entryBytes != 128 {
+		t.Errorf("unsafe.Sizeof(entry{}) = %d, want 128", entryBytes)
 	}
 }
 
@@ -565,5 +565,33 @@ func TestDeniedConcurrent(t *testing.T) {
 	}
 	if s.Cost > s.MaxCost {
 		t.Errorf("Stats().Cost = %d exceeds MaxCost %d", s.Cost, s.MaxCost)
+	}
+}
+
+// ForgetAll drops every entry, also one whose Add is not yet visible, and
+// the cache works as before for later Adds.
+func TestDeniedForgetAll(t *testing.T) {
+	d := newTestDenied(t, DeniedConfig{})
+	keys := []Key{
+		{Policy: "api", Key: "a", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow}},
+		{Policy: "api", Key: "b", Limit: algorithms.Limit{Algorithm: algorithms.GCRA}},
+	}
+	d.Add(keys[0], 1, denial(10, 0, time.Minute, time.Minute), t0)
+	d.Wait()
+	d.Add(keys[1], 1, denial(10, 0, time.Minute, time.Minute), t0) // maybe not visible yet
+	d.ForgetAll()
+	d.Wait()
+	for _, k := range keys {
+		if got, ok := d.Lookup(k, 1, t0); ok {
+			t.Errorf("Lookup(%s) after ForgetAll = %+v, want a miss", k.Key, got)
+		}
+	}
+	d.Add(keys[0], 1, denial(10, 0, time.Minute, time.Minute), t0+1)
+	d.Wait()
+	if _, ok := d.Lookup(keys[0], 1, t0+1); !ok {
+		t.Error("a denial added after ForgetAll missed")
+	}
+	if s := d.Stats(); s.ForgetAlls != 1 {
+		t.Errorf("Stats().ForgetAlls = %d, want 1", s.ForgetAlls)
 	}
 }

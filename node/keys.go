@@ -15,6 +15,7 @@ import (
 //	{P:N:K}:fw           a configured policy's state (one suffix per algorithm)
 //	{P:N:K}/L/T/C:fw     an inline limit's state: L units per T ms, capacity C
 //	{P:N:K}:il           the inline limits of N and K holding state (Reset)
+//	{P}:state            the state marker (RedisStore.Epoch)
 //
 // P is the key prefix with '%', ':' and '}' percent-encoded, N the name
 // (which has none of them), K the key with '%' and '}' percent-encoded. The
@@ -88,6 +89,16 @@ func writeEscaped(b *strings.Builder, s, special string) {
 		}
 		b.WriteByte(c)
 	}
+}
+
+// stateMarker is the key the store may use to tell whether it lost its
+// state: {P}:state. Its tag has no ':', so it is no family's.
+func (n *Node) stateMarker() string {
+	var b strings.Builder
+	b.WriteByte('{')
+	writeEscaped(&b, n.cfg.KeyPrefix, ":%}")
+	b.WriteString("}:state")
+	return b.String()
 }
 
 // splitBase splits a key base into its family (the hash tag, braces

@@ -42,6 +42,11 @@ type Config struct {
 	// Telemetry is where the node sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry
+	// StoreStateCheck is how often the node asks a remote store whether it
+	// lost or replaced its state (RedisStore: a new run_id, a missing
+	// marker key), and then drops its leases and cached denials; it also
+	// asks whenever the store becomes available again. Default 1s.
+	StoreStateCheck time.Duration
 	// Cluster is this node's cluster membership; nil runs standalone. New
 	// requires a remote store with it (ErrSharedStoreRequired), gossips the
 	// store's denials and this node's resets through it, and applies the
@@ -65,6 +70,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Breaker.Validate(); err != nil {
 		return err
+	}
+	if c.StoreStateCheck < 0 {
+		return fmt.Errorf("store state check: %w: %s must not be negative (0 means the default)", ErrInvalidConfig, c.StoreStateCheck)
 	}
 	if err := c.DeniedCache.Validate(); err != nil {
 		return fmt.Errorf("denied cache: %w", err)
@@ -90,6 +98,9 @@ func (c Config) withDefaults() Config {
 		c.DefaultFailureMode = FailOpen
 	}
 	c.Lease = c.Lease.withDefaults()
+	if c.StoreStateCheck == 0 {
+		c.StoreStateCheck = DefaultStoreStateCheck
+	}
 	if c.ClusterSize == nil && c.Cluster != nil {
 		c.ClusterSize = c.Cluster.Size
 	}
@@ -128,7 +139,10 @@ type Node struct {
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
-	closed      atomic.Bool
+	// stateWatch asks the store whether it lost its state; nil when the
+	// store cannot tell.
+	stateWatch *stateWatch
+	closed     atomic.Bool
 
 	// epoch anchors the node clock: leases and remembered denials measure
 	// time as the monotonic nanoseconds since it, so a step of the wall
@@ -143,6 +157,7 @@ func (n *Node) clock() int64 { return int64(time.Since(n.epoch)) }
 type stats struct {
 	leasesGranted, unitsLeased, unitsReturned, denialsCached atomic.Int64
 	leaseHits, deniedCacheHits                               atomic.Int64
+	storeStateLosses                                         atomic.Int64
 }
 
 // Stats is a snapshot of the node's local pre-aggregation.
@@ -158,6 +173,10 @@ type Stats struct {
 	DenialsCached int64
 	// LeaseHits and DeniedCacheHits count checks answered locally.
 	LeaseHits, DeniedCacheHits int64
+	// StoreStateLosses counts the times the store's state changed under
+	// the node (a Redis restart, failover or flush) and the node dropped
+	// every lease and cached denial.
+	StoreStateLosses int64
 	// Denied is the denied cache's own counters.
 	Denied cache.DeniedStats
 	// StoreErrors counts failed store calls (not those the breaker
@@ -178,6 +197,8 @@ func (n *Node) Stats() Stats {
 		LeaseHits:       n.stats.leaseHits.Load(),
 		DeniedCacheHits: n.stats.deniedCacheHits.Load(),
 		Denied:          n.denied.Stats(),
+
+		StoreStateLosses: n.stats.storeStateLosses.Load(),
 	}
 	if n.breaker != nil {
 		st.StoreErrors = n.breaker.errors.Load()
@@ -251,6 +272,9 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		n.breaker, n.stopBreaker = newBreaker(ctx, cfg.Breaker, store.Ping, log), cancel
 		n.store = breakerStore{Store: store, b: n.breaker}
+		if es, ok := store.(epochStore); ok {
+			n.watchStoreState(es)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
@@ -394,18 +418,22 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 // anyway.
 func (n *Node) forgetLocal(policy, key string) {
 	if l := n.leases.remove(leaseKey{policy, key}); l != nil {
-		// A store call in flight for l must not install its grant or denial
-		// (fetch checks dead under l.mu), and checks still holding l must
-		// not spend pre-reset units.
-		l.mu.Lock()
-		l.dead = true
-		l.mu.Unlock()
-		if g := l.cur.Swap(nil); g != nil {
-			g.units.Store(0)
-		}
-		l.denial.Store(nil)
+		l.kill()
 	}
 	n.denied.Forget(cache.Key{Policy: policy, Key: key})
+}
+
+// kill ends a lease removed from the table: a store call in flight for l
+// must not install its grant or denial (fetch checks dead under l.mu), and
+// checks still holding l must not spend its units.
+func (l *lease) kill() {
+	l.mu.Lock()
+	l.dead = true
+	l.mu.Unlock()
+	if g := l.cur.Swap(nil); g != nil {
+		g.units.Store(0)
+	}
+	l.denial.Store(nil)
 }
 
 // cacheKey is the denied cache's name for a key under lim.
@@ -422,6 +450,10 @@ func (n *Node) Close() error {
 	}
 	n.stopJanitor()
 	<-n.janitorDone
+	if w := n.stateWatch; w != nil {
+		w.stop()
+		<-w.done
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	n.releaseAll(ctx)

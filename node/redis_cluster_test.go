@@ -307,6 +307,7 @@ type hotLoad struct {
 	stop     func()
 	longKey  string
 	longLeft int64
+	nodes    []*node.Node
 }
 
 // Short periods and limits below the demand, so that the limits are
@@ -346,6 +347,7 @@ func startHotLoad(t *testing.T, c *redistest.Cluster, slot int) *hotLoad {
 	for range 2 {
 		nodes = append(nodes, newNode(t, newClusterStore(t, c), node.Config{ClusterSize: func() int { return 2 }}))
 	}
+	h.nodes = nodes
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	h.start = time.Now()
@@ -510,6 +512,11 @@ func TestRedisClusterMasterRestartUnderLoad(t *testing.T) {
 		t.Fatalf("a restarted master still has its scripts (%d missing, %v): the reload would go untested", missing, err)
 	}
 	c.WaitOK()
+	// The restarted master has a new run_id: each node drops its leases
+	// and cached denials (issue 10, item 9), within about a second.
+	for i, n := range h.nodes {
+		waitUntil(t, 10*time.Second, fmt.Sprintf("node %d to see the master's new run_id", i), func() bool { return n.Stats().StoreStateLosses >= 1 })
+	}
 	h.progress(t, 500, "after the restart")
 	h.lasts(t, 3*hotPeriod)
 	h.finish(t, "the restart")
