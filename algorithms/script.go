@@ -49,19 +49,7 @@ var (
 // Every check script takes the keys from Keys and the arguments from
 // AcquireArgs (CheckArgs for a plain check), and replies with the eight
 // integers DecodeAcquireReply reads.
-//
-// A check may name a variant of the limit's state, one of several stored
-// under one hash tag (node's inline limits): a tenth argument, the
-// variant, after AcquireArgs, and one more key after Keys, VariantsKey of
-// the tag. Whenever the script writes the state it then also adds the
-// variant to that SET and extends the SET's TTL to at least the state's,
-// so that a reset of the tag can find every variant that holds state.
 func CheckScript(a Algorithm) string { return embedded(scriptFile, a) }
-
-// VariantsKey returns the key of the SET in which check scripts record the
-// variants stored under family, a hash tag ("{...}") whose variants' bases
-// are family followed by the variant.
-func VariantsKey(family string) string { return family + ":il" }
 
 // ReleaseScript returns the Lua source of algorithm a's release script. It
 // returns "" for an invalid algorithm.

@@ -7,14 +7,13 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
-// The Redis key layout (docs/algorithms.md, "Keys"). Every key of one
-// policy's (or inline namespace's) key shares one Redis Cluster hash tag,
+// The Redis key layout (docs/algorithms.md, "Keys"). Every key of key K
+// under one policy or inline namespace N shares one Redis Cluster hash tag,
 // the family:
 //
 //	{P:N:K}              the family of key K under policy or namespace N
 //	{P:N:K}:fw           a configured policy's state (one suffix per algorithm)
 //	{P:N:K}/L/T/C:fw     an inline limit's state: L units per T ms, capacity C
-//	{P:N:K}:il           the inline limits of N and K holding state (Reset)
 //	{P}:state            the state marker (RedisStore.Epoch)
 //
 // P is the key prefix with '%', ':' and '}' percent-encoded, N the name

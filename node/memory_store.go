@@ -108,14 +108,25 @@ func (s *MemoryStore) Remote() bool { return false }
 // Ping implements Store: memory always answers.
 func (s *MemoryStore) Ping(context.Context) error { return nil }
 
-// Reset implements Store. Inline limits' states are found by a scan of
-// the family's shard (a 64th of the states).
-func (s *MemoryStore) Reset(_ context.Context, family string) error {
+// Reset implements Store.
+func (s *MemoryStore) Reset(_ context.Context, base string) error {
+	sh := s.shard(base)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, a := range algorithms.Algorithms() {
+		delete(sh.states, memoryKey{base, a})
+	}
+	return nil
+}
+
+// ResetInline implements Store: it scans the family's shard (a 64th of the
+// states).
+func (s *MemoryStore) ResetInline(_ context.Context, family string) error {
 	sh := s.shard(family)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for k := range sh.states {
-		if f, _ := splitBase(k.base); f == family {
+		if f, variant := splitBase(k.base); f == family && variant != "" {
 			delete(sh.states, k)
 		}
 	}

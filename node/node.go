@@ -402,8 +402,13 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 		n.denied.Forget(cache.Key{Policy: policy, Key: key})
 		n.denied.Wait()
 	}()
-	// The family: the configured policy's state and every inline limit's.
-	if err := n.store.Reset(ctx, n.keyFamily(policy, key)); err != nil {
+	family := n.keyFamily(policy, key)
+	err := n.store.Reset(ctx, family)
+	if _, configured := n.policies[policy]; !configured && err == nil {
+		// An inline namespace: its limits' states are stored apart.
+		err = n.store.ResetInline(ctx, family)
+	}
+	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fmt.Errorf("reset %s: %w", policy, ctxErr)
 		}

@@ -220,6 +220,18 @@ func TestRedisClusterAlgorithms(t *testing.T) {
 	if len(owners) != c.Len() || len(slots) < keys*9/10 {
 		t.Fatalf("%d keys starting with '}' landed in %d slots on %d of %d masters", keys, len(slots), len(owners), c.Len())
 	}
+
+	// An inline limit's state is found on its slot's primary by Reset.
+	inline := node.Policy{Name: "inline-ns", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 2, Period: algorithms.MaxPeriod}, Lease: node.LeaseOff}
+	if got := spend(t, n, inline, "}k", 2); got != 2 {
+		t.Fatalf("inline limit: %d of 2", got)
+	}
+	if err := n.Reset(ctx, inline.Name, "}k"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := n.Check(ctx, inline, "}k", 1); err != nil || !res.Allowed {
+		t.Fatalf("inline limit after Reset: %+v, %v", res, err)
+	}
 }
 
 // firstSlotOf returns the lowest slot master i serves.

@@ -286,14 +286,9 @@ func (s *RedisStore) Acquire(ctx context.Context, base string, l algorithms.Limi
 	if sc == nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
-	keys, args := algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0)
-	if family, variant := splitBase(base); variant != "" {
-		// An inline limit: the script records it for Reset.
-		keys, args = append(keys, algorithms.VariantsKey(family)), append(args, variant)
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	reply, err := s.checkPipe.run(ctx, sc, keys, args)
+	reply, err := s.checkPipe.run(ctx, sc, algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
 	if err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
@@ -333,37 +328,88 @@ func (s *RedisStore) PipelineStats() (calls, roundTrips int64) {
 	return s.checkPipe.calls.Load() + s.releasePipe.calls.Load(), s.checkPipe.roundTrips.Load() + s.releasePipe.roundTrips.Load()
 }
 
-// Reset implements Store: it reads the family's variants (the inline
-// limits the check scripts recorded), then deletes the family's keys and
-// every variant's. All of them share the family's hash tag, so one DEL
-// covers them even on Redis Cluster. A variant recorded after the read is
-// a check that ran after the reset began, and is left alone with its
-// record.
-func (s *RedisStore) Reset(ctx context.Context, family string) error {
+// Reset implements Store. All keys of one base share a hash tag, so one DEL
+// covers them even on Redis Cluster.
+func (s *RedisStore) Reset(ctx context.Context, base string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	variantsKey := algorithms.VariantsKey(family)
-	variants, err := s.client.SMembers(ctx, variantsKey).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("redis reset: read inline limits: %w", err)
+	if err := s.client.Del(ctx, algorithms.AllKeys(base)...).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redis reset: %w", err)
 	}
-	keys := algorithms.AllKeys(family)
-	for _, v := range variants {
-		keys = append(keys, algorithms.AllKeys(family+v)...)
+	return nil
+}
+
+// resetScanCount is how many keys each SCAN step of ResetInline visits: a
+// step blocks Redis for well under a millisecond.
+const resetScanCount = 1000
+
+// ResetInline implements Store. Nothing records which inline limits a key
+// was checked with (a record would be a second key in every check script,
+// and a script whose keys a slot migration has split between two primaries
+// fails), so it finds them with SCAN on the primary that serves the
+// family's slot, resetScanCount keys a step, each step bounded by the
+// store's timeout: about one round trip per thousand keys on that primary.
+// SCAN returns every key that exists throughout the scan; an inline limit
+// first written during it is a check that ran after the reset began.
+func (s *RedisStore) ResetInline(ctx context.Context, family string) error {
+	var node redis.Cmdable = s.client
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, family)
+		if err != nil {
+			return fmt.Errorf("redis reset: find the primary of %s: %w", family, err)
+		}
+		node = c
 	}
+	pattern := globEscape(family) + "/*"
+	var cursor uint64
+	for {
+		keys, next, err := s.scanStep(ctx, node, cursor, pattern)
+		if err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			if err := s.del(ctx, keys); err != nil {
+				return err
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
+func (s *RedisStore) scanStep(ctx context.Context, node redis.Cmdable, cursor uint64, pattern string) ([]string, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	keys, next, err := node.Scan(ctx, cursor, pattern, resetScanCount).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("redis reset: scan for inline limits: %w", err)
+	}
+	return keys, next, nil
+}
+
+func (s *RedisStore) del(ctx context.Context, keys []string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
 	if err := s.client.Del(ctx, keys...).Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis reset: %w", err)
 	}
-	if len(variants) > 0 {
-		members := make([]any, len(variants))
-		for i, v := range variants {
-			members[i] = v
-		}
-		if err := s.client.SRem(ctx, variantsKey, members...).Err(); err != nil {
-			return fmt.Errorf("redis reset: forget inline limits: %w", err)
+	return nil
+}
+
+// globEscape quotes s for a SCAN MATCH pattern: every byte literal.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*', '?', '[', ']', '\\', '^':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
 		}
 	}
-	return nil
+	return b.String()
 }
 
 // Describe implements Store.

@@ -29,10 +29,13 @@ type Store interface {
 	// Ping reports whether the store answers, without touching any limit.
 	// The circuit breaker probes with it while open.
 	Ping(ctx context.Context) error
-	// Reset forgets every algorithm's state stored under family (a base
-	// without a variant) and under every variant of it: a key's configured
-	// policy and all its inline limits.
-	Reset(ctx context.Context, family string) error
+	// Reset forgets every algorithm's state stored under base.
+	Reset(ctx context.Context, base string) error
+	// ResetInline forgets every algorithm's state of every inline limit
+	// stored under family: the bases family + variant (keys.go). It may
+	// have to look through every key the store holds, and block on the
+	// network until ctx is done.
+	ResetInline(ctx context.Context, family string) error
 	// Describe says what the store is, for logs and status pages, e.g.
 	// "memory" or "redis 127.0.0.1:6379 db 0". It never includes secrets.
 	Describe() string

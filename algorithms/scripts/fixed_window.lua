@@ -4,11 +4,9 @@
 -- "Fixed window".
 --
 -- KEYS[1]  base:fw  HASH {w = window start ms, n = units spent in window w}
--- KEYS[2]  family:il  SET of variants (only with ARGV[10]; see prelude.lua)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
---          hold_ms (how long a lease keeps them; missing = 0),
---          variant (an inline limit's; missing for a configured policy)
+--          hold_ms (how long a lease keeps them; missing = 0)
 -- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms, ref}; see docs/algorithms.md, "Leases"
 
@@ -40,7 +38,6 @@ if allowed and cost > 0 then
   used = used + granted
   redis.call('HSET', key, 'w', int(w), 'n', int(used))
   redis.call('PEXPIRE', key, int(math.max(1, w + period - now)))
-  note_variant(KEYS[2], math.max(1, w + period - now))
 end
 
 local reset_after, retry_after = 0, 0

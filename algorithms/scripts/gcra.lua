@@ -8,11 +8,9 @@
 --
 -- KEYS[1]  base..":gc", a HASH: tat = whole ms of tat, r = its fraction in
 --          1/a ms (0 <= r < a). A missing key is tat = now.
--- KEYS[2]  family..":il", the SET of variants (only with ARGV[10]; prelude.lua)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
 --          want (units a lease would like, >= cost; missing = cost), hold_ms
---          (unused: units taken early are only ever more conservative),
---          variant (an inline limit's; missing for a configured policy)
+--          (unused: units taken early are only ever more conservative)
 -- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms (0: no bound), ref (0)}; see
 --          docs/algorithms.md, "Leases"
@@ -72,7 +70,6 @@ if allowed == 1 and cost > 0 then
   local whole = math.floor(x / a)
   redis.call("HSET", key, "tat", int(now + whole), "r", int(x - whole * a))
   redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
-  note_variant(KEYS[2], math.max(reset_after, 1))
 end
 return {allowed, capacity, math.floor((full - x) / b), reset_after, retry_after,
   granted, 0, 0}

@@ -8,11 +8,9 @@
 --          unit has drained in 1/b units (0 <= d < b; the exact level is
 --          l - d/b), ts = time of the last drain in ms. A missing key is an
 --          empty bucket.
--- KEYS[2]  family..":il", the SET of variants (only with ARGV[10]; prelude.lua)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
 --          want (units a lease would like, >= cost; missing = cost), hold_ms
---          (unused: units taken early are only ever more conservative),
---          variant (an inline limit's; missing for a configured policy)
+--          (unused: units taken early are only ever more conservative)
 -- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms (0: no bound), ref (0)}; see
 --          docs/algorithms.md, "Leases"
@@ -73,6 +71,5 @@ local reset_after = ceildiv(level * b - d, a)
 if allowed == 1 and cost > 0 then
   redis.call("HSET", key, "l", int(level), "d", int(d), "ts", int(last))
   redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
-  note_variant(KEYS[2], math.max(reset_after, 1))
 end
 return {allowed, capacity, capacity - level, reset_after, retry_after, granted, 0, 0}

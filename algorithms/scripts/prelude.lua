@@ -22,19 +22,4 @@ local function int(x)
   return string.format("%.0f", x)
 end
 
--- note_variant is called by every check script right after it writes its
--- state with a TTL of ttl ms. When the check names a variant of its limit
--- (ARGV[10], an inline limit's "/limit/period/capacity"; absent for a
--- configured policy), it records the variant in the SET `variants` (the
--- key after the script's own, base family..":il") and keeps that SET at
--- least as long as the state, so that a reset of the family finds it.
-local function note_variant(variants, ttl)
-  local variant = ARGV[10]
-  if variant == nil or variant == '' then return end
-  redis.call('SADD', variants, variant)
-  if redis.call('PTTL', variants) < ttl then
-    redis.call('PEXPIRE', variants, int(ttl))
-  end
-end
-
 -- The script:

@@ -6,11 +6,9 @@
 --
 -- KEYS[1]  base:sc  HASH {w = current window start ms, cur = units spent in
 --                         window w, prev = units spent in window w - period}
--- KEYS[2]  family:il  SET of variants (only with ARGV[10]; see prelude.lua)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
---          hold_ms (how long a lease keeps them; missing = 0),
---          variant (an inline limit's; missing for a configured policy)
+--          hold_ms (how long a lease keeps them; missing = 0)
 -- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms, ref}; see docs/algorithms.md, "Leases"
 
@@ -55,7 +53,6 @@ if allowed and cost > 0 then
   cur = cur + granted
   redis.call('HSET', key, 'w', int(w), 'cur', int(cur), 'prev', int(prev))
   redis.call('PEXPIRE', key, int(math.max(1, w + 2 * period - now)))
-  note_variant(KEYS[2], math.max(1, w + 2 * period - now))
 end
 
 local reset_after, retry_after = 0, 0

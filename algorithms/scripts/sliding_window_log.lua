@@ -6,11 +6,9 @@
 -- KEYS[1]  base:sl   ZSET, one member "seq:cost" per admitted request or lease
 --                    grant, score ts
 -- KEYS[2]  base:slm  HASH {sum = total cost in the log, seq = last seq used}
--- KEYS[3]  family:il  SET of variants (only with ARGV[10]; see prelude.lua)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
---          hold_ms (how long a lease keeps them; missing = 0),
---          variant (an inline limit's; missing for a configured policy)
+--          hold_ms (how long a lease keeps them; missing = 0)
 -- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms, ref (the entry's seq)}; see
 --          docs/algorithms.md, "Leases"
@@ -77,7 +75,6 @@ if allowed and cost > 0 then
   redis.call('HSET', meta, 'sum', int(sum), 'seq', int(seq))
   redis.call('PEXPIRE', log, ttl)
   redis.call('PEXPIRE', meta, ttl)
-  note_variant(KEYS[3], newest + period - now)
 end
 
 local reset_after, retry_after = 0, 0

@@ -6,11 +6,9 @@
 -- KEYS[1]  base..":tb", a HASH: t = whole tokens, r = the part of the next
 --          token refilled so far in 1/b tokens (0 <= r < b), ts = time of the
 --          last refill in ms. A missing key is a full bucket.
--- KEYS[2]  family..":il", the SET of variants (only with ARGV[10]; prelude.lua)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
 --          want (units a lease would like, >= cost; missing = cost), hold_ms
---          (unused: units taken early are only ever more conservative),
---          variant (an inline limit's; missing for a configured policy)
+--          (unused: units taken early are only ever more conservative)
 -- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms (0: no bound), ref (0)}; see
 --          docs/algorithms.md, "Leases"
@@ -70,6 +68,5 @@ local reset_after = ceildiv((capacity - tokens) * b - r, a)
 if allowed == 1 and cost > 0 then
   redis.call("HSET", key, "t", int(tokens), "r", int(r), "ts", int(last))
   redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
-  note_variant(KEYS[2], math.max(reset_after, 1))
 end
 return {allowed, capacity, tokens, reset_after, retry_after, granted, 0, 0}
