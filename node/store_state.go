@@ -56,6 +56,7 @@ func (n *Node) runStateWatch(ctx context.Context, w *stateWatch) {
 	defer close(w.done)
 	marker := n.stateMarker()
 	var last string
+	failing := false
 	check := func() {
 		// Generous: the watch runs off the check path, and a check that
 		// times out on a slow Redis would see nothing.
@@ -63,11 +64,16 @@ func (n *Node) runStateWatch(ctx context.Context, w *stateWatch) {
 		defer cancel()
 		epoch, err := w.store.Epoch(cctx, marker)
 		if err != nil {
-			if ctx.Err() == nil {
-				n.log.Debug("store state check failed", "err", err)
+			// Once per streak: an outage is the breaker's to report, but a
+			// check that can never succeed (an ACL without INFO) must be
+			// seen.
+			if ctx.Err() == nil && !failing {
+				n.log.Warn("store state check failed; a restarted or flushed Redis goes unnoticed until it succeeds", "err", err)
 			}
+			failing = true
 			return
 		}
+		failing = false
 		if last != "" && epoch != last {
 			n.storeStateLost(last, epoch)
 		}
