@@ -43,7 +43,7 @@ cluster: redis-server ## a local three-node cluster on 127.0.0.1-3 sharing one r
 	@$(GO) build -o $(TOOLS)/bin/quotad ./cmd/quotad
 	@dir=$$(mktemp -d); pids=; trap 'kill $$pids 2>/dev/null; wait' INT TERM EXIT; \
 	head -c 32 /dev/urandom | base64 > $$dir/gossip.key; \
-	redis-server --port $(CLUSTER_REDIS_PORT) --bind 127.0.0.1 --save '' --appendonly no --dir $$dir > $$dir/redis.log 2>&1 & pids="$$pids $$!"; \
+	redis-server deploy/redis.conf --port $(CLUSTER_REDIS_PORT) --bind 127.0.0.1 --dir $$dir > $$dir/redis.log 2>&1 & pids="$$pids $$!"; \
 	for i in 1 2 3; do \
 	  $(TOOLS)/bin/quotad --listen 127.0.0.$$i:$(CLUSTER_API_PORT) --redis redis://127.0.0.1:$(CLUSTER_REDIS_PORT)/0 \
 	    --cluster-addr 127.0.0.$$i:$(CLUSTER_GOSSIP_PORT) --join 127.0.0.1:$(CLUSTER_GOSSIP_PORT) \

@@ -29,10 +29,12 @@ type Key struct {
 // further checks of the same key locally until the authority's RetryAfter
 // has passed, without asking the authority again.
 //
-// A remembered denial is only ever applied to a check it provably covers:
-// the same Key, a cost at least the denied cost, and a time before the
-// denial's end. Anything else is a miss, and so is anything ristretto
-// dropped, rejected or evicted; a miss only costs a call to the authority.
+// A remembered denial is only ever applied to a check it provably covers,
+// and only with the wait the authority would give that check: the same Key,
+// the denied cost or a larger one whose RetryAfter follows exactly from the
+// denial (algorithms.Limit.RetryAfterFor), and a time before that wait
+// ends. Anything else is a miss, and so is anything ristretto dropped,
+// rejected or evicted; a miss only costs a call to the authority.
 //
 // All methods are safe for concurrent use, except Close, which must be
 // called once every other call has returned.
@@ -41,17 +43,21 @@ type Denied struct {
 	seed  maphash.Seed
 	c     *ristretto.Cache[uint64, *entry]
 	close sync.Once
+	// gen is the generation ForgetAll starts: entries of an older one are
+	// misses, and ristretto reclaims them by TTL or eviction.
+	gen atomic.Uint64
 
 	// Counters, each on its own cache line: hits and misses are written by
 	// every Lookup from every core, and sharing a line would make each
 	// Lookup contend with all the others twice.
-	hits     paddedCounter
-	misses   paddedCounter
-	adds     paddedCounter
-	dropped  paddedCounter
-	forgets  paddedCounter
-	rejected paddedCounter
-	evicted  paddedCounter
+	hits       paddedCounter
+	misses     paddedCounter
+	adds       paddedCounter
+	dropped    paddedCounter
+	forgets    paddedCounter
+	forgetAlls paddedCounter
+	rejected   paddedCounter
+	evicted    paddedCounter
 }
 
 type paddedCounter struct {
@@ -61,13 +67,13 @@ type paddedCounter struct {
 
 // entry is one remembered denial. It is immutable once stored: a later Add
 // for the same Key stores a new entry, so Lookup reads it without locks.
-// Its layout is 120 bytes (a 128-byte malloc size class); entryBytes
+// Its layout is 128 bytes (a 128-byte malloc size class); entryBytes
 // charges it.
 type entry struct {
 	// key is the full Key, with strings owned by the entry, so that a hash
 	// collision between two Keys is detected and answered as a miss.
 	key Key
-	// cost is the smallest cost the denial covers, >= 1.
+	// cost is the denied cost, >= 1: the smallest the denial covers.
 	cost int64
 	// addedMs and untilMs bound the denial on the caller's clock: checks
 	// at addedMs <= now < untilMs are denied.
@@ -76,6 +82,8 @@ type entry struct {
 	limit, remaining int64
 	// resetAfter and retryAfter are the authority's waits at addedMs.
 	resetAfter, retryAfter time.Duration
+	// gen is the cache's generation when the entry was added.
+	gen uint64
 }
 
 // DeniedStats is a snapshot of a Denied cache's counters. Counts are totals
@@ -85,7 +93,8 @@ type DeniedStats struct {
 	// Hits is the number of Lookups that found a denial covering the check.
 	Hits uint64
 	// Misses is the number of Lookups that did not: no entry, an expired
-	// one, a smaller cost than the denied one, or a hash collision.
+	// one, a smaller cost than the denied one, a larger one whose wait the
+	// denial does not determine, or a hash collision.
 	Misses uint64
 	// Adds is the number of Add calls that were handed to ristretto, that is
 	// Add calls for a denial with a positive RetryAfter (of at least 1 ms).
@@ -101,8 +110,9 @@ type DeniedStats struct {
 	// Evicted is the number of entries removed by ristretto to make room or
 	// because their TTL passed; Close evicts all remaining entries.
 	Evicted uint64
-	// Forgets is the number of Forget calls.
-	Forgets uint64
+	// Forgets is the number of Forget calls; ForgetAlls the number of
+	// ForgetAll calls.
+	Forgets, ForgetAlls uint64
 	// Cost is what the entries ristretto currently holds are charged:
 	// entries when the cache is sized by MaxEntries, estimated bytes when by
 	// MaxBytes. Expired entries count until ristretto's periodic cleanup
@@ -147,7 +157,8 @@ func NewDenied(c DeniedConfig) (*Denied, error) {
 
 // Add remembers that the authority denied cost units of k at nowMs (Unix
 // milliseconds) with decision dec, whose Allowed must be false: until nowMs
-// + dec.RetryAfter, a Lookup of k with a cost of at least cost is a hit.
+// + dec.RetryAfter, a Lookup of k with cost is a hit, and so is one of a
+// larger cost until the wait the denial implies for it (see Lookup).
 // cost 0 counts as 1, as it does at the authority. A RetryAfter below one
 // millisecond (including any Allowed decision's) is not stored, nor is a
 // negative cost.
@@ -166,21 +177,17 @@ func (c *Denied) Add(k Key, cost int64, dec algorithms.Decision, nowMs int64) {
 		return
 	}
 	// Rounding RetryAfter down to whole milliseconds ends the denial no
-	// later than the authority said; the saturation only guards absurd
-	// clocks.
-	until := nowMs + retryMs
-	if until < nowMs {
-		until = math.MaxInt64
-	}
+	// later than the authority said.
 	e := &entry{
 		key:        cloneKey(k),
 		cost:       max(cost, 1),
 		addedMs:    nowMs,
-		untilMs:    until,
+		untilMs:    addMs(nowMs, retryMs),
 		limit:      dec.Limit,
 		remaining:  dec.Remaining,
 		resetAfter: dec.ResetAfter,
 		retryAfter: dec.RetryAfter,
+		gen:        c.gen.Load(),
 	}
 	c.adds.Add(1)
 	// The TTL lets ristretto reclaim the entry; it runs on the wall clock
@@ -192,25 +199,34 @@ func (c *Denied) Add(k Key, cost int64, dec algorithms.Decision, nowMs int64) {
 
 // Lookup reports whether a check of cost units of k at nowMs (Unix
 // milliseconds) is covered by a remembered denial: one for the same Key,
-// for at most max(cost, 1) units, that has not ended (nowMs < its end).
+// for max(cost, 1) units or fewer, whose wait for this cost is known and
+// has not ended. The wait for the denied cost is the authority's
+// RetryAfter; for a larger cost it is k.Limit.RetryAfterFor the denial, and
+// a larger cost it does not determine is a miss (only the authority can
+// tell when it fits).
 //
 // On a hit the Decision is the remembered one as of nowMs: Allowed false,
 // Limit and Remaining as the authority answered (Remaining may since have
 // grown; the cached value is the conservative one), RetryAfter the time
-// left until the denial ends, and ResetAfter the authority's ResetAfter
-// less the time elapsed since Add, but never below RetryAfter. On a miss it
-// is the zero Decision.
+// left until this cost's wait ends, and ResetAfter the authority's
+// ResetAfter less the time elapsed since Add, but never below RetryAfter.
+// On a miss it is the zero Decision.
 //
 // Lookup does not block and does not allocate.
 func (c *Denied) Lookup(k Key, cost int64, nowMs int64) (algorithms.Decision, bool) {
 	e, ok := c.c.Get(c.hash(k))
-	if !ok || e == nil || e.key != k || max(cost, 1) < e.cost || nowMs >= e.untilMs {
+	if !ok || e == nil || e.key != k || e.gen != c.gen.Load() {
+		c.misses.Add(1)
+		return algorithms.Decision{}, false
+	}
+	retryAfter, untilMs, ok := e.waitFor(max(cost, 1))
+	if !ok || nowMs >= untilMs {
 		c.misses.Add(1)
 		return algorithms.Decision{}, false
 	}
 	c.hits.Add(1)
 	elapsed := time.Duration(nowMs-e.addedMs) * time.Millisecond
-	retry := e.retryAfter - elapsed
+	retry := retryAfter - elapsed
 	return algorithms.Decision{
 		Allowed:    false,
 		Limit:      e.limit,
@@ -218,6 +234,29 @@ func (c *Denied) Lookup(k Key, cost int64, nowMs int64) (algorithms.Decision, bo
 		ResetAfter: max(e.resetAfter-elapsed, retry),
 		RetryAfter: retry,
 	}, true
+}
+
+// waitFor returns the authority's wait, as of addedMs, for a check of cost
+// (>= 1) and the moment it ends, when the denial determines it.
+func (e *entry) waitFor(cost int64) (retryAfter time.Duration, untilMs int64, ok bool) {
+	if cost == e.cost {
+		return e.retryAfter, e.untilMs, true
+	}
+	denied := algorithms.Decision{Limit: e.limit, Remaining: e.remaining, ResetAfter: e.resetAfter, RetryAfter: e.retryAfter}
+	retryAfter, ok = e.key.Limit.RetryAfterFor(denied, e.cost, cost)
+	if !ok {
+		return 0, 0, false
+	}
+	return retryAfter, addMs(e.addedMs, retryAfter.Milliseconds()), true
+}
+
+// addMs returns nowMs + ms, saturating; the saturation only guards absurd
+// clocks.
+func addMs(nowMs, ms int64) int64 {
+	if until := nowMs + ms; until >= nowMs {
+		return until
+	}
+	return math.MaxInt64
 }
 
 // Forget drops the entry of k's policy and key, whatever its Limit (k.Limit
@@ -229,20 +268,30 @@ func (c *Denied) Forget(k Key) {
 	c.c.Del(c.hash(k))
 }
 
+// ForgetAll drops every entry added before it, visible yet or not: for
+// when the authority lost its state (a restarted or flushed Redis), so
+// that no denial of the old state answers for the new one. It does not block; the dropped entries keep their
+// memory until ristretto reclaims them (by TTL, or to make room).
+func (c *Denied) ForgetAll() {
+	c.forgetAlls.Add(1)
+	c.gen.Add(1)
+}
+
 // Stats returns the cache's counters. It takes ristretto's policy lock
 // briefly.
 func (c *Denied) Stats() DeniedStats {
 	maxCost := c.c.MaxCost()
 	return DeniedStats{
-		Hits:     c.hits.Load(),
-		Misses:   c.misses.Load(),
-		Adds:     c.adds.Load(),
-		Dropped:  c.dropped.Load(),
-		Rejected: c.rejected.Load(),
-		Evicted:  c.evicted.Load(),
-		Forgets:  c.forgets.Load(),
-		Cost:     maxCost - c.c.RemainingCost(),
-		MaxCost:  maxCost,
+		Hits:       c.hits.Load(),
+		Misses:     c.misses.Load(),
+		Adds:       c.adds.Load(),
+		Dropped:    c.dropped.Load(),
+		Rejected:   c.rejected.Load(),
+		Evicted:    c.evicted.Load(),
+		Forgets:    c.forgets.Load(),
+		ForgetAlls: c.forgetAlls.Load(),
+		Cost:       maxCost - c.c.RemainingCost(),
+		MaxCost:    maxCost,
 	}
 }
 

@@ -38,7 +38,7 @@ const (
 	// between half and seven-eighths full. Measured with ristretto v2.4.2
 	// and Go 1.26 over 10^4 to 10^6 items, an entry with empty strings
 	// costs 130 to 210 bytes on top of its own allocation (then 96 bytes;
-	// now 120, in the 128-byte class); 160 is
+	// now 128, still the 128-byte class); 160 is
 	// the middle. ristretto's own estimate (IgnoreInternalCost false) adds
 	// only its 56-byte item struct, so Denied turns that off and adds this
 	// instead.

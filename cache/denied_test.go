@@ -35,8 +35,12 @@ func denial(limit, remaining int64, reset, retry time.Duration) algorithms.Decis
 
 func TestDeniedLookup(t *testing.T) {
 	d := newTestDenied(t, DeniedConfig{})
-	k := Key{Policy: "api", Key: "user-1", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket}}
-	d.Add(k, 5, denial(10, 2, 90*time.Second, 60*time.Second), t0)
+	// 10 units per 100 s refill one every 10 s (a = 1, b = 10,000): a denial
+	// of cost 5 with 2 tokens left, 25 s to wait, means each further unit
+	// waits 10 s more.
+	lim := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Period: 100 * time.Second}
+	k := Key{Policy: "api", Key: "user-1", Limit: lim}
+	d.Add(k, 5, denial(10, 2, 75*time.Second, 25*time.Second), t0)
 	d.Wait()
 
 	tests := []struct {
@@ -47,14 +51,18 @@ func TestDeniedLookup(t *testing.T) {
 		retry time.Duration
 		reset time.Duration
 	}{
-		{"same cost at add time", 5, t0, true, 60 * time.Second, 90 * time.Second},
-		{"larger cost a second later", 6, t0 + 1000, true, 59 * time.Second, 89 * time.Second},
-		{"much larger cost", 1 << 40, t0, true, 60 * time.Second, 90 * time.Second},
-		{"last millisecond", 5, t0 + 59_999, true, time.Millisecond, 30*time.Second + time.Millisecond},
+		{"same cost at add time", 5, t0, true, 25 * time.Second, 75 * time.Second},
+		{"larger cost waits for its own units", 6, t0, true, 35 * time.Second, 75 * time.Second},
+		{"larger cost a second later", 6, t0 + 1000, true, 34 * time.Second, 74 * time.Second},
+		{"the whole capacity", 10, t0, true, 75 * time.Second, 75 * time.Second},
+		{"last millisecond", 5, t0 + 24_999, true, time.Millisecond, 50*time.Second + time.Millisecond},
+		{"larger cost after the denied one's end", 6, t0 + 25_000, true, 10 * time.Second, 50 * time.Second},
+		{"larger cost at its own end", 6, t0 + 35_000, false, 0, 0},
+		{"over the capacity", 11, t0, false, 0, 0},
 		{"smaller cost may fit", 4, t0, false, 0, 0},
 		{"cost 1", 1, t0, false, 0, 0},
 		{"cost 0 means 1", 0, t0, false, 0, 0},
-		{"exactly at until", 5, t0 + 60_000, false, 0, 0},
+		{"exactly at until", 5, t0 + 25_000, false, 0, 0},
 		{"after until", 5, t0 + 120_000, false, 0, 0},
 	}
 	for _, tt := range tests {
@@ -74,14 +82,47 @@ func TestDeniedLookup(t *testing.T) {
 	}
 }
 
-func TestDeniedAddCostZeroCoversEveryCost(t *testing.T) {
+// The example: GCRA 100/min burst 20, a denial of cost 1 with 596 ms
+// to wait. Cost 5 waits 2,996 ms, as the authority says; the cache used to
+// answer 596 ms, and a client that waited as told was denied again.
+func TestDeniedLargerCostGetsItsOwnRetryAfter(t *testing.T) {
 	d := newTestDenied(t, DeniedConfig{})
-	k := Key{Policy: "api", Key: "k", Limit: algorithms.Limit{Algorithm: algorithms.GCRA}}
-	d.Add(k, 0, denial(1, 0, time.Second, time.Second), t0)
+	lim := algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 100, Period: time.Minute, Burst: 20}
+	k := Key{Policy: "api", Key: "k", Limit: lim}
+	d.Add(k, 1, denial(20, 0, 11_996*time.Millisecond, 596*time.Millisecond), t0)
 	d.Wait()
-	for _, cost := range []int64{0, 1, 2} {
-		if _, ok := d.Lookup(k, cost, t0); !ok {
-			t.Errorf("after a denial of cost 0, Lookup(cost %d) missed", cost)
+	got, ok := d.Lookup(k, 5, t0)
+	if want := denial(20, 0, 11_996*time.Millisecond, 2_996*time.Millisecond); !ok || got != want {
+		t.Fatalf("Lookup(cost 5) = %+v, %v; want %+v", got, ok, want)
+	}
+}
+
+// Under the sliding windows the wait of a larger cost depends on what the
+// decision does not carry: only the denied cost is answered.
+func TestDeniedSlidingWindowsAnswerOnlyTheDeniedCost(t *testing.T) {
+	d := newTestDenied(t, DeniedConfig{})
+	for _, alg := range []algorithms.Algorithm{algorithms.SlidingWindowLog, algorithms.SlidingWindowCounter} {
+		k := Key{Policy: "api", Key: "k-" + alg.String(), Limit: algorithms.Limit{Algorithm: alg, Limit: 10, Period: time.Minute}}
+		d.Add(k, 3, denial(10, 1, time.Minute, 20*time.Second), t0)
+		d.Wait()
+		if _, ok := d.Lookup(k, 3, t0); !ok {
+			t.Errorf("%s: the denied cost missed", alg)
+		}
+		if got, ok := d.Lookup(k, 4, t0); ok {
+			t.Errorf("%s: a larger cost hit: %+v", alg, got)
+		}
+	}
+}
+
+func TestDeniedAddCostZeroIsCostOne(t *testing.T) {
+	d := newTestDenied(t, DeniedConfig{})
+	lim := algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 10, Period: time.Second}
+	k := Key{Policy: "api", Key: "k", Limit: lim}
+	d.Add(k, 0, denial(10, 0, time.Second, 100*time.Millisecond), t0)
+	d.Wait()
+	for cost, retry := range map[int64]time.Duration{0: 100 * time.Millisecond, 1: 100 * time.Millisecond, 2: 200 * time.Millisecond} {
+		if got, ok := d.Lookup(k, cost, t0); !ok || got.RetryAfter != retry {
+			t.Errorf("after a denial of cost 0, Lookup(cost %d) = %+v, %t; want retry_after %s", cost, got, ok, retry)
 		}
 	}
 }
@@ -307,10 +348,10 @@ func TestEntryLayout(t *testing.T) {
 	if strconv.IntSize != 64 {
 		t.Skip("the layout is documented for 64-bit platforms")
 	}
-	// entry is documented as 120 bytes (in the 128-byte malloc size
-	// class), and ristrettoItemBytes was measured alongside it.
-	if entryBytes != 120 {
-		t.Errorf("unsafe.Sizeof(entry{}) = %d, want 120", entryBytes)
+	// entry is documented as 128 bytes (the 128-byte malloc size class),
+	// and ristrettoItemBytes was measured alongside it.
+	if entryBytes != 128 {
+		t.Errorf("unsafe.Sizeof(entry{}) = %d, want 128", entryBytes)
 	}
 }
 
@@ -524,5 +565,33 @@ func TestDeniedConcurrent(t *testing.T) {
 	}
 	if s.Cost > s.MaxCost {
 		t.Errorf("Stats().Cost = %d exceeds MaxCost %d", s.Cost, s.MaxCost)
+	}
+}
+
+// ForgetAll drops every entry, also one whose Add is not yet visible, and
+// the cache works as before for later Adds.
+func TestDeniedForgetAll(t *testing.T) {
+	d := newTestDenied(t, DeniedConfig{})
+	keys := []Key{
+		{Policy: "api", Key: "a", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow}},
+		{Policy: "api", Key: "b", Limit: algorithms.Limit{Algorithm: algorithms.GCRA}},
+	}
+	d.Add(keys[0], 1, denial(10, 0, time.Minute, time.Minute), t0)
+	d.Wait()
+	d.Add(keys[1], 1, denial(10, 0, time.Minute, time.Minute), t0) // maybe not visible yet
+	d.ForgetAll()
+	d.Wait()
+	for _, k := range keys {
+		if got, ok := d.Lookup(k, 1, t0); ok {
+			t.Errorf("Lookup(%s) after ForgetAll = %+v, want a miss", k.Key, got)
+		}
+	}
+	d.Add(keys[0], 1, denial(10, 0, time.Minute, time.Minute), t0+1)
+	d.Wait()
+	if _, ok := d.Lookup(keys[0], 1, t0+1); !ok {
+		t.Error("a denial added after ForgetAll missed")
+	}
+	if s := d.Stats(); s.ForgetAlls != 1 {
+		t.Errorf("Stats().ForgetAlls = %d, want 1", s.ForgetAlls)
 	}
 }

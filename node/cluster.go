@@ -49,8 +49,8 @@ func (n *Node) gossipReset(policy, key string) {
 
 // applyDenial remembers a denial a peer got from the store, so that this
 // node answers the key from its denied cache too. The denied cache's rules
-// hold as for its own denials: only the same limit, only costs at least
-// the denied one, only until retry_after runs out. It waits for the cache
+// hold as for its own denials: only the same limit, only the costs whose
+// wait the denial determines, only until that wait runs out. It waits for the cache
 // to apply the entry (microseconds), so that once the gossip counters show
 // the denial, checks see it.
 func (n *Node) applyDenial(m denialMsg) {

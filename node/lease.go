@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,9 +88,9 @@ func (c LeaseConfig) Validate() error {
 
 // leaseKey names one policy's key on this node. Its fields are the
 // request's own strings, so looking a key up allocates nothing. A key has
-// one lease whatever its limit; a grant taken under another limit (an
-// inline limit that changed) is not spent, and goes back at the next lease
-// refill or, at the latest, when it expires.
+// one lease whatever its limit; a grant taken under another limit (another
+// inline limit for the key, whose state is stored apart) is not spent, and
+// goes back at the next lease refill or, at the latest, when it expires.
 type leaseKey struct {
 	policy, key string
 }
@@ -103,8 +104,6 @@ type lease struct {
 	cur      atomic.Pointer[grant]
 	demand   atomic.Int64 // units asked for since sampleStart
 	lastUsed atomic.Int64 // node clock (ns) of a recent check, for eviction
-
-	base string // the store's key base, built once
 
 	mu sync.Mutex // guards the fields below; never held on the hit path
 	// refilling is the store call in flight for the key, if any.
@@ -135,9 +134,11 @@ type grant struct {
 	authRemaining int64
 	resetAt       int64 // node clock (ns)
 	capacity      int64
-	// taken and limit are what Release needs.
+	// taken, limit and base (the store's key base of limit) are what
+	// Release needs.
 	taken algorithms.Grant
 	limit algorithms.Limit
+	base  string
 }
 
 // take spends cost units of l's current grant if it was taken under lim,
@@ -196,15 +197,28 @@ type denial struct {
 }
 
 // deniedFor returns the remembered denial if it holds for cost under lim at
-// now.
+// now: the same limit, and the denied cost or a larger one whose wait
+// follows from the denial (algorithms.Limit.RetryAfterFor), not yet over.
+// The decision's RetryAfter is this cost's own wait.
 func (l *lease) deniedFor(lim algorithms.Limit, cost, now int64) (algorithms.Decision, bool) {
 	dn := l.denial.Load()
-	if dn == nil || dn.limit != lim || max(cost, 1) < dn.cost || now >= dn.untilNs {
+	if dn == nil || dn.limit != lim {
+		return algorithms.Decision{}, false
+	}
+	until := dn.untilNs
+	if c := max(cost, 1); c != dn.cost {
+		retry, ok := lim.RetryAfterFor(dn.decision, dn.cost, c)
+		if !ok {
+			return algorithms.Decision{}, false
+		}
+		until = dn.sinceNs + min(int64(retry), math.MaxInt64-dn.sinceNs)
+	}
+	if now >= until {
 		return algorithms.Decision{}, false
 	}
 	d := dn.decision
 	// Whole milliseconds, rounded up, like the store's own answers.
-	d.RetryAfter = ceilMillis(time.Duration(dn.untilNs - now))
+	d.RetryAfter = ceilMillis(time.Duration(until - now))
 	d.ResetAfter = max(ceilMillis(d.ResetAfter-time.Duration(now-dn.sinceNs)), d.RetryAfter)
 	return d, true
 }
@@ -249,14 +263,14 @@ func (t *leaseTable) get(k leaseKey) *lease {
 	return l
 }
 
-func (t *leaseTable) getOrCreate(k leaseKey, base string, now int64) *lease {
+func (t *leaseTable) getOrCreate(k leaseKey, now int64) *lease {
 	sh := t.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if l := sh.m[k]; l != nil {
 		return l
 	}
-	l := &lease{base: base, sampleStart: now}
+	l := &lease{sampleStart: now}
 	l.lastUsed.Store(now)
 	sh.m[k] = l
 	return l
@@ -366,7 +380,7 @@ func (n *Node) checkLeased(ctx context.Context, p Policy, key string, cost int64
 		return Result{Decision: d, Source: SourceDeniedCache}, nil
 	}
 	if l == nil {
-		l = n.leases.getOrCreate(k, n.keyBase(p.Name, key), now)
+		l = n.leases.getOrCreate(k, now)
 		l.demand.Add(max(cost, 1))
 	}
 	return n.refill(ctx, k, l, p, cost)
@@ -430,7 +444,7 @@ func (n *Node) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost 
 	if l.dead {
 		// Reset removed this lease while we held it: use the key's new one.
 		l.mu.Unlock()
-		return n.refill(ctx, k, n.leases.getOrCreate(k, l.base, start), p, cost)
+		return n.refill(ctx, k, n.leases.getOrCreate(k, start), p, cost)
 	}
 	want, hold := n.leaseWant(l, p, cost, start)
 	f := &fetch{done: make(chan struct{})}
@@ -465,7 +479,8 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 			n.release(ctx, k, l, old, left)
 		}
 	}
-	d, taken, err := n.acquire(ctx, l.base, p.Limit, cost, want, hold)
+	base := n.keyBase(p, k.key)
+	d, taken, err := n.acquire(ctx, base, p.Limit, cost, want, hold)
 	if err != nil {
 		f.res = n.storeFailed(p, err)
 		return
@@ -495,6 +510,7 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 			capacity:      d.Limit,
 			taken:         taken,
 			limit:         p.Limit,
+			base:          base,
 		}
 		g.units.Store(extra)
 		l.cur.Store(g)
@@ -506,7 +522,7 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 	case extra > 0:
 		// Granted as its window closed, or for a key reset meanwhile: give
 		// it back (a no-op if the window has turned or the state is gone).
-		unused = &grant{taken: taken, limit: p.Limit}
+		unused = &grant{taken: taken, limit: p.Limit, base: base}
 	case !d.Allowed && d.RetryAfter > 0 && !l.dead:
 		// The denial holds for RetryAfter from the store's reading of its
 		// clock, which came after start: measuring from start never holds
@@ -531,7 +547,7 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 func (n *Node) release(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	returned, err := n.releaseUnits(ctx, l.base, g.limit, units, g.taken)
+	returned, err := n.releaseUnits(ctx, g.base, g.limit, units, g.taken)
 	if err != nil {
 		n.log.Warn("lease release failed; units return when the window or refill restores them", "units", units, "err", err)
 		return

@@ -428,12 +428,13 @@ func (s slowStore) Acquire(ctx context.Context, base string, l algorithms.Limit,
 // cost of each abandoned check.
 func TestAbandonedChecksLoseNoLeasedUnits(t *testing.T) {
 	mem := node.NewMemoryStore(nil, 0)
-	n, err := node.New(node.Config{}, slowStore{remoteMemory{mem}, 3 * time.Millisecond}, nil)
+	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000_000, Period: algorithms.MaxPeriod}
+	p := node.Policy{Name: "impatient", Limit: lim}
+	// Configured, so that its key is the family read below.
+	n, err := node.New(node.Config{Policies: []node.Policy{p}}, slowStore{remoteMemory{mem}, 3 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000_000, Period: algorithms.MaxPeriod}
-	p := node.Policy{Name: "impatient", Limit: lim}
 	var admitted, abandoned atomic.Int64
 	var wg sync.WaitGroup
 	stop := time.Now().Add(500 * time.Millisecond)

@@ -59,8 +59,11 @@ func NewMemoryStore(now func() time.Time, sweepEvery time.Duration) *MemoryStore
 	return s
 }
 
+// shard is where base's states live: chosen by its family, so that Reset
+// finds every variant in one shard.
 func (s *MemoryStore) shard(base string) *memoryShard {
-	return &s.shards[maphash.String(s.seed, base)%memoryShards]
+	family, _ := splitBase(base)
+	return &s.shards[maphash.String(s.seed, family)%memoryShards]
 }
 
 // Acquire implements Store. It never fails and never blocks on I/O.
@@ -112,6 +115,20 @@ func (s *MemoryStore) Reset(_ context.Context, base string) error {
 	defer sh.mu.Unlock()
 	for _, a := range algorithms.Algorithms() {
 		delete(sh.states, memoryKey{base, a})
+	}
+	return nil
+}
+
+// ResetInline implements Store: it scans the family's shard (a 64th of the
+// states).
+func (s *MemoryStore) ResetInline(_ context.Context, family string) error {
+	sh := s.shard(family)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for k := range sh.states {
+		if f, variant := splitBase(k.base); f == family && variant != "" {
+			delete(sh.states, k)
+		}
 	}
 	return nil
 }

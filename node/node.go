@@ -21,8 +21,9 @@ import (
 // Config is a node's configuration. Build it with defaults, apply overrides,
 // then Validate (New does).
 type Config struct {
-	// KeyPrefix starts every Redis key: {prefix:policy:key}. Default
-	// "quotad". It must not contain '{' or '}'.
+	// KeyPrefix starts every Redis key's hash tag, {prefix:policy:key}
+	// (keys.go has the whole layout). Default "quotad". It must not contain
+	// '{' or '}'.
 	KeyPrefix string
 	// Policies are the configured policies; names are unique.
 	Policies []Policy
@@ -45,6 +46,11 @@ type Config struct {
 	// TopKeys sizes the tracker of the keys denied most (TopDenied); the
 	// zero value takes package topkeys' defaults.
 	TopKeys topkeys.Config
+	// StoreStateCheck is how often the node asks a remote store whether it
+	// lost or replaced its state (RedisStore: a new run_id, a missing
+	// marker key), and then drops its leases and cached denials; it also
+	// asks whenever the store becomes available again. Default 1s.
+	StoreStateCheck time.Duration
 	// Cluster is this node's cluster membership; nil runs standalone. New
 	// requires a remote store with it (ErrSharedStoreRequired), gossips the
 	// store's denials and this node's resets through it, and applies the
@@ -68,6 +74,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Breaker.Validate(); err != nil {
 		return err
+	}
+	if c.StoreStateCheck < 0 {
+		return fmt.Errorf("store state check: %w: %s must not be negative (0 means the default)", ErrInvalidConfig, c.StoreStateCheck)
 	}
 	if err := c.DeniedCache.Validate(); err != nil {
 		return fmt.Errorf("denied cache: %w", err)
@@ -96,6 +105,9 @@ func (c Config) withDefaults() Config {
 		c.DefaultFailureMode = FailOpen
 	}
 	c.Lease = c.Lease.withDefaults()
+	if c.StoreStateCheck == 0 {
+		c.StoreStateCheck = DefaultStoreStateCheck
+	}
 	if c.ClusterSize == nil && c.Cluster != nil {
 		c.ClusterSize = c.Cluster.Size
 	}
@@ -140,7 +152,10 @@ type Node struct {
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
-	closed      atomic.Bool
+	// stateWatch asks the store whether it lost its state; nil when the
+	// store cannot tell.
+	stateWatch *stateWatch
+	closed     atomic.Bool
 
 	// epoch anchors the node clock: leases and remembered denials measure
 	// time as the monotonic nanoseconds since it, so a step of the wall
@@ -155,6 +170,7 @@ func (n *Node) clock() int64 { return int64(time.Since(n.epoch)) }
 type stats struct {
 	leasesGranted, unitsLeased, unitsReturned, denialsCached atomic.Int64
 	leaseHits, deniedCacheHits                               atomic.Int64
+	storeStateLosses                                         atomic.Int64
 }
 
 // Stats is a snapshot of the node's local pre-aggregation.
@@ -170,6 +186,10 @@ type Stats struct {
 	DenialsCached int64
 	// LeaseHits and DeniedCacheHits count checks answered locally.
 	LeaseHits, DeniedCacheHits int64
+	// StoreStateLosses counts the times the store's state changed under
+	// the node (a Redis restart, failover or flush) and the node dropped
+	// every lease and cached denial.
+	StoreStateLosses int64
 	// Denied is the denied cache's own counters.
 	Denied cache.DeniedStats
 	// StoreErrors counts failed store calls (not those the breaker
@@ -196,6 +216,8 @@ func (n *Node) Stats() Stats {
 		LeaseHits:       n.stats.leaseHits.Load(),
 		DeniedCacheHits: n.stats.deniedCacheHits.Load(),
 		Denied:          n.denied.Stats(),
+
+		StoreStateLosses: n.stats.storeStateLosses.Load(),
 	}
 	if n.breaker != nil {
 		st.StoreErrors = n.breaker.errors.Load()
@@ -277,6 +299,9 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		n.breaker, n.stopBreaker = newBreaker(ctx, cfg.Breaker, store.Ping, log), cancel
 		n.store = breakerStore{Store: store, b: n.breaker}
+		if es, ok := store.(epochStore); ok {
+			n.watchStoreState(es)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
@@ -368,7 +393,7 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 	if n.store.Remote() {
 		return n.checkLeased(ctx, p, key, cost)
 	}
-	d, _, err := n.acquire(ctx, n.keyBase(p.Name, key), p.Limit, cost, cost, 0)
+	d, _, err := n.acquire(ctx, n.keyBase(p, key), p.Limit, cost, cost, 0)
 	if err == nil {
 		return Result{Decision: d, Source: SourceStore}, nil
 	}
@@ -398,7 +423,8 @@ func (n *Node) storeFailed(p Policy, err error) Result {
 }
 
 // Reset forgets the authority's state for key under the policy or inline
-// namespace called policy.
+// namespace called policy: under every inline limit the key was checked
+// with, too.
 func (n *Node) Reset(ctx context.Context, policy, key string) error {
 	if err := ValidatePolicyName(policy); err != nil {
 		return err
@@ -416,7 +442,13 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 		n.denied.Forget(cache.Key{Policy: policy, Key: key})
 		n.denied.Wait()
 	}()
-	if err := n.store.Reset(ctx, n.keyBase(policy, key)); err != nil {
+	family := n.keyFamily(policy, key)
+	err := n.store.Reset(ctx, family)
+	if _, configured := n.policies[policy]; !configured && err == nil {
+		// An inline namespace: its limits' states are stored apart.
+		err = n.store.ResetInline(ctx, family)
+	}
+	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fmt.Errorf("reset %s: %w", policy, ctxErr)
 		}
@@ -431,35 +463,22 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 // anyway.
 func (n *Node) forgetLocal(policy, key string) {
 	if l := n.leases.remove(leaseKey{policy, key}); l != nil {
-		// A store call in flight for l must not install its grant or denial
-		// (fetch checks dead under l.mu), and checks still holding l must
-		// not spend pre-reset units.
-		l.mu.Lock()
-		l.dead = true
-		l.mu.Unlock()
-		if g := l.cur.Swap(nil); g != nil {
-			g.units.Store(0)
-		}
-		l.denial.Store(nil)
+		l.kill()
 	}
 	n.denied.Forget(cache.Key{Policy: policy, Key: key})
 }
 
-// keyBase is the Redis key base of one limit: {prefix:policy:key}. The braces
-// are a Redis Cluster hash tag, so every key of the limit lands in one slot.
-// Policy names cannot contain ':', so distinct (policy, key) pairs never
-// share a base.
-func (n *Node) keyBase(policy, key string) string {
-	var b strings.Builder
-	b.Grow(len(n.cfg.KeyPrefix) + len(policy) + len(key) + 4)
-	b.WriteByte('{')
-	b.WriteString(n.cfg.KeyPrefix)
-	b.WriteByte(':')
-	b.WriteString(policy)
-	b.WriteByte(':')
-	b.WriteString(key)
-	b.WriteByte('}')
-	return b.String()
+// kill ends a lease removed from the table: a store call in flight for l
+// must not install its grant or denial (fetch checks dead under l.mu), and
+// checks still holding l must not spend its units.
+func (l *lease) kill() {
+	l.mu.Lock()
+	l.dead = true
+	l.mu.Unlock()
+	if g := l.cur.Swap(nil); g != nil {
+		g.units.Store(0)
+	}
+	l.denial.Store(nil)
 }
 
 // cacheKey is the denied cache's name for a key under lim.
@@ -476,6 +495,10 @@ func (n *Node) Close() error {
 	}
 	n.stopJanitor()
 	<-n.janitorDone
+	if w := n.stateWatch; w != nil {
+		w.stop()
+		<-w.done
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	n.releaseAll(ctx)

@@ -149,10 +149,11 @@ func TestCallerCancellationIsAnError(t *testing.T) {
 func TestConfigValidation(t *testing.T) {
 	p := node.Policy{Name: "p", Limit: fiveAMinute}
 	for name, cfg := range map[string]node.Config{
-		"duplicate":   {Policies: []node.Policy{p, p}},
-		"bad policy":  {Policies: []node.Policy{{Name: "", Limit: fiveAMinute}}},
-		"bad prefix":  {KeyPrefix: "{x}"},
-		"bad default": {DefaultFailureMode: 7},
+		"duplicate":                  {Policies: []node.Policy{p, p}},
+		"bad policy":                 {Policies: []node.Policy{{Name: "", Limit: fiveAMinute}}},
+		"bad prefix":                 {KeyPrefix: "{x}"},
+		"bad default":                {DefaultFailureMode: 7},
+		"negative store state check": {StoreStateCheck: -time.Second},
 	} {
 		if _, err := node.New(cfg, node.NewMemoryStore(nil, 0), nil); err == nil {
 			t.Errorf("%s: accepted", name)

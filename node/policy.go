@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/quotad/quotad/algorithms"
 )
@@ -147,10 +148,21 @@ func ValidatePolicyName(name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return fmt.Errorf("policy: %w: %q has %q at byte %d; use A-Z a-z 0-9 _ . -", ErrInvalidPolicyName, name, c, i)
+			return fmt.Errorf("policy: %w: %q has %s at byte %d; use A-Z a-z 0-9 _ . -", ErrInvalidPolicyName, name, quoteCharAt(name, i), i)
 		}
 	}
 	return nil
+}
+
+// quoteCharAt quotes the character that starts at byte i of s as a Go rune
+// literal: the whole UTF-8 sequence ('П', not the 'Ð' of its first byte),
+// or the lone byte ('\xff') where s is not valid UTF-8.
+func quoteCharAt(s string, i int) string {
+	r, size := utf8.DecodeRuneInString(s[i:])
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Sprintf(`'\x%02x'`, s[i])
+	}
+	return fmt.Sprintf("%q", r)
 }
 
 // ValidateKey reports whether key is a usable key: 1 to MaxKeyLen bytes.

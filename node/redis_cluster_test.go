@@ -119,19 +119,26 @@ func TestRedisClusterAlgorithms(t *testing.T) {
 			t.Fatalf("master %d lacks %d scripts after NewRedisStore (%v)", i, missing, err)
 		}
 	}
-	n := newNode(t, store, node.Config{})
 	ctx := context.Background()
 	// A 365-day period: nothing refills or rolls over during the test, so
 	// the count is exact. 400 is large enough to lease (the cap is 5%).
 	const limit = 400
-	mastersUsed := map[int]bool{}
-	for i, a := range algorithms.Algorithms() {
-		for j, mode := range []node.LeaseMode{node.LeaseAuto, node.LeaseOff} {
-			p := node.Policy{
+	var policies []node.Policy
+	for _, a := range algorithms.Algorithms() {
+		for _, mode := range []node.LeaseMode{node.LeaseAuto, node.LeaseOff} {
+			policies = append(policies, node.Policy{
 				Name:  fmt.Sprintf("%s-%s", a, mode),
 				Limit: algorithms.Limit{Algorithm: a, Limit: limit, Period: algorithms.MaxPeriod},
 				Lease: mode,
-			}
+			})
+		}
+	}
+	// Configured, so that their keys are the families keyBase names.
+	n := newNode(t, store, node.Config{Policies: policies})
+	mastersUsed := map[int]bool{}
+	for i, a := range algorithms.Algorithms() {
+		for j, mode := range []node.LeaseMode{node.LeaseAuto, node.LeaseOff} {
+			p := policies[2*i+j]
 			// Spread the limits over the masters on purpose: the slot of
 			// the (2i+j)th limit is in master (2i+j) mod 3's range.
 			master := (2*i + j) % c.Len()
@@ -185,6 +192,45 @@ func TestRedisClusterAlgorithms(t *testing.T) {
 	}
 	if len(mastersUsed) != c.Len() {
 		t.Fatalf("the limits used %d of %d masters", len(mastersUsed), c.Len())
+	}
+
+	// Issue 10, item 13: keys that start with '}' used to share one slot,
+	// the hash tag ending at the key's own brace ({quotad:p:}k1} hashes on
+	// "quotad:p:"). The key's braces are escaped now, so the tag is the
+	// whole key and such keys spread over every master.
+	p := policies[1] // fixed window, no leases
+	slots, owners := map[int]bool{}, map[int]bool{}
+	oldSlots := map[int]bool{}
+	const keys = 30
+	for i := range keys {
+		key := "}k" + strconv.Itoa(i)
+		if res, err := n.Check(ctx, p, key, 1); err != nil || !res.Allowed {
+			t.Fatalf("check %q: %+v, %v", key, res, err)
+		}
+		family := "{quotad:" + p.Name + ":%7Dk" + strconv.Itoa(i) + "}"
+		slot := c.Slot(family)
+		owner := c.Owner(slot)
+		if got, err := c.Master(owner).Do("EXISTS", algorithms.Keys(p.Limit.Algorithm, family)[0]); err != nil || got != "1" {
+			t.Fatalf("key %q: no state at %s on master %d (%q, %v)", key, family, owner, got, err)
+		}
+		slots[slot], owners[owner] = true, true
+		oldSlots[c.Slot(keyBase(p.Name, key))] = true
+	}
+	t.Logf("%d keys starting with '}': %d slots on %d masters (the old layout: %d slot)", keys, len(slots), len(owners), len(oldSlots))
+	if len(owners) != c.Len() || len(slots) < keys*9/10 {
+		t.Fatalf("%d keys starting with '}' landed in %d slots on %d of %d masters", keys, len(slots), len(owners), c.Len())
+	}
+
+	// An inline limit's state is found on its slot's primary by Reset.
+	inline := node.Policy{Name: "inline-ns", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 2, Period: algorithms.MaxPeriod}, Lease: node.LeaseOff}
+	if got := spend(t, n, inline, "}k", 2); got != 2 {
+		t.Fatalf("inline limit: %d of 2", got)
+	}
+	if err := n.Reset(ctx, inline.Name, "}k"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := n.Check(ctx, inline, "}k", 1); err != nil || !res.Allowed {
+		t.Fatalf("inline limit after Reset: %+v, %v", res, err)
 	}
 }
 
@@ -273,6 +319,7 @@ type hotLoad struct {
 	stop     func()
 	longKey  string
 	longLeft int64
+	nodes    []*node.Node
 }
 
 // Short periods and limits below the demand, so that the limits are
@@ -312,6 +359,7 @@ func startHotLoad(t *testing.T, c *redistest.Cluster, slot int) *hotLoad {
 	for range 2 {
 		nodes = append(nodes, newNode(t, newClusterStore(t, c), node.Config{ClusterSize: func() int { return 2 }}))
 	}
+	h.nodes = nodes
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	h.start = time.Now()
@@ -476,6 +524,11 @@ func TestRedisClusterMasterRestartUnderLoad(t *testing.T) {
 		t.Fatalf("a restarted master still has its scripts (%d missing, %v): the reload would go untested", missing, err)
 	}
 	c.WaitOK()
+	// The restarted master has a new run_id: each node drops its leases
+	// and cached denials (issue 10, item 9), within about a second.
+	for i, n := range h.nodes {
+		waitUntil(t, 10*time.Second, fmt.Sprintf("node %d to see the master's new run_id", i), func() bool { return n.Stats().StoreStateLosses >= 1 })
+	}
 	h.progress(t, 500, "after the restart")
 	h.lasts(t, 3*hotPeriod)
 	h.finish(t, "the restart")

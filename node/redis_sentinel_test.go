@@ -31,8 +31,6 @@ func TestRedisSentinelFailover(t *testing.T) {
 	if missing, err := missingScripts(second); err != nil || missing == 0 {
 		t.Fatalf("the replica has the scripts already (%d missing, %v): the reload would go untested", missing, err)
 	}
-	n := newNode(t, store, node.Config{})
-
 	// A limit of 9 a year per algorithm, leases off so every check is the
 	// master's decision: 3 allowed before each switch, 3 after the last.
 	const limit = 9
@@ -45,6 +43,8 @@ func TestRedisSentinelFailover(t *testing.T) {
 			OnStoreError: node.FailClosed,
 		})
 	}
+	// Configured, so that their keys are the families keyBase names.
+	n := newNode(t, store, node.Config{Policies: policies})
 	allowed := make([]int, len(policies))
 	// spend makes k allowed checks of every policy, the first few of which
 	// may take the failure mode while the client learns of a new master.

@@ -11,7 +11,8 @@ import (
 // embedded memory store. Implementations are safe for concurrent use.
 type Store interface {
 	// Acquire decides whether cost units of l fit for the limit stored
-	// under base (a key base with a Redis hash tag, see Node.keyBase) and,
+	// under base (a key base: a Redis hash tag, the family, maybe followed
+	// by an inline limit's variant; see keys.go) and,
 	// if so, spends between cost and want units, reporting the extra as a
 	// grant to be spent within hold (docs/algorithms.md, "Leases"). A plain
 	// check passes want = cost and hold = 0. l, cost and want (cost ≤ want
@@ -30,6 +31,11 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Reset forgets every algorithm's state stored under base.
 	Reset(ctx context.Context, base string) error
+	// ResetInline forgets every algorithm's state of every inline limit
+	// stored under family: the bases family + variant (keys.go). It may
+	// have to look through every key the store holds, and block on the
+	// network until ctx is done.
+	ResetInline(ctx context.Context, family string) error
 	// Describe says what the store is, for logs and status pages, e.g.
 	// "memory" or "redis 127.0.0.1:6379 db 0". It never includes secrets.
 	Describe() string

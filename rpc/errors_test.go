@@ -74,6 +74,7 @@ func badChecks() []badCheck {
 		{"failure mode 7", inline(func(l *quotadv1.Limit) { l.OnStoreError = 7 }), ia, "limit.on_store_error: invalid failure mode 7"},
 		{"policy with ':'", &quotadv1.CheckRequest{Policy: "a:b", Key: "k", Limit: fw5()}, ia, `policy: invalid policy name: "a:b" has ':' at byte 1`},
 		{"policy with a space", &quotadv1.CheckRequest{Policy: "a b", Key: "k"}, ia, "policy: invalid policy name"},
+		{"policy not ASCII", &quotadv1.CheckRequest{Policy: "Привет", Key: "k", Limit: fw5()}, ia, `policy: invalid policy name: "Привет" has 'П' at byte 0; use A-Z a-z 0-9 _ . -`},
 		{"empty policy", &quotadv1.CheckRequest{Key: "k", Limit: fw5()}, ia, "policy: invalid policy name: must not be empty"},
 		{"policy over 128 bytes", &quotadv1.CheckRequest{Policy: strings.Repeat("p", 129), Key: "k", Limit: fw5()}, ia, "policy: invalid policy name: 129 bytes exceeds 128"},
 		{"unknown policy", &quotadv1.CheckRequest{Policy: "nope", Key: "k"}, connect.CodeNotFound, `policy: unknown policy "nope": not configured on this server; ListPolicies shows the configured ones, or send a limit`},

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -328,7 +329,13 @@ func validatePolicyName(name string) error {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return fmt.Errorf("%q has %q at byte %d; use A-Z a-z 0-9 _ . -", name, c, i)
+			// The whole character, not its first byte (quotad's own
+			// message reads the same).
+			r, size := utf8.DecodeRuneInString(name[i:])
+			if r == utf8.RuneError && size <= 1 {
+				return fmt.Errorf("%q has '\\x%02x' at byte %d; use A-Z a-z 0-9 _ . -", name, c, i)
+			}
+			return fmt.Errorf("%q has %q at byte %d; use A-Z a-z 0-9 _ . -", name, r, i)
 		}
 	}
 	return nil

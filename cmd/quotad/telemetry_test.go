@@ -137,6 +137,7 @@ func TestMetricsAfterAKnownSequence(t *testing.T) {
 				{"quotad_lease_grants_total", nil, 0},
 				{"quotad_cluster_members", nil, 1},
 				{"quotad_breaker_state", nil, 0},
+				{"quotad_store_state_losses_total", nil, 0},
 			}
 			for _, w := range append(tc.want, common...) {
 				got, ok := metricValue(fams, w.name, w.labels)

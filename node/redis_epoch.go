@@ -1,0 +1,102 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// markerTTLMs is how long, in ms, the state marker outlives the last node that
+// checked it; a marker that expired only makes the next check see a new
+// state, which costs the nodes their leases and cached denials once.
+const markerTTLMs = 24 * 60 * 60 * 1000
+
+// markerScript returns the state marker, KEYS[1]: the value there, its TTL
+// renewed, or, when the key is missing (a new Redis, one restarted without
+// its data, a FLUSHALL), ARGV[1] stored with a TTL of ARGV[2] ms.
+var markerScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ARGV[1]
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return v
+`)
+
+// Epoch names the state Redis holds now: the run_id of every primary
+// (INFO server) and the value of the state marker, the key marker, which
+// the first Epoch after the marker went missing sets. Any change means the
+// state may have been lost or replaced since the last call — a restart (a
+// new run_id even when persistence brought the data back, since the last
+// second of writes may be gone), a failover to a replica (which may lag),
+// a FLUSHALL or FLUSHDB (the marker is gone; on Redis Cluster only if the
+// marker's master is flushed) — and that a node should drop what it took
+// from the old state. It may block on the network until ctx is done.
+func (s *RedisStore) Epoch(ctx context.Context, marker string) (string, error) {
+	token := make([]byte, 8)
+	_, _ = rand.Read(token) // never fails (crypto/rand)
+	mark, err := markerScript.Run(ctx, s.client, []string{marker}, hex.EncodeToString(token), markerTTLMs).Text()
+	if err != nil {
+		return "", fmt.Errorf("redis epoch: marker: %w", err)
+	}
+	ids, err := s.runIDs(ctx)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(ids, ",") + " " + mark, nil
+}
+
+// runIDs returns the run_id of the primary, or on Redis Cluster every
+// primary's as address=run_id, sorted.
+func (s *RedisStore) runIDs(ctx context.Context) ([]string, error) {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		id, err := runID(ctx, s.client)
+		if err != nil {
+			return nil, err
+		}
+		return []string{id}, nil
+	}
+	var mu sync.Mutex
+	var ids []string
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		id, err := runID(ctx, c)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		ids = append(ids, c.Options().Addr+"="+id)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// errNoRunID means INFO server had no run_id line.
+var errNoRunID = errors.New("no run_id in INFO server")
+
+// runID reads the run_id line of INFO server.
+func runID(ctx context.Context, c redis.Cmdable) (string, error) {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "", fmt.Errorf("redis epoch: INFO server: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok && id != "" {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("redis epoch: %w", errNoRunID)
+}
