@@ -57,12 +57,16 @@ type pipeline struct {
 	// redirections (MaxRedirects -1).
 	client redis.UniversalClient
 	// follow resends redirected calls; nil leaves them failed.
-	follow  redis.UniversalClient
-	timeout time.Duration
-	queue   chan *scriptCall
-	stop    chan struct{}
-	stopped sync.Once
-	wg      sync.WaitGroup
+	follow redis.UniversalClient
+	// netTimeout bounds one batch at the network level, a new connection
+	// included (RedisConfig.netTimeout). It is longer than any caller
+	// waits: each caller leaves at its own deadline, while a reply that
+	// comes late keeps its connection instead of costing a new one.
+	netTimeout time.Duration
+	queue      chan *scriptCall
+	stop       chan struct{}
+	stopped    sync.Once
+	wg         sync.WaitGroup
 	// reload loads every script again after a NOSCRIPT (Redis restarted,
 	// failed over or flushed its script cache); reloading guards against
 	// running it twice at once.
@@ -72,14 +76,14 @@ type pipeline struct {
 	roundTrips, calls atomic.Int64
 }
 
-func newPipeline(client, follow redis.UniversalClient, timeout time.Duration, reload func(context.Context) error) *pipeline {
+func newPipeline(client, follow redis.UniversalClient, netTimeout time.Duration, reload func(context.Context) error) *pipeline {
 	p := &pipeline{
-		client:  client,
-		follow:  follow,
-		timeout: timeout,
-		queue:   make(chan *scriptCall, queueLen),
-		stop:    make(chan struct{}),
-		reload:  reload,
+		client:     client,
+		follow:     follow,
+		netTimeout: netTimeout,
+		queue:      make(chan *scriptCall, queueLen),
+		stop:       make(chan struct{}),
+		reload:     reload,
 	}
 	for range pipeliners {
 		p.wg.Add(1)
@@ -171,7 +175,7 @@ func (p *pipeline) send(batch []*scriptCall) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.netTimeout)
 	defer cancel()
 	p.calls.Add(int64(len(live)))
 	cmds := p.exec(ctx, live, func(s redis.Scripter, c *scriptCall) *redis.Cmd {

@@ -26,7 +26,10 @@ type Store interface {
 	// caches denials only for remote stores.
 	Remote() bool
 	// Ping reports whether the store answers, without touching any limit.
-	// The circuit breaker probes with it while open.
+	// The circuit breaker probes with it while open, so it should pass on
+	// a store that is slow but alive: it may take longer than one call
+	// (time to open a connection), and may ready connections for the
+	// calls that follow.
 	Ping(ctx context.Context) error
 	// Reset forgets every algorithm's state stored under base.
 	Reset(ctx context.Context, base string) error
