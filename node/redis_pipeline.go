@@ -18,10 +18,17 @@ import (
 // are already coalesced by the node before they get here.
 
 const (
-	// pipeliners is how many round trips may be in flight at once. More
-	// than one keeps a slow reply from stalling every other key; few keep
-	// batches large.
-	pipeliners = 4
+	// pipeliners is how many round trips may be in flight at once. A call
+	// that finds every pipeliner busy waits up to a whole round trip for
+	// one: with Redis 18ms away and 4 pipeliners, that queueing alone made
+	// a busy node miss the 50ms deadline on a third of its calls. Idle
+	// pipeliners cost nothing, and under load each still takes everything
+	// queued, so batches stay large where round trips are short.
+	pipeliners = 16
+	// poolSize is the connections a client keeps: one per pipeliner of the
+	// check and release pipelines, and a few for pings, resets and script
+	// loads, so no batch waits for a connection.
+	poolSize = 2*pipeliners + 4
 	// maxPipeline bounds one round trip, so that one huge batch does not
 	// hold back the calls queued behind it.
 	maxPipeline = 256

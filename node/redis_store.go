@@ -233,6 +233,10 @@ func newRedisClients(cfg RedisConfig) (checks, releases redis.UniversalClient, d
 		opts.DialerRetries = 1
 		opts.DialTimeout = cfg.ConnectTimeout
 		opts.DisableIdentity = true // see the UniversalOptions below
+		// Unless the URL sets pool_size.
+		if opts.PoolSize == 0 {
+			opts.PoolSize = poolSize
+		}
 		describe = fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB)
 		if tlsConfig != nil {
 			describe += " (tls)"
@@ -251,6 +255,7 @@ func newRedisClients(cfg RedisConfig) (checks, releases redis.UniversalClient, d
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
 		DialTimeout:           cfg.ConnectTimeout,
+		PoolSize:              poolSize,
 		// CLIENT SETINFO only labels the connection in CLIENT LIST, and it
 		// costs every new connection one more round trip.
 		DisableIdentity: true,
@@ -396,8 +401,8 @@ func (s *RedisStore) closeClients() error {
 }
 
 // warmConns is how many connections Ping readies: one for each round trip
-// the check and release pipelines may have in flight at once.
-const warmConns = 2 * pipeliners
+// the check pipeline may have in flight at once (releases are rarer).
+const warmConns = pipeliners
 
 // Ping implements Store: PING is answered within ConnectTimeout + Timeout
 // (time to open a connection and make one call, so a Redis that is alive
