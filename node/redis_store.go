@@ -356,6 +356,10 @@ func (s *RedisStore) Release(ctx context.Context, base string, l algorithms.Limi
 	return returned, nil
 }
 
+// CallTimeout is RedisConfig.Timeout: how long each call may take as its
+// caller sees it.
+func (s *RedisStore) CallTimeout() time.Duration { return s.cfg.Timeout }
+
 // Remote implements Store: every call is a network round trip.
 func (s *RedisStore) Remote() bool { return true }
 

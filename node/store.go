@@ -39,3 +39,11 @@ type Store interface {
 	// Close releases the store's resources. It is called once.
 	Close() error
 }
+
+// callTimeouter is a store that bounds each call as its caller sees it, as
+// RedisStore does with RedisConfig.Timeout. A check waits that long at
+// most for other checks' calls on its key before making its own (see
+// Node.refill); a remote store that does not say gets DefaultRedisTimeout.
+type callTimeouter interface {
+	CallTimeout() time.Duration
+}
