@@ -25,7 +25,8 @@ type config struct {
 	Listen string
 	// Redis makes Redis the authoritative store (a URL, Cluster seeds or
 	// Sentinel); none of them set means the embedded memory store.
-	// Redis.Timeout defaults to node.DefaultRedisTimeout.
+	// Redis.Timeout defaults to node.DefaultRedisTimeout and
+	// Redis.ConnectTimeout to node.DefaultRedisConnectTimeout.
 	Redis node.RedisConfig
 	// Breaker configures the circuit breaker in front of Redis; the zero
 	// value takes node's defaults (5 failures, probe every 250ms).
@@ -68,7 +69,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		Listen:              ":8080",
-		Redis:               node.RedisConfig{Timeout: node.DefaultRedisTimeout},
+		Redis:               node.RedisConfig{Timeout: node.DefaultRedisTimeout, ConnectTimeout: node.DefaultRedisConnectTimeout},
 		KeyPrefix:           "quotad",
 		InlineLimits:        true,
 		DefaultOnStoreError: node.FailOpen,
@@ -102,6 +103,9 @@ func (c config) validate() error {
 	}
 	if c.Redis.Timeout <= 0 {
 		return fmt.Errorf("redis timeout: %s must be > 0", c.Redis.Timeout)
+	}
+	if c.Redis.ConnectTimeout <= 0 {
+		return fmt.Errorf("redis connect timeout: %s must be > 0", c.Redis.ConnectTimeout)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown timeout: %s must be > 0", c.ShutdownTimeout)
@@ -173,6 +177,7 @@ type fileRedis struct {
 	TLS              *bool         `yaml:"tls"`
 	TLSCAFile        *string       `yaml:"tls_ca_file"`
 	Timeout          *yamlDuration `yaml:"timeout"`
+	ConnectTimeout   *yamlDuration `yaml:"connect_timeout"`
 }
 
 type fileBreaker struct {
@@ -314,6 +319,9 @@ func (f fileConfig) apply(c *config) error {
 		setIf(&c.Redis.TLSCAFile, r.TLSCAFile)
 		if r.Timeout != nil {
 			c.Redis.Timeout = time.Duration(*r.Timeout)
+		}
+		if r.ConnectTimeout != nil {
+			c.Redis.ConnectTimeout = time.Duration(*r.ConnectTimeout)
 		}
 	}
 	if b := f.Breaker; b != nil {
