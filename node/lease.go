@@ -404,10 +404,13 @@ func (n *Node) answerLocally(l *lease, lim algorithms.Limit, cost, now int64) (R
 
 // fetch is one store call for a key, shared by the checks that wait for it.
 type fetch struct {
-	done chan struct{} // closed when res and err are set
-	// res and err answer the check that started the call.
+	done chan struct{} // closed when res and failed are set
+	// res answers the check that started the call.
 	res Result
-	err error
+	// failed is the store's error when the call failed: the checks that
+	// waited for it take their failure mode too, rather than each making
+	// a call of its own in turn.
+	failed error
 }
 
 // fetchTimeout bounds a store call that no caller waits for any more; the
@@ -415,46 +418,86 @@ type fetch struct {
 const fetchTimeout = 10 * time.Second
 
 // refill takes a new grant for l, or asks the store for this check alone
-// when a lease is not worthwhile. Either way at most one such call per key
-// is in flight on this node: concurrent misses wait for it (coalescing),
-// then try the new grant or the denial it brought back before calling
-// again. So a flood on a denied key costs one call per retry_after, at the
-// price of deciding a key that cannot lease one call at a time on each
-// node (calls for different keys still share pipelined round trips).
+// when a lease is not worthwhile. At most one refill per key is in flight
+// on this node: concurrent misses wait for it (coalescing), then try the
+// new grant or the denial it brought back before calling again, so a flood
+// on a denied key costs one call per retry_after. Waiting is bounded:
+//   - the call in flight when a check arrives started earlier, and its own
+//     deadline ends it: the check waits for its outcome, and if it failed
+//     takes its failure mode with the same error, without a call of its
+//     own;
+//   - for the calls that follow, it waits only until n.coalesceFor (the
+//     store's per-call timeout) after it arrived, then makes a plain call
+//     of its own beside the one in flight. So a key that cannot lease is
+//     decided one call at a time only while those calls are quick, and no
+//     check waits much longer than two store calls, however many arrive
+//     at once.
 //
 // The call runs on its own goroutine and finishes even if ctx ends first:
 // a grant taken at the store is spent there, and only a call that runs to
 // completion can install it or give it back.
 func (n *Node) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
+	// budget starts with the first wait and bounds the later ones; a nil
+	// channel never fires, so the first wait is for the call's outcome.
+	var budget *time.Timer
+	var later <-chan time.Time
+	defer func() {
+		if budget != nil {
+			budget.Stop()
+		}
+	}()
 	l.mu.Lock()
 	for l.refilling != nil {
 		f := l.refilling
 		l.mu.Unlock()
+		if budget != nil {
+			later = budget.C
+		} else {
+			budget = time.NewTimer(n.coalesceFor)
+		}
 		select {
 		case <-f.done:
+		case <-later:
+			// Waited long enough for others: call beside them.
+			l.mu.Lock()
+			return n.call(ctx, k, l, p, cost)
 		case <-ctx.Done():
 			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
 		}
 		if res, ok := n.answerLocally(l, p.Limit, cost, n.clock()); ok {
 			return res, nil
 		}
+		if f.failed != nil {
+			return n.failureResult(p), nil
+		}
 		l.mu.Lock()
 	}
+	return n.call(ctx, k, l, p, cost)
+}
+
+// call makes the store call for a check refill could not answer, with l.mu
+// held (it unlocks it). With no call in flight for the key it is the key's
+// refill and may take a lease; beside one in flight it is a plain check of
+// cost, so the key never holds two grants.
+func (n *Node) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
 	start := n.clock()
 	if l.dead {
 		// Reset removed this lease while we held it: use the key's new one.
 		l.mu.Unlock()
 		return n.refill(ctx, k, n.leases.getOrCreate(k, start), p, cost)
 	}
-	want, hold := n.leaseWant(l, p, cost, start)
 	f := &fetch{done: make(chan struct{})}
-	l.refilling = f
+	want, hold := cost, time.Duration(0)
+	if l.refilling == nil {
+		want, hold = n.leaseWant(l, p, cost, start)
+		l.refilling = f
+	}
 	l.mu.Unlock()
 
 	go n.fetch(context.WithoutCancel(ctx), k, l, f, p, cost, want, hold, start)
 	select {
 	case <-f.done:
-		return f.res, f.err
+		return f.res, nil
 	case <-ctx.Done():
 		return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
 	}
@@ -467,7 +510,9 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 	defer cancel()
 	defer func() {
 		l.mu.Lock()
-		l.refilling = nil
+		if l.refilling == f {
+			l.refilling = nil
+		}
 		l.mu.Unlock()
 		close(f.done)
 	}()
@@ -476,13 +521,19 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 		// taken, so the key never holds two grants' worth of units. A plain
 		// check leaves them: a smaller cost may still use them.
 		if old, left := l.unspent(start, false); left > 0 {
-			n.release(ctx, k, l, old, left)
+			if err := n.release(ctx, k, l, old, left); err != nil {
+				// The store is failing now: take the failure mode rather
+				// than make this check, and those waiting for it, wait
+				// out a second call.
+				f.res, f.failed = n.storeFailed(p, err), err
+				return
+			}
 		}
 	}
 	base := n.keyBase(p, k.key)
 	d, taken, err := n.acquire(ctx, base, p.Limit, cost, want, hold)
 	if err != nil {
-		f.res = n.storeFailed(p, err)
+		f.res, f.failed = n.storeFailed(p, err), err
 		return
 	}
 
@@ -535,28 +586,30 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 	}
 	l.mu.Unlock()
 	if unused != nil {
-		n.release(ctx, k, l, unused, extra)
+		_ = n.release(ctx, k, l, unused, extra) // logged; the decision stands
 	}
 	f.res = Result{Decision: d, Source: SourceStore}
 }
 
 // release gives units of g, a grant of l, back to the store. A failure only
 // costs under-admission until the window or refill restores them, so it is
-// logged, not returned. Units that went back may make room that the key's
-// remembered denial no longer reflects, so that denial is dropped.
-func (n *Node) release(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) {
+// logged, and returned only to say that the store is failing. Units that
+// went back may make room that the key's remembered denial no longer
+// reflects, so that denial is dropped.
+func (n *Node) release(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	returned, err := n.releaseUnits(ctx, g.base, g.limit, units, g.taken)
 	if err != nil {
 		n.log.Warn("lease release failed; units return when the window or refill restores them", "units", units, "err", err)
-		return
+		return err
 	}
 	n.stats.unitsReturned.Add(returned)
 	if returned > 0 {
 		l.denial.Store(nil)
 		n.denied.Forget(cache.Key{Policy: k.policy, Key: k.key})
 	}
+	return nil
 }
 
 // sweepLeases returns the unused units of expired grants and forgets keys
@@ -604,7 +657,7 @@ func (n *Node) giveBack(ctx context.Context, onlyExpired bool, forget func(*leas
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n.release(ctx, p.k, p.l, p.g, p.units)
+			_ = n.release(ctx, p.k, p.l, p.g, p.units) // logged
 		}()
 	}
 	wg.Wait()

@@ -38,6 +38,15 @@ func (s *countingStore) Release(ctx context.Context, base string, l algorithms.L
 
 func (s *countingStore) calls() int64 { return s.acquires.Load() + s.releases.Load() }
 
+// CallTimeout passes on the wrapped store's per-call timeout, which bounds
+// how long the node coalesces checks on one key.
+func (s *countingStore) CallTimeout() time.Duration {
+	if ct, ok := s.Store.(interface{ CallTimeout() time.Duration }); ok {
+		return ct.CallTimeout()
+	}
+	return node.DefaultRedisTimeout
+}
+
 // remoteMemory is the memory store presented as a remote one, so the node
 // leases in front of it: the local paths measured without a network.
 type remoteMemory struct{ *node.MemoryStore }

@@ -149,6 +149,9 @@ type Node struct {
 	// it); nil for the memory store.
 	breaker     *breaker
 	stopBreaker context.CancelFunc
+	// coalesceFor is the longest a check waits for other checks' store
+	// calls on its key before making its own: the store's call timeout.
+	coalesceFor time.Duration
 
 	stopJanitor context.CancelFunc
 	janitorDone chan struct{}
@@ -295,6 +298,10 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.coalesceFor = DefaultRedisTimeout
+	if ct, ok := store.(callTimeouter); ok {
+		n.coalesceFor = ct.CallTimeout()
+	}
 	if store.Remote() {
 		ctx, cancel := context.WithCancel(context.Background())
 		n.breaker, n.stopBreaker = newBreaker(ctx, cfg.Breaker, store.Ping, log), cancel
@@ -403,16 +410,27 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 	return n.storeFailed(p, err), nil
 }
 
-// storeFailed turns a store error into the policy's failure-mode decision.
+// storeFailed logs a failed store call and returns the policy's
+// failure-mode decision.
 func (n *Node) storeFailed(p Policy, err error) Result {
-	mode := p.OnStoreError
-	if mode == FailDefault {
-		mode = n.cfg.DefaultFailureMode
-	}
 	// While the breaker is open every check lands here; it logged once.
 	if !errors.Is(err, ErrStoreUnavailable) {
-		n.log.Warn("store check failed", "policy", p.Name, "failure_mode", mode.String(), "err", err)
+		n.log.Warn("store check failed", "policy", p.Name, "failure_mode", n.failureModeOf(p).String(), "err", err)
 	}
+	return n.failureResult(p)
+}
+
+// failureModeOf is the failure mode that applies to p.
+func (n *Node) failureModeOf(p Policy) FailureMode {
+	if p.OnStoreError == FailDefault {
+		return n.cfg.DefaultFailureMode
+	}
+	return p.OnStoreError
+}
+
+// failureResult is p's failure-mode decision: allow or deny, marked.
+func (n *Node) failureResult(p Policy) Result {
+	mode := n.failureModeOf(p)
 	capacity := p.Limit.Capacity()
 	if mode == FailOpen {
 		return Result{Decision: algorithms.Decision{Allowed: true, Limit: capacity, Remaining: capacity}, Source: SourceFailOpen}

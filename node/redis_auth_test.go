@@ -82,10 +82,14 @@ func TestRedisTLS(t *testing.T) {
 	))
 	url := "rediss://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + "/0"
 	ctx := context.Background()
-	if _, err := node.NewRedisStore(ctx, node.RedisConfig{URL: url}); err == nil || !strings.Contains(err.Error(), "certificate") {
+	// A TLS handshake under -race on a loaded machine can take longer than
+	// the default 1s, which would turn the certificate error into a
+	// timeout.
+	const connect = 10 * time.Second
+	if _, err := node.NewRedisStore(ctx, node.RedisConfig{URL: url, ConnectTimeout: connect}); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("untrusted CA: %v, want a certificate error", err)
 	}
-	s, err := node.NewRedisStore(ctx, node.RedisConfig{URL: url, TLSCAFile: caFile})
+	s, err := node.NewRedisStore(ctx, node.RedisConfig{URL: url, TLSCAFile: caFile, ConnectTimeout: connect})
 	if err != nil {
 		t.Fatalf("trusted CA: %v", err)
 	}

@@ -18,10 +18,17 @@ import (
 // are already coalesced by the node before they get here.
 
 const (
-	// pipeliners is how many round trips may be in flight at once. More
-	// than one keeps a slow reply from stalling every other key; few keep
-	// batches large.
-	pipeliners = 4
+	// pipeliners is how many round trips may be in flight at once. A call
+	// that finds every pipeliner busy waits up to a whole round trip for
+	// one: with Redis 18ms away and 4 pipeliners, that queueing alone made
+	// a busy node miss the 50ms deadline on a third of its calls. Idle
+	// pipeliners cost nothing, and under load each still takes everything
+	// queued, so batches stay large where round trips are short.
+	pipeliners = 16
+	// poolSize is the connections a client keeps: one per pipeliner of the
+	// check and release pipelines, and a few for pings, resets and script
+	// loads, so no batch waits for a connection.
+	poolSize = 2*pipeliners + 4
 	// maxPipeline bounds one round trip, so that one huge batch does not
 	// hold back the calls queued behind it.
 	maxPipeline = 256
@@ -57,12 +64,16 @@ type pipeline struct {
 	// redirections (MaxRedirects -1).
 	client redis.UniversalClient
 	// follow resends redirected calls; nil leaves them failed.
-	follow  redis.UniversalClient
-	timeout time.Duration
-	queue   chan *scriptCall
-	stop    chan struct{}
-	stopped sync.Once
-	wg      sync.WaitGroup
+	follow redis.UniversalClient
+	// netTimeout bounds one batch at the network level, a new connection
+	// included (RedisConfig.netTimeout). It is longer than any caller
+	// waits: each caller leaves at its own deadline, while a reply that
+	// comes late keeps its connection instead of costing a new one.
+	netTimeout time.Duration
+	queue      chan *scriptCall
+	stop       chan struct{}
+	stopped    sync.Once
+	wg         sync.WaitGroup
 	// reload loads every script again after a NOSCRIPT (Redis restarted,
 	// failed over or flushed its script cache); reloading guards against
 	// running it twice at once.
@@ -72,14 +83,14 @@ type pipeline struct {
 	roundTrips, calls atomic.Int64
 }
 
-func newPipeline(client, follow redis.UniversalClient, timeout time.Duration, reload func(context.Context) error) *pipeline {
+func newPipeline(client, follow redis.UniversalClient, netTimeout time.Duration, reload func(context.Context) error) *pipeline {
 	p := &pipeline{
-		client:  client,
-		follow:  follow,
-		timeout: timeout,
-		queue:   make(chan *scriptCall, queueLen),
-		stop:    make(chan struct{}),
-		reload:  reload,
+		client:     client,
+		follow:     follow,
+		netTimeout: netTimeout,
+		queue:      make(chan *scriptCall, queueLen),
+		stop:       make(chan struct{}),
+		reload:     reload,
 	}
 	for range pipeliners {
 		p.wg.Add(1)
@@ -171,7 +182,7 @@ func (p *pipeline) send(batch []*scriptCall) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.netTimeout)
 	defer cancel()
 	p.calls.Add(int64(len(live)))
 	cmds := p.exec(ctx, live, func(s redis.Scripter, c *scriptCall) *redis.Cmd {

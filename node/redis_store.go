@@ -54,6 +54,13 @@ type RedisConfig struct {
 	// pipeliner plus the round trip of its batch. A call that takes longer
 	// fails, and the policy's failure mode decides. Default 50ms.
 	Timeout time.Duration
+	// ConnectTimeout bounds what is not one call: opening a connection
+	// (dial, TLS, HELLO with AUTH — a few round trips, which a Redis some
+	// way off cannot fit into Timeout) and a circuit-breaker probe. A
+	// round trip its callers gave up on keeps its connection for up to
+	// ConnectTimeout + Timeout, so a late reply does not cost a new
+	// connection. Default 1s.
+	ConnectTimeout time.Duration
 }
 
 // Validate reports the first problem with c.
@@ -106,6 +113,9 @@ func (c RedisConfig) Validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("redis timeout: %w: %s must not be negative (0 means the default)", ErrInvalidConfig, c.Timeout)
 	}
+	if c.ConnectTimeout < 0 {
+		return fmt.Errorf("redis connect timeout: %w: %s must not be negative (0 means the default)", ErrInvalidConfig, c.ConnectTimeout)
+	}
 	return nil
 }
 
@@ -113,13 +123,26 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultRedisTimeout
 	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultRedisConnectTimeout
+	}
 	return c
 }
+
+// netTimeout is how long a round trip may take at the network level before
+// its connection is given up: long enough to open a connection first, so
+// neither a new connection nor a late reply is judged by one call's
+// deadline.
+func (c RedisConfig) netTimeout() time.Duration { return c.ConnectTimeout + c.Timeout }
 
 // DefaultRedisTimeout is RedisConfig.Timeout's default: long enough for a
 // loaded Redis's round trip, short enough that a check never waits long on
 // a sick one (the circuit breaker then stops the waiting altogether).
 const DefaultRedisTimeout = 50 * time.Millisecond
+
+// DefaultRedisConnectTimeout is RedisConfig.ConnectTimeout's default: a new
+// connection to a Redis 100ms away, TLS included, fits several times over.
+const DefaultRedisConnectTimeout = time.Second
 
 // RedisStore runs the algorithms' Lua scripts on Redis, the authority shared
 // by every node. Script calls are pipelined (see redis_pipeline.go). Safe
@@ -138,8 +161,9 @@ type RedisStore struct {
 	closed           sync.Once
 }
 
-// NewRedisStore connects to Redis, checks that it answers and loads every
-// script on every primary (so the first checks do not pay for EVAL). It
+// NewRedisStore connects to Redis, checks that it answers, loads every
+// script on every primary and opens the connections the pipelines use (so
+// the first checks pay neither for EVAL nor for a new connection). It
 // fails when Redis is unreachable: a node should not start against an
 // authority it cannot reach.
 func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
@@ -167,12 +191,15 @@ func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
 		s.closeClients()
 		return nil, err
 	}
+	// Open the pipelines' connections now rather than under the first
+	// checks' deadlines.
+	_ = s.Ping(ctx) // the scripts just loaded: Redis answers
 	// Batches go through the client that never resends (see
 	// redis_pipeline.go for why, on Redis Cluster); checks a slot move
 	// redirected are resent through the one that follows redirections.
 	// Releases that meet a slot move fail (see newRedisClients).
-	s.checkPipe = newPipeline(releases, client, cfg.Timeout, s.loadScripts)
-	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, s.loadScripts)
+	s.checkPipe = newPipeline(releases, client, cfg.netTimeout(), s.loadScripts)
+	s.releasePipe = newPipeline(releases, nil, cfg.netTimeout(), s.loadScripts)
 	return s, nil
 }
 
@@ -204,6 +231,12 @@ func newRedisClients(cfg RedisConfig) (checks, releases redis.UniversalClient, d
 		// The breaker, not the dialer, decides how often a down server is
 		// tried.
 		opts.DialerRetries = 1
+		opts.DialTimeout = cfg.ConnectTimeout
+		opts.DisableIdentity = true // see the UniversalOptions below
+		// Unless the URL sets pool_size.
+		if opts.PoolSize == 0 {
+			opts.PoolSize = poolSize
+		}
 		describe = fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB)
 		if tlsConfig != nil {
 			describe += " (tls)"
@@ -221,6 +254,11 @@ func newRedisClients(cfg RedisConfig) (checks, releases redis.UniversalClient, d
 		TLSConfig:             tlsConfig,
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,
+		DialTimeout:           cfg.ConnectTimeout,
+		PoolSize:              poolSize,
+		// CLIENT SETINFO only labels the connection in CLIENT LIST, and it
+		// costs every new connection one more round trip.
+		DisableIdentity: true,
 		// Primaries only: ReadOnly, RouteByLatency and RouteRandomly
 		// would send reads to replicas, and every script writes anyway.
 		ReadOnly:       false,
@@ -317,6 +355,10 @@ func (s *RedisStore) Release(ctx context.Context, base string, l algorithms.Limi
 	}
 	return returned, nil
 }
+
+// CallTimeout is RedisConfig.Timeout: how long each call may take as its
+// caller sees it.
+func (s *RedisStore) CallTimeout() time.Duration { return s.cfg.Timeout }
 
 // Remote implements Store: every call is a network round trip.
 func (s *RedisStore) Remote() bool { return true }
@@ -435,18 +477,41 @@ func (s *RedisStore) closeClients() error {
 	return err
 }
 
-// Ping implements Store: every primary answers PING within the timeout.
+// warmConns is how many connections Ping readies: one for each round trip
+// the check pipeline may have in flight at once (releases are rarer).
+const warmConns = pipeliners
+
+// Ping implements Store: PING is answered within ConnectTimeout + Timeout
+// (time to open a connection and make one call, so a Redis that is alive
+// but slower than Timeout passes), on Redis Cluster by every primary. Once
+// it is, Ping readies warmConns connections in all the same way, best
+// effort, and they stay open: the calls after a probe that closed the
+// circuit breaker, or after NewRedisStore, then do not each pay for a new
+// connection within their own deadline. A Redis that does not answer costs
+// one connection attempt per Ping.
 func (s *RedisStore) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.netTimeout())
 	defer cancel()
-	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
-			return fmt.Errorf("redis ping: %w", err)
-		}
-		return nil
-	}
-	if err := s.client.Ping(ctx).Err(); err != nil {
+	if err := s.pingOnce(ctx); err != nil {
 		return fmt.Errorf("redis ping: %w", err)
 	}
+	var wg sync.WaitGroup
+	for range warmConns - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.pingOnce(ctx) // a connection not readied now is opened by its first call
+		}()
+	}
+	wg.Wait()
 	return nil
+}
+
+// pingOnce sends one PING to every primary through the client the
+// pipelines send batches with.
+func (s *RedisStore) pingOnce(ctx context.Context) error {
+	if cc, ok := s.releases.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+	}
+	return s.releases.Ping(ctx).Err()
 }

@@ -27,7 +27,10 @@ type Store interface {
 	// caches denials only for remote stores.
 	Remote() bool
 	// Ping reports whether the store answers, without touching any limit.
-	// The circuit breaker probes with it while open.
+	// The circuit breaker probes with it while open, so it should pass on
+	// a store that is slow but alive: it may take longer than one call
+	// (time to open a connection), and may ready connections for the
+	// calls that follow.
 	Ping(ctx context.Context) error
 	// Reset forgets every algorithm's state stored under base.
 	Reset(ctx context.Context, base string) error
@@ -41,4 +44,12 @@ type Store interface {
 	Describe() string
 	// Close releases the store's resources. It is called once.
 	Close() error
+}
+
+// callTimeouter is a store that bounds each call as its caller sees it, as
+// RedisStore does with RedisConfig.Timeout. A check waits that long at
+// most for other checks' calls on its key before making its own (see
+// Node.refill); a remote store that does not say gets DefaultRedisTimeout.
+type callTimeouter interface {
+	CallTimeout() time.Duration
 }

@@ -25,7 +25,8 @@ type config struct {
 	Listen string
 	// Redis makes Redis the authoritative store (a URL, Cluster seeds or
 	// Sentinel); none of them set means the embedded memory store.
-	// Redis.Timeout defaults to node.DefaultRedisTimeout.
+	// Redis.Timeout defaults to node.DefaultRedisTimeout and
+	// Redis.ConnectTimeout to node.DefaultRedisConnectTimeout.
 	Redis node.RedisConfig
 	// Breaker configures the circuit breaker in front of Redis; the zero
 	// value takes node's defaults (5 failures, probe every 250ms).
@@ -79,7 +80,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		Listen:              ":8080",
-		Redis:               node.RedisConfig{Timeout: node.DefaultRedisTimeout},
+		Redis:               node.RedisConfig{Timeout: node.DefaultRedisTimeout, ConnectTimeout: node.DefaultRedisConnectTimeout},
 		KeyPrefix:           "quotad",
 		InlineLimits:        true,
 		DefaultOnStoreError: node.FailOpen,
@@ -115,6 +116,9 @@ func (c config) validate() error {
 	}
 	if c.Redis.Timeout <= 0 {
 		return fmt.Errorf("redis timeout: %s must be > 0", c.Redis.Timeout)
+	}
+	if c.Redis.ConnectTimeout <= 0 {
+		return fmt.Errorf("redis connect timeout: %s must be > 0", c.Redis.ConnectTimeout)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown timeout: %s must be > 0", c.ShutdownTimeout)
@@ -195,6 +199,7 @@ type fileRedis struct {
 	TLS              *bool         `yaml:"tls"`
 	TLSCAFile        *string       `yaml:"tls_ca_file"`
 	Timeout          *yamlDuration `yaml:"timeout"`
+	ConnectTimeout   *yamlDuration `yaml:"connect_timeout"`
 }
 
 type fileBreaker struct {
@@ -339,6 +344,9 @@ func (f fileConfig) apply(c *config) error {
 		setIf(&c.Redis.TLSCAFile, r.TLSCAFile)
 		if r.Timeout != nil {
 			c.Redis.Timeout = time.Duration(*r.Timeout)
+		}
+		if r.ConnectTimeout != nil {
+			c.Redis.ConnectTimeout = time.Duration(*r.ConnectTimeout)
 		}
 	}
 	if b := f.Breaker; b != nil {

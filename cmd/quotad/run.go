@@ -48,6 +48,7 @@ func settings() []setting {
 		{name: "redis-tls", usage: "use TLS with --redis-cluster and --redis-sentinel (rediss:// does it for --redis)", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Redis.TLS, v) }},
 		{name: "redis-tls-ca", usage: "PEM `file` of the certificate authorities to trust for Redis TLS instead of the system's", apply: func(c *config, v string) error { c.Redis.TLSCAFile = v; return nil }},
 		{name: "redis-timeout", usage: "deadline of each Redis call, queueing included (`duration`); past it the policy's failure mode decides", apply: func(c *config, v string) error { return parseDurationInto(&c.Redis.Timeout, v) }},
+		{name: "redis-connect-timeout", usage: "deadline of opening a Redis connection (dial, TLS, HELLO) and of a circuit-breaker probe, apart from --redis-timeout (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.Redis.ConnectTimeout, v) }},
 		{name: "breaker-failures", usage: "Redis calls failing in a row that open the circuit breaker (`count`); while open, checks take their failure mode at once; 0 takes the default 5", apply: func(c *config, v string) error { return parseIntInto32(&c.Breaker.Failures, v) }},
 		{name: "breaker-probe-every", usage: "how often an open breaker pings Redis; the first answer closes it (`duration`); 0 takes the default 250ms", apply: func(c *config, v string) error { return parseDurationInto(&c.Breaker.ProbeEvery, v) }},
 		{name: "key-prefix", usage: "prefix of every Redis key, {prefix:policy:key}", apply: func(c *config, v string) error { c.KeyPrefix = v; return nil }},
@@ -218,15 +219,16 @@ variables, then flags. Flags:
 `, d.Listen)
 	fs.PrintDefaults()
 	fmt.Fprintf(w, `
-Defaults: listen %s, redis-timeout %s, key-prefix %s, inline-limits %t,
-default-on-store-error %s, shutdown-timeout %s, log-level %s.
+Defaults: listen %s, redis-timeout %s, redis-connect-timeout %s, key-prefix %s,
+inline-limits %t, default-on-store-error %s, shutdown-timeout %s, log-level %s.
 
 Config file (YAML; unknown fields are errors):
   listen: ":8080"
   redis:
     url: "redis://localhost:6379/0" # or cluster: [host:port, ...]
                                     # or sentinel: [host:port, ...] with master: NAME
-    timeout: 50ms                   # also username, password, sentinel_username,
+    timeout: 50ms
+    connect_timeout: 1s             # also username, password, sentinel_username,
                                     # sentinel_password, db, tls, tls_ca_file
   breaker: {failures: 5, probe_every: 250ms}
   max_batch: 1000
@@ -265,7 +267,7 @@ Config file (YAML; unknown fields are errors):
 Try it:
   curl -s -H 'Content-Type: application/json' localhost:8080/quotad.v1.QuotaService/Check \
     -d '{"policy":"demo","key":"u1","limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"60s"}}'
-`, d.Listen, d.Redis.Timeout, d.KeyPrefix, d.InlineLimits, d.DefaultOnStoreError, d.ShutdownTimeout, d.LogLevel)
+`, d.Listen, d.Redis.Timeout, d.Redis.ConnectTimeout, d.KeyPrefix, d.InlineLimits, d.DefaultOnStoreError, d.ShutdownTimeout, d.LogLevel)
 }
 
 func parseLogLevel(s string) (slog.Level, error) {

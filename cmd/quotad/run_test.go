@@ -200,6 +200,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "policy not a mapping", file: "policies:\n  - api\n", want: []string{"line 2", "mapping"}},
 		{name: "missing file", args: []string{"--config", "/nonexistent/q.yaml"}, want: []string{"/nonexistent/q.yaml"}},
 		{name: "bad flag duration", args: []string{"--redis-timeout", "fast"}, want: []string{"--redis-timeout", "fast"}},
+		{name: "zero connect timeout", args: []string{"--redis-connect-timeout", "0s"}, want: []string{"redis connect timeout", "0s must be > 0"}},
 		{name: "bad bool flag", args: []string{"--inline-limits=maybe"}, want: []string{"--inline-limits", "maybe"}},
 		{name: "bad failure mode flag", args: []string{"--default-on-store-error", "sideways"}, want: []string{"--default-on-store-error", "sideways"}},
 		{name: "bad log level", args: []string{"--log-level", "loud"}, want: []string{"log level", "loud"}},
@@ -274,7 +275,7 @@ func TestHelpDocumentsEverySetting(t *testing.T) {
 // Cluster and Sentinel settings reach node.RedisConfig from the file, the
 // environment and flags, and the breaker settings reach node.Config.
 func TestRedisDeploymentSettings(t *testing.T) {
-	file := writeFile(t, "q.yaml", "redis:\n  sentinel: [s1:26379, s2:26379]\n  master: mymaster\n  db: 2\n  username: app\n  tls: true\n  timeout: 80ms\nbreaker:\n  failures: 9\n  probe_every: 1s\n")
+	file := writeFile(t, "q.yaml", "redis:\n  sentinel: [s1:26379, s2:26379]\n  master: mymaster\n  db: 2\n  username: app\n  tls: true\n  timeout: 80ms\n  connect_timeout: 3s\nbreaker:\n  failures: 9\n  probe_every: 1s\n")
 	c, err := loadConfig([]string{"--config", file, "--breaker-failures", "7"}, func(k string) string {
 		return map[string]string{"QUOTAD_REDIS_PASSWORD": "pw"}[k]
 	}, io.Discard)
@@ -283,7 +284,7 @@ func TestRedisDeploymentSettings(t *testing.T) {
 	}
 	r := c.Redis
 	if !slices.Equal(r.SentinelAddrs, []string{"s1:26379", "s2:26379"}) || r.MasterName != "mymaster" || r.DB != 2 ||
-		r.Username != "app" || r.Password != "pw" || !r.TLS || r.Timeout != 80*time.Millisecond {
+		r.Username != "app" || r.Password != "pw" || !r.TLS || r.Timeout != 80*time.Millisecond || r.ConnectTimeout != 3*time.Second {
 		t.Errorf("redis: %+v", r)
 	}
 	if b := c.nodeConfig().Breaker; b.Failures != 7 || b.ProbeEvery != time.Second {
@@ -293,7 +294,8 @@ func TestRedisDeploymentSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.Redis.ClusterAddrs, []string{"a:7000", "b:7001"}) || !c.usesRedis() || c.Redis.Timeout != node.DefaultRedisTimeout {
+	if !slices.Equal(c.Redis.ClusterAddrs, []string{"a:7000", "b:7001"}) || !c.usesRedis() || c.Redis.Timeout != node.DefaultRedisTimeout ||
+		c.Redis.ConnectTimeout != node.DefaultRedisConnectTimeout {
 		t.Errorf("cluster: %+v", c.Redis)
 	}
 }
