@@ -16,10 +16,13 @@ import (
 // for different keys rarely contend.
 const memoryShards = 64
 
-// DefaultMemoryMaxKeys is MemoryConfig.MaxKeys's default. A state costs
-// about 1.6 KB with a 1 KiB key and a few hundred bytes with a short one,
-// so the default bounds the store to roughly 1.6 GB in the worst case.
-const DefaultMemoryMaxKeys = 1_000_000
+// DefaultMemoryMaxKeys is MemoryConfig.MaxKeys's default. A state held
+// costs the process about 2 KB of memory with a 1 KiB key and about 500
+// bytes with a 30-byte one (measured resident size, garbage collector's
+// headroom included), so the default keeps a full store within about
+// 500 MB: an attacker who fills it gets refusals, not an out-of-memory
+// kill that would lose every limit's state.
+const DefaultMemoryMaxKeys = 250_000
 
 // ErrStoreFull means the memory store holds MemoryConfig.MaxKeys states and
 // refused to add another. Keys it already holds are still decided. It is

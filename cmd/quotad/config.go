@@ -59,7 +59,7 @@ type config struct {
 	// 0 means rpc's default, 24h.
 	MaxInlinePeriod time.Duration
 	// MemoryMaxKeys bounds the embedded memory store's states; 0 means
-	// node's default, 1,000,000.
+	// node's default, 250,000.
 	MemoryMaxKeys int
 	// Server bounds the API's connections: timeouts and the connection
 	// cap; zero fields take rpc's defaults (read timeout 30s, idle timeout

@@ -66,13 +66,13 @@ func settings() []setting {
 			c.Lease.MaxFraction = f
 			return nil
 		}},
-		{name: "lease-max-keys", usage: "most keys a node tracks for leasing (`count`); at the bound, other keys go to Redis one check at a time; 0 takes the default 100000", apply: func(c *config, v string) error { return parseIntInto32(&c.Lease.MaxKeys, v) }},
+		{name: "lease-max-keys", usage: "most keys a node tracks for leasing (`count`); at the bound, other keys go to Redis one check at a time; 0 takes the default 50000", apply: func(c *config, v string) error { return parseIntInto32(&c.Lease.MaxKeys, v) }},
 		{name: "denied-cache-entries", usage: "size of the hot denied-key cache in `entries`; 0 with no --denied-cache-bytes means 100000", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxEntries, v) }},
 		{name: "denied-cache-bytes", usage: "size of the hot denied-key cache in `bytes` instead of entries", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxBytes, v) }},
 		{name: "max-batch", usage: "most checks one CheckBatch may carry, 1 to 1000 (`count`); 0 means 1000", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxBatch, v) }},
 		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "max-inline-period", usage: "longest an inline limit's state may live (`duration`): its period, or for buckets and gcra the time to restore a full burst; longer is InvalidArgument; 0 means 24h, 8760h allows every period", apply: func(c *config, v string) error { return parseDurationInto(&c.MaxInlinePeriod, v) }},
-		{name: "memory-max-keys", usage: "most keys the embedded memory store holds (`count`); at the bound, checks of new keys fail with ResourceExhausted; 0 means 1000000", apply: func(c *config, v string) error { return parseIntInto32(&c.MemoryMaxKeys, v) }},
+		{name: "memory-max-keys", usage: "most keys the embedded memory store holds (`count`); at the bound, checks of new keys fail with ResourceExhausted; 0 means 250000", apply: func(c *config, v string) error { return parseIntInto32(&c.MemoryMaxKeys, v) }},
 		{name: "read-timeout", usage: "how long a request body may take to arrive (`duration`); 0 means 30s", apply: func(c *config, v string) error { return parseDurationInto(&c.Server.ReadTimeout, v) }},
 		{name: "idle-timeout", usage: "a connection with no request in flight for this long is closed (`duration`); 0 means 2m", apply: func(c *config, v string) error { return parseDurationInto(&c.Server.IdleTimeout, v) }},
 		{name: "max-connections", usage: "most API connections open at once (`count`); at the bound a new one replaces the longest idle, or is closed if none is idle; 0 means 10000", apply: func(c *config, v string) error { return parseIntInto32(&c.Server.MaxConnections, v) }},
@@ -231,11 +231,11 @@ Config file (YAML; unknown fields are errors):
   max_batch: 1000
   max_request_bytes: 4194304
   max_inline_period: 24h
-  memory_max_keys: 1000000          # embedded memory store only
+  memory_max_keys: 250000           # embedded memory store only
   read_timeout: 30s
   idle_timeout: 2m
   max_connections: 10000
-  lease: {horizon: 200ms, hold: 500ms, max_fraction: 0.05, max_keys: 100000}
+  lease: {horizon: 200ms, hold: 500ms, max_fraction: 0.05, max_keys: 50000}
   key_prefix: quotad
   inline_limits: true
   default_on_store_error: open      # open | closed
