@@ -273,8 +273,12 @@ func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, timeout: d, w: w, http1: r.ProtoMajor == 1}
-		next.ServeHTTP(w, r)
+		// A shallow copy carries the wrapped body: net/http keeps judging
+		// the original (an HTTP/1.1 body left unread past its limit closes
+		// the connection rather than be read as the next request).
+		wrapped := *r
+		wrapped.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, timeout: d, w: w, http1: r.ProtoMajor == 1}
+		next.ServeHTTP(w, &wrapped)
 	})
 }
 
