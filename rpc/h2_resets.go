@@ -54,6 +54,10 @@ const (
 // resetStats counts the guard's GOAWAYs over every connection.
 type resetStats struct {
 	goaways atomic.Int64
+	// lastWarn is the unix nanoseconds of the last log line, so that an
+	// attacker who reconnects again and again is logged once every
+	// capWarnEvery, not per connection.
+	lastWarn atomic.Int64
 }
 
 // resetGuard is one connection's guard. Its inbound side is used only by
@@ -164,9 +168,12 @@ func (g *resetGuard) inspect(b []byte) {
 // between frames; otherwise the server's next write completes the frame in
 // progress and carries it.
 func (g *resetGuard) sendGoAway(conn net.Conn) {
-	g.stats.goaways.Add(1)
-	g.log.Warn("http2: client reset most of its streams; sent GOAWAY ENHANCE_YOUR_CALM and closing",
-		"remote", conn.RemoteAddr().String(), "streams", g.streams, "resets", g.resets)
+	total := g.stats.goaways.Add(1)
+	now := time.Now().UnixNano()
+	if last := g.stats.lastWarn.Load(); now-last >= int64(capWarnEvery) && g.stats.lastWarn.CompareAndSwap(last, now) {
+		g.log.Warn("http2: client reset most of its streams; sent GOAWAY ENHANCE_YOUR_CALM and closing",
+			"remote", conn.RemoteAddr().String(), "streams", g.streams, "resets", g.resets, "goaways_total", total)
+	}
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	g.goaway = goAwayFrame(g.lastStream, h2EnhanceYourCalm, "too many stream resets")
