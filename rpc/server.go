@@ -185,7 +185,7 @@ func (s *Server) Close() error {
 	return s.http.Close()
 }
 
-// Stats is a snapshot of the server's connection figures.
+// ServerStats is a snapshot of the server's connection figures.
 type ServerStats struct {
 	// Open is the connections open now; Evicted counts idle ones closed to
 	// make room for a new one, Refused new ones closed because every
