@@ -282,25 +282,25 @@ func (t *leaseTable) get(k leaseKey) *lease {
 }
 
 // getOrCreate returns k's lease, adding one if there is room. When the
-// table is full it returns a lease that is not in the table (tracked false):
-// enough to decide one check, which it never leases for (its demand is that
-// one check) and whose denial only the denied cache keeps.
-func (t *leaseTable) getOrCreate(k leaseKey, base string, now int64) (l *lease, tracked bool) {
+// table is full it returns a lease that is not in the table: enough to
+// decide one check, which it never leases for (its demand is that one
+// check) and whose denial only the denied cache keeps.
+func (t *leaseTable) getOrCreate(k leaseKey, base string, now int64) *lease {
 	sh := t.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if l := sh.m[k]; l != nil {
-		return l, true
+		return l
 	}
-	l = &lease{base: base, sampleStart: now}
+	l := &lease{base: base, sampleStart: now}
 	l.lastUsed.Store(now)
 	if t.size.Add(1) > t.max {
 		t.size.Add(-1)
 		t.full.Add(1)
-		return l, false
+		return l
 	}
 	sh.m[k] = l
-	return l, true
+	return l
 }
 
 func (t *leaseTable) remove(k leaseKey) *lease {
@@ -413,7 +413,7 @@ func (n *Node) checkLeased(ctx context.Context, p Policy, key string, cost int64
 	if l == nil {
 		// A full table gives an untracked lease: this check goes to the
 		// store alone (LeaseConfig.MaxKeys).
-		l, _ = n.leases.getOrCreate(k, n.keyBase(p.Name, key), now)
+		l = n.leases.getOrCreate(k, n.keyBase(p.Name, key), now)
 		l.demand.Add(max(cost, 1))
 	}
 	return n.refill(ctx, k, l, p, cost)
@@ -477,8 +477,7 @@ func (n *Node) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost 
 	if l.dead {
 		// Reset removed this lease while we held it: use the key's new one.
 		l.mu.Unlock()
-		fresh, _ := n.leases.getOrCreate(k, l.base, start)
-		return n.refill(ctx, k, fresh, p, cost)
+		return n.refill(ctx, k, n.leases.getOrCreate(k, l.base, start), p, cost)
 	}
 	want, hold := n.leaseWant(l, p, cost, start)
 	f := &fetch{done: make(chan struct{})}
