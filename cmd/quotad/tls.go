@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
-	"log"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"sync"
 )
@@ -180,49 +176,17 @@ func (r *certReloader) configForClient(*tls.ClientHelloInfo) (*tls.Config, error
 	return tc, nil
 }
 
-// configureTLS makes srv serve TLS with cfg's files, reloaded as they
-// change, when cfg is enabled; otherwise it leaves srv as it is. Serve srv
-// with serveAPI.
-func configureTLS(srv *http.Server, cfg tlsConfig, logger *slog.Logger) error {
+// serverTLS is the API port's TLS configuration from cfg's files,
+// reloaded as they change, or nil when cfg does not enable TLS.
+func serverTLS(cfg tlsConfig, logger *slog.Logger) (*tls.Config, error) {
 	if !cfg.enabled() {
-		return nil
+		return nil, nil
 	}
 	r, err := newCertReloader(cfg, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	srv.TLSConfig = &tls.Config{GetConfigForClient: r.configForClient, NextProtos: []string{"h2", "http/1.1"}}
-	// Over TLS, HTTP/2 is negotiated by ALPN; nothing speaks h2c.
-	srv.Protocols.SetHTTP2(true)
-	srv.Protocols.SetUnencryptedHTTP2(false)
-	if srv.ErrorLog == nil {
-		srv.ErrorLog = log.New(handshakeLog{logger}, "", 0)
-	}
-	return nil
-}
-
-// serveAPI serves srv on ln, over TLS when configureTLS set it up.
-func serveAPI(srv *http.Server, ln net.Listener) error {
-	if srv.TLSConfig != nil {
-		// The certificate comes from TLSConfig.GetConfigForClient.
-		return srv.ServeTLS(ln, "", "")
-	}
-	return srv.Serve(ln)
-}
-
-// handshakeLog routes net/http's error log into quotad's structured log.
-// Failed handshakes are the client's problem (no or a wrong client
-// certificate, a port scan, a TCP probe), so they go to debug, not warn.
-type handshakeLog struct{ log *slog.Logger }
-
-func (h handshakeLog) Write(p []byte) (int, error) {
-	msg := string(bytes.TrimSpace(p))
-	if bytes.Contains(p, []byte("TLS handshake error")) {
-		h.log.Debug(msg)
-	} else {
-		h.log.Warn(msg)
-	}
-	return len(p), nil
+	return &tls.Config{GetConfigForClient: r.configForClient, NextProtos: []string{"h2", "http/1.1"}}, nil
 }
 
 // fileTLS is the config file's tls section.
