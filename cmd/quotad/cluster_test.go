@@ -87,6 +87,11 @@ func startProc(t *testing.T, bin string, i int, redisURL, seed, keyFile string, 
 			"--cluster-dead-after", clusterDeadAfter.String(),
 			"--cluster-rejoin-interval", "500ms",
 			"--shutdown-timeout", "5s",
+			// These tests count decisions, not timeouts: on a loaded
+			// machine (race detector, parallel packages) a Redis call can
+			// take longer than the 50 ms default, and a fail-open answer
+			// would then be counted as an admission.
+			"--redis-timeout", "2s",
 		}
 		if keyFile != "" {
 			args = append(args, "--cluster-key-file", keyFile)
