@@ -27,6 +27,15 @@ type clusterJSON struct {
 	Gossip      gossipJSON      `json:"gossip"`
 	Leases      leasesJSON      `json:"leases"`
 	DeniedCache deniedCacheJSON `json:"denied_cache"`
+	Config      configJSON      `json:"config"`
+}
+
+// configJSON is the configuration the node runs (ConfigVersion).
+type configJSON struct {
+	Generation int64     `json:"generation"`
+	Hash       string    `json:"hash"`
+	LoadedAt   time.Time `json:"loaded_at"`
+	Policies   int       `json:"policies"`
 }
 
 type memberJSON struct {
@@ -67,10 +76,11 @@ type deniedCacheJSON struct {
 	Evicted       uint64 `json:"evicted"`
 }
 
-// clusterPage serves GET /cluster.
-func clusterPage(n *node.Node) http.HandlerFunc {
+// clusterPage serves GET /cluster for h's node n.
+func clusterPage(n *node.Node, h *Handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		s := n.ClusterStatus()
+		v := h.version.Load()
 		out := clusterJSON{
 			Node: s.Name, Clustered: s.Members != nil, Size: s.Size, LeaseShare: s.LeaseShare,
 			Members: make([]memberJSON, len(s.Members)),
@@ -91,6 +101,7 @@ func clusterPage(n *node.Node) http.HandlerFunc {
 				Cost:    s.Stats.Denied.Cost, MaxCost: s.Stats.Denied.MaxCost, Evicted: s.Stats.Denied.Evicted,
 			},
 		}
+		out.Config = configJSON{Generation: v.Generation, Hash: v.Hash, LoadedAt: v.LoadedAt.UTC(), Policies: n.PolicySet().Len()}
 		out.Joins.Attempts, out.Joins.Contacts = s.Membership.JoinAttempts, s.Membership.JoinContacts
 		for i, m := range s.Members {
 			out.Members[i] = memberJSON{Name: m.Name, Addr: m.Addr, State: m.State.String(), Self: m.Self, Since: m.Since.UTC()}

@@ -50,6 +50,9 @@ type Config struct {
 	// Telemetry is where the wire sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry
+	// ConfigVersion is the configuration's version GET /cluster shows until
+	// Handler.SetRules gives another.
+	ConfigVersion ConfigVersion
 }
 
 // Validate reports the first problem with c. Zero values are valid: they

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,25 +31,28 @@ var errUnknownDomain = errors.New("unknown domain")
 // with the handler options opts, and returns the names of the services it
 // mounted (for reflection): none when cfg.Envoy has no domains. cfg is
 // defaulted and validated.
-func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) ([]string, error) {
+func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) (*rlsService, []string, error) {
 	if len(cfg.Envoy.Domains) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	t, err := compileRLS(cfg.Envoy, n.Policy)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	svc := &rlsService{node: n, table: t, maxDescriptors: cfg.MaxBatch}
+	svc := &rlsService{node: n, maxDescriptors: cfg.MaxBatch}
+	svc.table.Store(&t)
 	mux.Handle(ratelimitv3connect.NewRateLimitServiceHandler(svc, opts...))
-	return []string{ratelimitv3connect.RateLimitServiceName}, nil
+	return svc, []string{ratelimitv3connect.RateLimitServiceName}, nil
 }
 
 // rlsService implements envoy.service.ratelimit.v3.RateLimitService on a
 // node. Its methods return plain domain errors; errorInterceptor gives them
 // their codes. It is safe for concurrent use.
 type rlsService struct {
-	node  *node.Node
-	table rlsTable
+	node *node.Node
+	// table is the rules; Handler.SetRules swaps in new ones, and each
+	// request plans with the one it loaded.
+	table atomic.Pointer[rlsTable]
 	// maxDescriptors bounds the descriptors of one request, like a batch.
 	maxDescriptors int
 }
@@ -106,9 +110,10 @@ func (s *rlsService) plan(req *rlsv3.RateLimitRequest) ([]rlsCheck, error) {
 	if n := len(ds); n == 0 || n > s.maxDescriptors {
 		return nil, fmt.Errorf("descriptors: %w: %d descriptors; send 1 to %d", errInvalidRequest, n, s.maxDescriptors)
 	}
-	root, ok := s.table.domains[domain]
+	t := s.table.Load()
+	root, ok := t.domains[domain]
 	if !ok {
-		return nil, fmt.Errorf("domain: %w %q: not configured on this server (configured: %s)", errUnknownDomain, domain, strings.Join(s.table.names, ", "))
+		return nil, fmt.Errorf("domain: %w %q: not configured on this server (configured: %s)", errUnknownDomain, domain, strings.Join(t.names, ", "))
 	}
 	// A request's hits_addend of 0 means unset, that is 1.
 	hits := max(1, uint64(req.GetHitsAddend()))
