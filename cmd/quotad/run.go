@@ -169,16 +169,20 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	if path == "" {
 		path = getenv("QUOTAD_CONFIG")
 	}
+	var doc *yamlDoc
 	if path != "" {
-		if err := loadFile(&c, path); err != nil {
+		var err error
+		if doc, err = loadFile(&c, path); err != nil {
 			return config{}, err
 		}
 	}
+	overrides := map[string]bool{}
 	for _, s := range all {
 		if v := getenv(s.env()); v != "" && !set[s.name] {
 			if err := s.apply(&c, v); err != nil {
 				return config{}, fmt.Errorf("environment %s: %w", s.env(), err)
 			}
+			overrides[s.name] = true
 		}
 	}
 	for _, s := range all {
@@ -186,10 +190,11 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 			if err := s.apply(&c, fs.Lookup(s.name).Value.String()); err != nil {
 				return config{}, fmt.Errorf("flag --%s: %w", s.name, err)
 			}
+			overrides[s.name] = true
 		}
 	}
 	if err := c.validate(); err != nil {
-		return config{}, fmt.Errorf("config: %w", err)
+		return config{}, mergedError(err, doc, overrides)
 	}
 	return c, nil
 }
