@@ -259,6 +259,10 @@ type Membership struct {
 	closeMu sync.Mutex
 	left    bool
 	down    bool
+	// closing is set as Shutdown closes memberlist, which stops its own
+	// gossip timers only after closing its sockets: a send in between fails
+	// with "use of closed network connection", which is no error then.
+	closing atomic.Bool
 }
 
 // NewMembership starts this node's gossip on cfg's address and a loop that
@@ -340,7 +344,7 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 	mc.DeadNodeReclaimTime = c.DeadAfter
 	mc.Delegate = delegate{m}
 	mc.Events = events{m}
-	mc.Logger = log.New(memberlistLog{m.log}, "", 0)
+	mc.Logger = log.New(memberlistLog{m.log, &m.closing}, "", 0)
 	return mc, nil
 }
 
@@ -580,6 +584,7 @@ func (m *Membership) Shutdown() error {
 	m.down = true
 	m.stopLoops()
 	m.loops.Wait()
+	m.closing.Store(true)
 	if err := m.ml.Shutdown(); err != nil {
 		return fmt.Errorf("cluster shutdown: %w", err)
 	}
@@ -738,8 +743,12 @@ func (m *Membership) sendGossip() {
 }
 
 // memberlistLog turns memberlist's "[LEVEL] memberlist: text" lines into
-// slog records at the same level.
-type memberlistLog struct{ log *slog.Logger }
+// slog records at the same level; once closing is set, its failures to
+// write to its own closed sockets are debug lines.
+type memberlistLog struct {
+	log     *slog.Logger
+	closing *atomic.Bool
+}
 
 func (w memberlistLog) Write(p []byte) (int, error) {
 	line := strings.TrimSpace(string(p))
@@ -752,6 +761,9 @@ func (w memberlistLog) Write(p []byte) (int, error) {
 			line, level = strings.TrimSpace(rest), l.level
 			break
 		}
+	}
+	if level > slog.LevelDebug && w.closing != nil && w.closing.Load() && strings.Contains(line, "use of closed network connection") {
+		level = slog.LevelDebug
 	}
 	if w.log.Enabled(context.Background(), level) {
 		w.log.Log(context.Background(), level, strings.TrimPrefix(line, "memberlist: "), "component", "memberlist")
