@@ -9,6 +9,7 @@ require (
 	connectrpc.com/otelconnect v0.10.0
 	github.com/dgraph-io/ristretto/v2 v2.4.2
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
+	github.com/go-logr/logr v1.4.4
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -38,7 +39,6 @@ require (
 	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
-	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/btree v1.1.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect

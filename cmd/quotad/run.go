@@ -283,6 +283,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	level, _ := parseLogLevel(cfg.LogLevel) // validated
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logOtelTo(log)
 
 	// Telemetry starts first and stops last (deferred calls run in
 	// reverse), after the node has closed.
