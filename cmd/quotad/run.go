@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/quotad/quotad/node"
@@ -281,7 +284,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	level, _ := parseLogLevel(cfg.LogLevel) // validated
+	// The level is a variable: a reload may change it.
+	level := new(slog.LevelVar)
+	l, _ := parseLogLevel(cfg.LogLevel) // validated
+	level.Set(l)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	logOtelTo(log)
 
@@ -317,10 +323,32 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rpcCfg := cfg.rpcConfig()
 	rpcCfg.Health = health
 	rpcCfg.Telemetry = tel.rpc()
+	rpcCfg.ConfigVersion = rpc.ConfigVersion{Generation: 1, Hash: cfg.File.SHA256, LoadedAt: time.Now()}
 	handler, err := rpc.NewHandler(n, rpcCfg, log)
 	if err != nil {
 		return err
 	}
+	// SIGHUP reloads the configuration (reload.go); it never ends quotad.
+	reload, err := newReloader(cfg, args, getenv, log, level, n, handler, tel.meter)
+	if err != nil {
+		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer func() {
+		signal.Stop(hup)
+		signal.Ignore(syscall.SIGHUP)
+	}()
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	reloadDone := make(chan struct{})
+	go func() {
+		defer close(reloadDone)
+		reload.run(reloadCtx, hup)
+	}()
+	defer func() {
+		stopReload()
+		<-reloadDone
+	}()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -349,6 +377,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	// No reload once shutdown begins: the node is about to close.
+	stopReload()
+	<-reloadDone
 	started := time.Now()
 	log.Info("shutting down: draining", "timeout", cfg.ShutdownTimeout)
 	health.Drain()
