@@ -215,7 +215,9 @@ Usage:
   quotad check --policy NAME --key KEY [flags]   (one decision; see quotad check --help)
 
 Settings come from defaults, then the --config file, then QUOTAD_* environment
-variables, then flags. Flags:
+variables, then flags. SIGHUP, or a change to the --config file's content, reloads
+them: policies, envoy rules and log_level apply at once; the rest needs a restart.
+Flags:
 `, d.Listen)
 	fs.PrintDefaults()
 	fmt.Fprintf(w, `
