@@ -9,9 +9,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -68,6 +70,30 @@ func newReloader(cfg config, args []string, getenv func(string) string, log *slo
 // version is the running configuration's version, for GET /cluster.
 func (r *reloader) version() rpc.ConfigVersion {
 	return rpc.ConfigVersion{Generation: r.generation, Hash: r.cur.File.SHA256, LoadedAt: time.Now()}
+}
+
+// start runs r until ctx ends or stop is called, whichever comes first;
+// stop waits for a reload in progress and may be called more than once.
+// While r runs, SIGHUP reloads; before and after, SIGHUP is ignored (main
+// ignores it from the start), so it never ends the process.
+func (r *reloader) start(ctx context.Context) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(ctx, hup)
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			signal.Stop(hup)
+			signal.Ignore(syscall.SIGHUP)
+		})
+	}
 }
 
 // run reloads on each value from hup and whenever the file's content

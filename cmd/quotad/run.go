@@ -9,11 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/quotad/quotad/node"
@@ -335,22 +332,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer func() {
-		signal.Stop(hup)
-		signal.Ignore(syscall.SIGHUP)
-	}()
-	reloadCtx, stopReload := context.WithCancel(ctx)
-	reloadDone := make(chan struct{})
-	go func() {
-		defer close(reloadDone)
-		reload.run(reloadCtx, hup)
-	}()
-	defer func() {
-		stopReload()
-		<-reloadDone
-	}()
+	stopReload := reload.start(ctx)
+	defer stopReload()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -379,9 +362,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	// No reload once shutdown begins: the node is about to close.
-	stopReload()
-	<-reloadDone
+	stopReload() // no reload once shutdown begins: the node is about to close
 	started := time.Now()
 	log.Info("shutting down: draining", "timeout", cfg.ShutdownTimeout)
 	health.Drain()
