@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -49,8 +50,10 @@ type reloader struct {
 
 	mu sync.Mutex // serializes reloads; guards the fields below
 	// cur is the configuration in force.
-	cur        config
-	generation int64
+	cur config
+	// generation counts the configurations applied (1 at start); atomic, so
+	// that /metrics never waits for a reload.
+	generation atomic.Int64
 	// seen is the file content last tried, applied or not (its SHA-256, or
 	// the read error), so that a refused file is reported once, not at
 	// every poll.
@@ -60,16 +63,12 @@ type reloader struct {
 // newReloader returns the reloader of a quotad started with cfg, which
 // loadConfig made from args and getenv. meter may be nil (no metrics).
 func newReloader(cfg config, args []string, getenv func(string) string, log *slog.Logger, level *slog.LevelVar, n *node.Node, api *rpc.Handler, meter metric.MeterProvider) (*reloader, error) {
-	r := &reloader{args: args, getenv: getenv, log: log, level: level, node: n, api: api, cur: cfg, generation: 1, seen: cfg.File.SHA256}
+	r := &reloader{args: args, getenv: getenv, log: log, level: level, node: n, api: api, cur: cfg, seen: cfg.File.SHA256}
+	r.generation.Store(1)
 	if err := r.meters.init(meter, r); err != nil {
 		return nil, err
 	}
 	return r, nil
-}
-
-// version is the running configuration's version, for GET /cluster.
-func (r *reloader) version() rpc.ConfigVersion {
-	return rpc.ConfigVersion{Generation: r.generation, Hash: r.cur.File.SHA256, LoadedAt: time.Now()}
 }
 
 // start runs r until ctx ends or stop is called, whichever comes first;
@@ -158,13 +157,12 @@ func (r *reloader) reload(ctx context.Context, trigger string) {
 		r.refuse(ctx, trigger, fmt.Errorf("policies: %w", err))
 		return
 	}
-	r.generation++
-	v := rpc.ConfigVersion{Generation: r.generation, Hash: apply.File.SHA256, LoadedAt: time.Now()}
+	generation := r.generation.Load() + 1
+	v := rpc.ConfigVersion{Generation: generation, Hash: apply.File.SHA256, LoadedAt: time.Now()}
 	if err := r.api.SetRules(rpc.Rules{Envoy: apply.Envoy, Policies: apply.Policies, Version: v}); err != nil {
 		// loadConfig compiled the same rules against the same policies, so
 		// this does not happen; if it did, the policies go back too, so
 		// that nothing is half applied.
-		r.generation--
 		if _, backErr := r.node.SetPolicies(ctx, r.cur.Policies); backErr != nil {
 			err = errors.Join(err, backErr)
 		}
@@ -175,9 +173,10 @@ func (r *reloader) reload(ctx context.Context, trigger string) {
 		r.level.Set(level)
 	}
 	r.cur = apply
+	r.generation.Store(generation)
 	r.meters.count(ctx, "success")
 	r.log.Info("config reloaded", "trigger", trigger, "file", apply.File.Path, "sha256", apply.File.SHA256,
-		"generation", r.generation, "policies", len(apply.Policies), "added", changes.Added, "removed", changes.Removed,
+		"generation", generation, "policies", len(apply.Policies), "added", changes.Added, "removed", changes.Removed,
 		"changed", changes.Changed, "envoy_domains", len(apply.Envoy.Domains), "log_level", apply.LogLevel)
 }
 
@@ -191,7 +190,7 @@ func (r *reloader) refuse(ctx context.Context, trigger string, err error) {
 	} else {
 		attrs = append(attrs, "file", r.cur.File.Path)
 	}
-	attrs = append(attrs, "err", err, "generation", r.generation)
+	attrs = append(attrs, "err", err, "generation", r.generation.Load())
 	r.log.Error("config reload failed; the running config stays in force", attrs...)
 }
 
@@ -274,9 +273,7 @@ func (m *reloadMeters) init(mp metric.MeterProvider, r *reloader) error {
 	_, err = meter.Int64ObservableGauge("quotad.config.generation",
 		metric.WithDescription("Configurations applied since the process started: 1 at start, +1 per reload applied."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			o.Observe(r.generation)
+			o.Observe(r.generation.Load())
 			return nil
 		}))
 	if err != nil {
