@@ -7,7 +7,8 @@
 #
 # Environment: QUOTAD_BIN (the quotad binary, required), CLUSTER_REDIS_PORT
 # (6390), CLUSTER_API_PORT (8080), CLUSTER_GOSSIP_PORT (7946),
-# CLUSTER_START_TIMEOUT (seconds to wait for each process, 20).
+# CLUSTER_START_TIMEOUT (seconds to wait for each process, 20), CLUSTER_DIR
+# (where logs and the key go; a new temporary directory).
 set -u
 
 bin=${QUOTAD_BIN:?set QUOTAD_BIN to the quotad binary}
@@ -66,7 +67,7 @@ await() {
 	done
 }
 
-dir=$(mktemp -d)
+dir=${CLUSTER_DIR:-$(mktemp -d)}
 head -c 32 /dev/urandom | base64 >"$dir/gossip.key"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
 pids[redis]=$!

@@ -38,7 +38,7 @@ func startLocalCluster(t *testing.T, redisPort, apiPort, gossipPort int) *localC
 	cmd := exec.Command("bash", "local-cluster.sh")
 	cmd.Env = append(os.Environ(), "QUOTAD_BIN="+quotadtest.Binary(t),
 		"CLUSTER_REDIS_PORT="+strconv.Itoa(redisPort), "CLUSTER_API_PORT="+strconv.Itoa(apiPort),
-		"CLUSTER_GOSSIP_PORT="+strconv.Itoa(gossipPort), "CLUSTER_START_TIMEOUT=60")
+		"CLUSTER_GOSSIP_PORT="+strconv.Itoa(gossipPort), "CLUSTER_START_TIMEOUT=60", "CLUSTER_DIR="+t.TempDir())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
