@@ -45,9 +45,10 @@ type PolicyDecisions struct {
 // started, sorted by name. It reads atomics and may run at any time.
 func (n *Node) Decisions() []PolicyDecisions {
 	m := *n.decisions.m.Load()
+	set := n.policies.Load()
 	out := make([]PolicyDecisions, 0, len(m)+1)
 	for name, c := range m {
-		_, configured := n.policies[name]
+		_, configured := set.Policy(name)
 		out = append(out, c.snapshot(configured))
 	}
 	if o := n.decisions.other.snapshot(false); o.Allowed != (SourceCounts{}) || o.Denied != (SourceCounts{}) {

@@ -41,7 +41,7 @@ func (n *Node) keyBase(p Policy, key string) string {
 // package rpc, which refuses limits under configured names), is bound to
 // its limit.
 func (n *Node) isConfigured(p Policy) bool {
-	c, ok := n.policies[p.Name]
+	c, ok := n.policies.Load().Policy(p.Name)
 	return ok && c.Limit == p.Limit
 }
 

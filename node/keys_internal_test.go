@@ -85,13 +85,13 @@ func TestKeyBasesAreInjective(t *testing.T) {
 	seen := map[string]keyIdentity{}
 	for range 20000 {
 		prefix := randomText(rng, "q:%/a1", 1) // never a brace: Validate refuses them
-		n := &Node{cfg: Config{KeyPrefix: prefix}, policies: map[string]Policy{}}
+		n := keysNode(prefix)
 		name := randomText(rng, "ab.-_1", 1)
 		key := randomText(rng, "k:%}{/ \xff1", 1)
 		p := Policy{Name: name, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1 + rng.Int64N(20), Period: time.Duration(1+rng.Int64N(20)) * time.Millisecond}}
 		want := keyIdentity{prefix: prefix, name: name, key: key, inline: true, limit: p.Limit.Limit, periodMs: p.Limit.PeriodMillis(), capacity: p.Limit.Capacity()}
 		if rng.IntN(2) == 0 {
-			n.policies[name] = p
+			n = keysNode(prefix, p)
 			want = keyIdentity{prefix: prefix, name: name, key: key}
 		}
 		base := n.keyBase(p, key)
@@ -119,9 +119,9 @@ func TestKeyBasesAreInjective(t *testing.T) {
 // per-ip and key victim2.
 func TestKeyBaseIssueCollision(t *testing.T) {
 	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 3, Period: time.Minute}
-	inlineNode := &Node{cfg: Config{KeyPrefix: "q"}, policies: map[string]Policy{}}
+	inlineNode := keysNode("q")
 	configured := Policy{Name: "per-ip", Limit: lim}
-	configuredNode := &Node{cfg: Config{KeyPrefix: "q:prod"}, policies: map[string]Policy{"per-ip": configured}}
+	configuredNode := keysNode("q:prod", configured)
 	a := inlineNode.keyBase(Policy{Name: "prod", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1000, Period: time.Millisecond}}, "per-ip:victim2")
 	b := configuredNode.keyBase(configured, "victim2")
 	t.Logf("inline: %s, configured: %s", a, b)
@@ -139,10 +139,19 @@ func TestKeyBaseIssueCollision(t *testing.T) {
 // The layout of configured policies is unchanged for prefixes and keys
 // without '%', ':' (prefix) or '}': their counters survive an upgrade.
 func TestKeyBaseOfPlainKeysIsUnchanged(t *testing.T) {
-	n := &Node{cfg: Config{KeyPrefix: "quotad"}, policies: map[string]Policy{"api": {Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 1, Period: time.Second}}}}
-	if got := n.keyBase(n.policies["api"], "user:1/x{y"); got != "{quotad:api:user:1/x{y}" {
+	api := Policy{Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 1, Period: time.Second}}
+	n := keysNode("quotad", api)
+	if got := n.keyBase(api, "user:1/x{y"); got != "{quotad:api:user:1/x{y}" {
 		t.Fatalf("base %s", got)
 	}
+}
+
+// keysNode is a bare node with key prefix prefix and the configured
+// policies ps, enough for keyBase and keyFamily.
+func keysNode(prefix string, ps ...Policy) *Node {
+	n := &Node{cfg: Config{KeyPrefix: prefix}}
+	n.policies.Store(newPolicySet(ps, FailOpen))
+	return n
 }
 
 // hashTag is what Redis Cluster hashes of key: the bytes between the first
@@ -157,9 +166,8 @@ func hashTag(key string) string {
 }
 
 func ExampleNode_keyBase() {
-	n := &Node{cfg: Config{KeyPrefix: "quotad"}, policies: map[string]Policy{}}
 	api := Policy{Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 100, Period: time.Minute}}
-	n.policies["api"] = api
+	n := keysNode("quotad", api)
 	fmt.Println(n.keyBase(api, "user-1"))
 	fmt.Println(n.keyBase(api, "}odd%key"))
 	fmt.Println(n.keyBase(Policy{Name: "ns", Limit: algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 100, Period: time.Minute, Burst: 20}}, "user-1"))

@@ -299,6 +299,10 @@ type Membership struct {
 	closeMu sync.Mutex
 	left    bool
 	down    bool
+	// closing is set as Shutdown closes memberlist, which stops its own
+	// gossip timers only after closing its sockets: a send in between fails
+	// with "use of closed network connection", which is no error then.
+	closing atomic.Bool
 }
 
 // NewMembership starts this node's gossip on cfg's address and a loop that
@@ -385,7 +389,7 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 	mc.Events = events{m}
 	mc.Alive = guard{m}
 	mc.Merge = guard{m}
-	mc.Logger = log.New(&memberlistLog{log: m.log}, "", 0)
+	mc.Logger = log.New(&memberlistLog{log: m.log, closing: &m.closing}, "", 0)
 	return mc, nil
 }
 
@@ -627,6 +631,7 @@ func (m *Membership) Shutdown() error {
 	m.down = true
 	m.stopLoops()
 	m.loops.Wait()
+	m.closing.Store(true)
 	if err := m.ml.Shutdown(); err != nil {
 		return fmt.Errorf("cluster shutdown: %w", err)
 	}
@@ -800,9 +805,12 @@ const maxMemberlistWarnings = 20
 
 // memberlistLog turns memberlist's "[LEVEL] memberlist: text" lines into
 // slog records at the same level, at most maxMemberlistWarnings warnings
-// and errors a second. memberlist writes from many goroutines.
+// and errors a second; once closing is set, its failures to write to its
+// own closed sockets are debug lines. memberlist writes from many
+// goroutines.
 type memberlistLog struct {
-	log *slog.Logger
+	log     *slog.Logger
+	closing *atomic.Bool
 
 	mu sync.Mutex
 	// second is the Unix second being counted; sent the warnings and
@@ -823,6 +831,9 @@ func (w *memberlistLog) Write(p []byte) (int, error) {
 			line, level = strings.TrimSpace(rest), l.level
 			break
 		}
+	}
+	if level > slog.LevelDebug && w.closing != nil && w.closing.Load() && strings.Contains(line, "use of closed network connection") {
+		level = slog.LevelDebug
 	}
 	ctx := context.Background()
 	if !w.log.Enabled(ctx, level) {

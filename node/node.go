@@ -8,8 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -129,8 +129,12 @@ type Node struct {
 	lcfg        LeaseConfig
 	store       Store
 	log         *slog.Logger
-	policies    map[string]Policy
 	clusterSize func() int
+
+	// policies is the configured policies; SetPolicies swaps in a new set
+	// under swapMu.
+	policies atomic.Pointer[PolicySet]
+	swapMu   sync.Mutex
 
 	// Local pre-aggregation, used only with a remote store: in process, the
 	// memory store is as fast as a lease.
@@ -278,20 +282,14 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, lcfg: cfg.Lease, store: store, log: log, clusterSize: cfg.ClusterSize,
-		policies:  make(map[string]Policy, len(cfg.Policies)),
 		leases:    newLeaseTable(cfg.Lease.MaxKeys),
 		denied:    denied,
 		topDenied: topDenied,
 		epoch:     time.Now(),
 	}
-	for _, p := range cfg.Policies {
-		// Resolve the default now so that status pages and ListPolicies
-		// show the mode that applies.
-		if p.OnStoreError == FailDefault {
-			p.OnStoreError = cfg.DefaultFailureMode
-		}
-		n.policies[p.Name] = p
-	}
+	// newPolicySet resolves the default failure mode now, so that status
+	// pages and ListPolicies show the mode that applies.
+	n.policies.Store(newPolicySet(cfg.Policies, cfg.DefaultFailureMode))
 	n.decisions.init(n.Policies())
 	if n.tel, err = newTelemetry(cfg.Telemetry, n, store); err != nil {
 		denied.Close()
@@ -356,20 +354,10 @@ func (n *Node) janitor(ctx context.Context) {
 }
 
 // Policy returns the configured policy called name.
-func (n *Node) Policy(name string) (Policy, bool) {
-	p, ok := n.policies[name]
-	return p, ok
-}
+func (n *Node) Policy(name string) (Policy, bool) { return n.policies.Load().Policy(name) }
 
 // Policies returns the configured policies sorted by name.
-func (n *Node) Policies() []Policy {
-	out := make([]Policy, 0, len(n.policies))
-	for _, p := range n.policies {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
+func (n *Node) Policies() []Policy { return n.policies.Load().All() }
 
 // Store describes the store the node decides with.
 func (n *Node) Store() string { return n.store.Describe() }
@@ -383,7 +371,18 @@ func (n *Node) Store() string { return n.store.Describe() }
 // key) and the caller's context ending.
 //
 // It may block on the store until ctx is done or the store's timeout passes.
+//
+// At debug level it logs a line per decision (decision_log.go); the check
+// pays for one level test when the level is off.
 func (n *Node) Check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+	if n.log.Enabled(ctx, slog.LevelDebug) {
+		return n.checkLogged(ctx, p, key, cost)
+	}
+	return n.checkMeasured(ctx, p, key, cost)
+}
+
+// checkMeasured is Check without the debug log.
+func (n *Node) checkMeasured(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
 	var res Result
 	var err error
 	if n.tel.observed() {
@@ -478,7 +477,7 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 	}()
 	family := n.keyFamily(policy, key)
 	err := n.store.Reset(ctx, family)
-	if _, configured := n.policies[policy]; !configured && err == nil {
+	if _, configured := n.policies.Load().Policy(policy); !configured && err == nil {
 		// An inline namespace: its limits' states are stored apart.
 		err = n.store.ResetInline(ctx, family)
 	}

@@ -321,6 +321,27 @@ func (l *policyLabels) init(configured []Policy) {
 	l.other = &policyCounts{policy: otherPolicyLabel}
 }
 
+// addConfigured gives policies that a reload configured their own label,
+// past maxPolicyLabels if need be: configured policies always have one.
+func (l *policyLabels) addConfigured(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := *l.m.Load()
+	m := make(map[string]*policyCounts, len(old)+len(names))
+	for k, v := range old {
+		m[k] = v
+	}
+	for _, name := range names {
+		if _, ok := m[name]; !ok {
+			m[name] = &policyCounts{policy: name}
+		}
+	}
+	l.m.Store(&m)
+}
+
 func (l *policyLabels) get(policy string) *policyCounts {
 	if c, ok := (*l.m.Load())[policy]; ok {
 		return c

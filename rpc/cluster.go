@@ -26,9 +26,18 @@ type clusterJSON struct {
 		// Refused counts peers refused for another key prefix or Redis.
 		Refused int64 `json:"refused"`
 	} `json:"joins"`
-	Gossip      gossipJSON      `json:"gossip"`
-	Leases      leasesJSON      `json:"leases"`
-	DeniedCache deniedCacheJSON `json:"denied_cache"`
+	Gossip      gossipJSON        `json:"gossip"`
+	Leases      leasesJSON        `json:"leases"`
+	DeniedCache deniedCacheJSON   `json:"denied_cache"`
+	Config      clusterConfigJSON `json:"config"`
+}
+
+// clusterConfigJSON is the configuration the node runs (ConfigVersion).
+type clusterConfigJSON struct {
+	Generation int64     `json:"generation"`
+	Hash       string    `json:"hash"`
+	LoadedAt   time.Time `json:"loaded_at"`
+	Policies   int       `json:"policies"`
 }
 
 type memberJSON struct {
@@ -74,10 +83,11 @@ type deniedCacheJSON struct {
 	Evicted       uint64 `json:"evicted"`
 }
 
-// clusterPage serves GET /cluster.
-func clusterPage(n *node.Node) http.HandlerFunc {
+// clusterPage serves GET /cluster for h's node n.
+func clusterPage(n *node.Node, h *Handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		s := n.ClusterStatus()
+		v := h.version.Load()
 		out := clusterJSON{
 			Node: s.Name, Clustered: s.Members != nil, Size: s.Size, LeaseShare: s.LeaseShare,
 			Members: make([]memberJSON, len(s.Members)),
@@ -99,6 +109,7 @@ func clusterPage(n *node.Node) http.HandlerFunc {
 				Cost:    s.Stats.Denied.Cost, MaxCost: s.Stats.Denied.MaxCost, Evicted: s.Stats.Denied.Evicted,
 			},
 		}
+		out.Config = clusterConfigJSON{Generation: v.Generation, Hash: v.Hash, LoadedAt: v.LoadedAt.UTC(), Policies: n.PolicySet().Len()}
 		out.Joins.Attempts, out.Joins.Contacts, out.Joins.Refused = s.Membership.JoinAttempts, s.Membership.JoinContacts, s.Membership.Refused
 		for i, m := range s.Members {
 			out.Members[i] = memberJSON{Name: m.Name, Addr: m.Addr, State: m.State.String(), Self: m.Self, Since: m.Since.UTC()}

@@ -87,6 +87,9 @@ type Config struct {
 	// Printable ASCII without spaces. Empty, the default, leaves admin calls
 	// open to every client.
 	AdminToken string
+	// ConfigVersion is the configuration's version GET /cluster shows until
+	// Handler.SetRules gives another.
+	ConfigVersion ConfigVersion
 }
 
 // Validate reports the first problem with c. Zero values are valid: they

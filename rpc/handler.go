@@ -1,9 +1,11 @@
 package rpc
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -38,8 +40,8 @@ import (
 // gRPC needs HTTP/2: serve the handler with an http.Server whose Protocols
 // enable HTTP/1 and unencrypted HTTP/2 (h2c), or over TLS. cfg is defaulted
 // and validated; log may be nil (discard). The handler is safe for
-// concurrent use.
-func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error) {
+// concurrent use; SetRules changes the Envoy rules it serves by.
+func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -72,7 +74,7 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 	}
 	svc := &service{
 		node:     n,
-		policies: policyResolver{node: n, inlineAllowed: !cfg.DisableInlineLimits, maxInlinePeriod: cfg.MaxInlinePeriod},
+		policies: policyResolver{inlineAllowed: !cfg.DisableInlineLimits, maxInlinePeriod: cfg.MaxInlinePeriod},
 		maxBatch: cfg.MaxBatch,
 		log:      log,
 		tracer:   cfg.Telemetry.tracer(),
@@ -85,10 +87,12 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 	}
 	rpcInterceptors := connect.WithInterceptors(interceptors...)
 	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, rpcInterceptors))
-	envoyServices, err := mountRLS(mux, n, cfg, common, rpcInterceptors)
+	rls, envoyServices, err := mountRLS(mux, n, cfg, common, rpcInterceptors)
 	if err != nil {
 		return nil, err
 	}
+	handler := &Handler{rls: rls}
+	handler.version.Store(&cfg.ConfigVersion)
 	reflector := grpcreflect.NewStaticReflector(append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, common))
 	// Many tools (grpcurl among them) still ask v1alpha first.
@@ -96,12 +100,75 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 	mux.Handle(grpchealth.NewHandler(h, common))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
-	mux.HandleFunc("GET /cluster", clusterPage(n))
+	mux.HandleFunc("GET /cluster", clusterPage(n, handler))
 	mux.HandleFunc("GET /status", statusPage(n, cfg, time.Now()))
 	if !cfg.DisableConsole {
 		c := console.Handler()
 		mux.Handle("GET /{$}", c)
 		mux.Handle("GET /console/", c)
 	}
-	return mux, nil
+	handler.mux = explainContentType(mux)
+	return handler, nil
+}
+
+// Handler is the API of one node; NewHandler describes what it serves.
+type Handler struct {
+	mux http.Handler
+	// rls is Envoy's rate limit service; nil when it is not served.
+	rls *rlsService
+	// version is the config the rules came from, for GET /cluster.
+	version atomic.Pointer[ConfigVersion]
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// ConfigVersion identifies the configuration a server runs, as GET
+// /cluster shows it. The zero value shows nothing known.
+type ConfigVersion struct {
+	// Generation counts the configurations applied since the process
+	// started: 1 at start, +1 per reload applied.
+	Generation int64
+	// Hash identifies the configuration's source, e.g. the hex SHA-256 of
+	// the config file; empty without one.
+	Hash string
+	// LoadedAt is when it was applied.
+	LoadedAt time.Time
+}
+
+// Rules are what a server can change while it serves: Envoy's rules and
+// the version of the configuration they came from.
+type Rules struct {
+	// Envoy is Envoy's rules, compiled by CompileEnvoyRules against the
+	// policies the node runs (node.SetPolicies): the rules keep their own
+	// copy of each. nil means none: every domain is unknown. While Envoy's
+	// rate limit service is not served (NewHandler's Config configured no
+	// domain and no DropIn), they must serve nothing either: serving it
+	// takes a restart.
+	Envoy *EnvoyRules
+	// Version is shown by GET /cluster.
+	Version ConfigVersion
+}
+
+// ErrRestartRequired is wrapped by SetRules when the new rules would need
+// a service that is not mounted.
+var ErrRestartRequired = errors.New("needs a restart")
+
+// SetRules replaces the Envoy rules with one EnvoySwitch.Swap, the same
+// switch Config.EnvoyRules names when set: each ShouldRateLimit request is
+// decided wholly by the old rules or wholly by the new ones. On error
+// nothing changes. Safe for concurrent use with requests; calls are not
+// meant to race each other (the last one wins), so one goroutine should
+// make them.
+func (h *Handler) SetRules(r Rules) error {
+	if h.rls == nil {
+		if r.Envoy.serves() {
+			return fmt.Errorf("envoy: serving Envoy's rate limit service %w (it was not configured at start)", ErrRestartRequired)
+		}
+	} else {
+		h.rls.rules.Swap(r.Envoy)
+	}
+	v := r.Version
+	h.version.Store(&v)
+	return nil
 }

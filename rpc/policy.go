@@ -11,14 +11,13 @@ import (
 // policyResolver decides which policy a check is about: a configured one,
 // or an inline limit under a namespace the request names.
 type policyResolver struct {
-	node          *node.Node
 	inlineAllowed bool
 	// maxInlinePeriod bounds how long an inline limit's state may live
 	// (checkInlineLifetime).
 	maxInlinePeriod time.Duration
 }
 
-// resolve returns the policy req names. Without a limit, the policy must be
+// resolve returns the policy req names among the configured policies set. Without a limit, the policy must be
 // configured (NotFound otherwise). With a limit, inline limits must be
 // allowed (PermissionDenied otherwise) and the name must not be a configured
 // policy's: letting a request bring its own limit under a configured name
@@ -26,12 +25,12 @@ type policyResolver struct {
 //
 // The policy name is validated first, so that a malformed name is an
 // InvalidArgument, never a NotFound.
-func (r policyResolver) resolve(req *quotadv1.CheckRequest) (node.Policy, error) {
+func (r policyResolver) resolve(set *node.PolicySet, req *quotadv1.CheckRequest) (node.Policy, error) {
 	name := req.GetPolicy()
 	if err := node.ValidatePolicyName(name); err != nil {
 		return node.Policy{}, err
 	}
-	configured, isConfigured := r.node.Policy(name)
+	configured, isConfigured := set.Policy(name)
 	if req.GetLimit() == nil {
 		if !isConfigured {
 			return node.Policy{}, r.unknown(name)

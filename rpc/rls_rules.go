@@ -37,6 +37,12 @@ func (r *EnvoyRules) Domains() []string {
 	return append([]string(nil), r.table.names...)
 }
 
+// serves reports whether r decides anything: it configures a domain, or is
+// DropIn (every domain is then served). nil serves nothing.
+func (r *EnvoyRules) serves() bool {
+	return r != nil && (len(r.table.domains) > 0 || r.table.dropIn)
+}
+
 // EnvoySwitch holds the rules Envoy's rate limit service decides with. Each
 // request reads the rules once, so it is decided wholly by the rules before
 // a Swap or wholly by those after, never by a mix. It is safe for

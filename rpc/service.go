@@ -28,23 +28,24 @@ var _ quotadv1connect.QuotaServiceHandler = (*service)(nil)
 
 // Check implements QuotaService.Check.
 func (s *service) Check(ctx context.Context, req *connect.Request[quotadv1.CheckRequest]) (*connect.Response[quotadv1.CheckResponse], error) {
-	res, err := s.check(ctx, req.Msg)
+	res, err := s.check(ctx, s.node.PolicySet(), req.Msg)
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(res), nil
 }
 
-// check decides one request. Errors are returned unwrapped: node's and this
-// package's already name the field, and that text is what the client reads.
-func (s *service) check(ctx context.Context, req *quotadv1.CheckRequest) (*quotadv1.CheckResponse, error) {
+// check decides one request with the configured policies set. Errors are
+// returned unwrapped: node's and this package's already name the field, and
+// that text is what the client reads.
+func (s *service) check(ctx context.Context, set *node.PolicySet, req *quotadv1.CheckRequest) (*quotadv1.CheckResponse, error) {
 	// node.Check validates the key too; validating it before resolving the
 	// policy makes a malformed request InvalidArgument even when its policy
 	// is also unknown.
 	if err := node.ValidateKey(req.GetKey()); err != nil {
 		return nil, err
 	}
-	p, err := s.policies.resolve(req)
+	p, err := s.policies.resolve(set, req)
 	if err != nil {
 		return nil, err
 	}
@@ -66,13 +67,16 @@ func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.
 	ctx, span := s.tracer.Start(ctx, batchSpanName, trace.WithAttributes(attrBatchSize.Int(len(items))))
 	defer span.End()
 	results := make([]*quotadv1.CheckBatchResult, len(items))
+	// One set for the whole batch: a reload in the middle of it does not
+	// decide some items by the old policies and others by the new.
+	set := s.node.PolicySet()
 	for i, item := range items {
 		// Once the caller has gone, the remaining items would all fail the
 		// same way and nobody would read them.
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("requests[%d]: %w", i, err)
 		}
-		res, err := s.check(ctx, item)
+		res, err := s.check(ctx, set, item)
 		if err != nil {
 			ce := connectError(ctx, s.log, req.Spec().Procedure, err)
 			results[i] = &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Error{

@@ -210,20 +210,20 @@ func (f *fileCluster) apply(c *clusterConfig) {
 // the command line.
 type fileList []string
 
-func (l *fileList) UnmarshalYAML(n *yaml.Node) error {
+func (l *fileList) decodeNode(n *yaml.Node) error {
 	switch n.Kind {
 	case yaml.ScalarNode:
-		if err := parseAddrsInto((*[]string)(l), n.Value); err != nil {
-			return fmt.Errorf("line %d: %w", n.Line, err)
-		}
-		return nil
+		return parseAddrsInto((*[]string)(l), n.Value)
 	case yaml.SequenceNode:
-		var s []string
-		if err := n.Decode(&s); err != nil {
-			return err
+		s := make([]string, len(n.Content))
+		for i, item := range n.Content {
+			if item.Kind != yaml.ScalarNode || item.Tag == "!!null" {
+				return fmt.Errorf("item %d: want host:port, got %s", i, describeNode(item))
+			}
+			s[i] = item.Value
 		}
 		*l = s
 		return nil
 	}
-	return fmt.Errorf("line %d: want a list of host:port or one comma-separated string", n.Line)
+	return fmt.Errorf("want a list of host:port or one comma-separated string, got %s", describeNode(n))
 }

@@ -106,7 +106,7 @@ func TestClusterConfigErrors(t *testing.T) {
 		file string
 		want []string
 	}{
-		{name: "cluster on the memory store", args: []string{"--cluster-addr", ":7946"}, want: []string{"--cluster-addr needs Redis", "once per node"}},
+		{name: "cluster on the memory store", args: []string{"--cluster-addr", ":7946"}, want: []string{"config: cluster: --cluster-addr needs Redis (--redis, --redis-cluster or --redis-sentinel): on the embedded memory store every node keeps its own counters, so a cluster would admit each limit once per node; configure one Redis that every node shares"}}, // quoted in docs/cluster.md
 		{name: "join without an address", args: append(redis, "--join", "a:7946"), want: []string{"need --cluster-addr"}},
 		{name: "key file without an address", args: append(redis, "--cluster-key-file", "/k"), want: []string{"need --cluster-addr"}},
 		{name: "insecure without an address", args: append(redis, "--cluster-insecure"), want: []string{"need --cluster-addr"}},

@@ -1,11 +1,12 @@
 package main
 
 import (
-	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -85,6 +86,18 @@ type config struct {
 	// AdminTokenFile holds the bearer token admin calls (Reset) require;
 	// empty leaves them open.
 	AdminTokenFile string
+	// File is the config file the settings were read from; the zero value
+	// when there is none.
+	File configFile
+}
+
+// configFile names a config file and what was read from it.
+type configFile struct {
+	// Path is the file as given to --config.
+	Path string
+	// SHA256 is the hex SHA-256 of the bytes read, which sha256sum prints
+	// for the same file.
+	SHA256 string
 }
 
 func defaultConfig() config {
@@ -167,33 +180,35 @@ func (c config) validate() error {
 	return c.nodeConfig().Validate()
 }
 
-// fileConfig is the YAML config file. Unknown fields are errors.
+// fileConfig is the YAML config file, as yamlfile.go reads it: by the
+// yaml tags, strictly (unknown fields are errors). A pointer is nil when
+// the file does not set it.
 type fileConfig struct {
-	Listen              *string        `yaml:"listen"`
-	Redis               *fileRedis     `yaml:"redis"`
-	KeyPrefix           *string        `yaml:"key_prefix"`
-	InlineLimits        *bool          `yaml:"inline_limits"`
-	DefaultOnStoreError *string        `yaml:"default_on_store_error"`
-	ShutdownTimeout     *yamlDuration  `yaml:"shutdown_timeout"`
-	LogLevel            *string        `yaml:"log_level"`
-	Lease               *fileLease     `yaml:"lease"`
-	DeniedCache         *fileDenied    `yaml:"denied_cache"`
-	Breaker             *fileBreaker   `yaml:"breaker"`
-	MaxBatch            *int           `yaml:"max_batch"`
-	MaxRequestBytes     *int           `yaml:"max_request_bytes"`
-	MaxInlinePeriod     *yamlDuration  `yaml:"max_inline_period"`
-	MemoryMaxKeys       *int           `yaml:"memory_max_keys"`
-	ReadTimeout         *yamlDuration  `yaml:"read_timeout"`
-	IdleTimeout         *yamlDuration  `yaml:"idle_timeout"`
-	MaxConnections      *int           `yaml:"max_connections"`
-	Policies            []filePolicyAt `yaml:"policies"`
-	Envoy               *fileEnvoy     `yaml:"envoy"`
-	Tracing             *fileTracing   `yaml:"tracing"`
-	Metrics             *bool          `yaml:"metrics"`
-	Cluster             *fileCluster   `yaml:"cluster"`
-	Console             *fileConsole   `yaml:"console"`
-	TLS                 *fileTLS       `yaml:"tls"`
-	AdminTokenFile      *string        `yaml:"admin_token_file"`
+	Listen              *string       `yaml:"listen"`
+	Redis               *fileRedis    `yaml:"redis"`
+	KeyPrefix           *string       `yaml:"key_prefix"`
+	InlineLimits        *bool         `yaml:"inline_limits"`
+	DefaultOnStoreError *string       `yaml:"default_on_store_error"`
+	ShutdownTimeout     *yamlDuration `yaml:"shutdown_timeout"`
+	LogLevel            *string       `yaml:"log_level"`
+	Lease               *fileLease    `yaml:"lease"`
+	DeniedCache         *fileDenied   `yaml:"denied_cache"`
+	Breaker             *fileBreaker  `yaml:"breaker"`
+	MaxBatch            *int          `yaml:"max_batch"`
+	MaxRequestBytes     *int          `yaml:"max_request_bytes"`
+	MaxInlinePeriod     *yamlDuration `yaml:"max_inline_period"`
+	MemoryMaxKeys       *int          `yaml:"memory_max_keys"`
+	ReadTimeout         *yamlDuration `yaml:"read_timeout"`
+	IdleTimeout         *yamlDuration `yaml:"idle_timeout"`
+	MaxConnections      *int          `yaml:"max_connections"`
+	Policies            []filePolicy  `yaml:"policies"`
+	Envoy               *fileEnvoy    `yaml:"envoy"`
+	Tracing             *fileTracing  `yaml:"tracing"`
+	Metrics             *bool         `yaml:"metrics"`
+	Cluster             *fileCluster  `yaml:"cluster"`
+	Console             *fileConsole  `yaml:"console"`
+	TLS                 *fileTLS      `yaml:"tls"`
+	AdminTokenFile      *string       `yaml:"admin_token_file"`
 }
 
 type fileLease struct {
@@ -239,102 +254,110 @@ type filePolicy struct {
 	Lease        string       `yaml:"lease"`
 }
 
-// filePolicyAt remembers where a policy stands in the file, so errors about
-// it can name the line.
-type filePolicyAt struct {
-	filePolicy
-	line int
-}
-
-func (p *filePolicyAt) UnmarshalYAML(n *yaml.Node) error {
-	p.line = n.Line
-	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("line %d: a policy must be a mapping (name, algorithm, limit, period, ...)", n.Line)
-	}
-	// yaml.v3 does not carry KnownFields into custom unmarshalers, so the
-	// policy's keys are checked here.
-	for i := 0; i < len(n.Content); i += 2 {
-		k := n.Content[i]
-		if !policyFields[k.Value] {
-			return fmt.Errorf("line %d: field %s not found in policy (known: name, algorithm, limit, period, burst, on_store_error, lease)", k.Line, k.Value)
-		}
-	}
-	return n.Decode(&p.filePolicy)
-}
-
-var policyFields = map[string]bool{"name": true, "algorithm": true, "limit": true, "period": true, "burst": true, "on_store_error": true, "lease": true}
-
-// unknownField is yaml.v3's message for a field the file structs lack.
-var unknownField = regexp.MustCompile(`field (\S+) not found in type main\.file(\w+)`)
-
-// yamlSections names the file structs as users write them.
-var yamlSections = map[string]string{"Config": "the top level", "Redis": "redis", "Lease": "lease", "Denied": "denied_cache", "Breaker": "breaker", "Console": "console", "TLS": "tls"}
-
-// yamlMessage is err's text without yaml.v3's line breaks and Go type
-// names: "line 3: unknown field adress in redis".
-func yamlMessage(err error) string {
-	msg := strings.ReplaceAll(err.Error(), "\n ", "")
-	msg = strings.TrimPrefix(msg, "yaml: unmarshal errors:")
-	return unknownField.ReplaceAllStringFunc(msg, func(m string) string {
-		sub := unknownField.FindStringSubmatch(m)
-		section, ok := yamlSections[sub[2]]
-		if !ok {
-			section = sub[2]
-		}
-		return "unknown field " + sub[1] + " in " + section
-	})
-}
-
 // yamlDuration is a duration written as Go does: "1s", "5m", "250ms".
 type yamlDuration time.Duration
 
-func (d *yamlDuration) UnmarshalYAML(n *yaml.Node) error {
+func (d *yamlDuration) decodeNode(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: invalid duration %q (write e.g. 500ms, 30s, 5m, 24h)", n.Line, n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return fmt.Errorf("invalid duration %s (write e.g. 500ms, 30s, 5m, 24h)", describeNode(n))
 	}
 	*d = yamlDuration(v)
 	return nil
 }
 
-// loadFile applies the YAML file at path on top of c.
-func loadFile(c *config, path string) error {
+// loadFile applies the YAML file at path on top of c, records it in
+// c.File, and returns where each of its fields stands.
+func loadFile(c *config, path string) (*yamlDoc, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
-	return parseFile(c, path, raw)
+	sum := sha256.Sum256(raw)
+	c.File = configFile{Path: path, SHA256: hex.EncodeToString(sum[:])}
+	return parseFileDoc(c, path, raw)
 }
 
 // parseFile applies raw, the YAML text of the file at path, on top of c.
-// Every error names path and, where the YAML parser knows it, the line.
+// Every error is a *fileError: it names path, and the line and the field
+// where there are ones.
 func parseFile(c *config, path string, raw []byte) error {
-	var f fileConfig
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	// An empty file decodes as io.EOF: no settings.
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %s", path, yamlMessage(err))
-	}
-	// A second document would otherwise be ignored without a word.
-	var more yaml.Node
-	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
-		line := more.Line
-		if err != nil {
-			return fmt.Errorf("config %s: %s", path, yamlMessage(err))
-		}
-		return fmt.Errorf("config %s: line %d: a second YAML document; put every setting in one", path, line)
-	}
-	if err := f.apply(c); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
-	}
-	if err := f.applyEnvoy(c); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
-	}
-	return nil
+	_, err := parseFileDoc(c, path, raw)
+	return err
 }
 
-func (f fileConfig) apply(c *config) error {
+// parseFileDoc is parseFile that also returns where each field stands,
+// for errors found once environment and flags are applied too.
+func parseFileDoc(c *config, path string, raw []byte) (*yamlDoc, error) {
+	d := &yamlDoc{path: path, lines: map[string]int{}}
+	root, err := d.parseYAML(raw)
+	if err != nil {
+		return nil, err
+	}
+	var f fileConfig
+	if root != nil {
+		if err := d.decode(root, "", reflect.ValueOf(&f).Elem(), 0); err != nil {
+			return nil, err
+		}
+	}
+	if err := f.apply(c, d); err != nil {
+		return nil, err
+	}
+	if err := f.applyEnvoy(c); err != nil {
+		return nil, d.fieldError("", err)
+	}
+	return d, nil
+}
+
+// fieldError is err, a problem with the settings under field (a section,
+// a policy, or "" for the whole file), as a fileError at the line of the
+// field err names. Validation errors of quotad's packages start with the
+// field they are about ("limit: ...", "envoy.domains[0].domain: ..."),
+// relative to field or from the top; that prefix becomes the fileError's
+// Field.
+func (d *yamlDoc) fieldError(field string, err error) *fileError {
+	msg := err.Error()
+	name, rest, ok := strings.Cut(msg, ": ")
+	if ok && fieldPath.MatchString(name) {
+		if field != "" && !strings.HasPrefix(name, field) {
+			if name == "policy" && strings.HasPrefix(field, "policies[") {
+				name = "name" // node names a policy's name "policy"
+			}
+			name = field + "." + name
+		}
+		line, _ := d.lineOf(name)
+		return d.errorAt(line, name, trimmedError{rest, err})
+	}
+	if field == "" {
+		// A message that names its setting in words (mergedFields).
+		for _, m := range mergedFields {
+			if rest, ok := strings.CutPrefix(msg, m.prefix+": "); ok {
+				if line, at := d.lineOf(m.field); at == m.field {
+					return d.errorAt(line, m.field, trimmedError{rest, err})
+				}
+				break
+			}
+		}
+	}
+	line, _ := d.lineOf(field)
+	return d.errorAt(line, field, err)
+}
+
+// fieldPath matches a field as the file spells it: lease.hold,
+// envoy.domains[0].descriptors[1].policy.
+var fieldPath = regexp.MustCompile(`^[a-z_]+(\[\d+\])*(\.[a-z_]+(\[\d+\])*)*$`)
+
+// trimmedError is err with its text shortened to msg (the field it named
+// moved to the fileError); errors.Is still sees err.
+type trimmedError struct {
+	msg string
+	err error
+}
+
+func (e trimmedError) Error() string { return e.msg }
+func (e trimmedError) Unwrap() error { return e.err }
+
+func (f fileConfig) apply(c *config, d *yamlDoc) error {
 	setIf(&c.Listen, f.Listen)
 	setIf(&c.KeyPrefix, f.KeyPrefix)
 	setIf(&c.InlineLimits, f.InlineLimits)
@@ -405,26 +428,28 @@ func (f fileConfig) apply(c *config) error {
 	if f.DefaultOnStoreError != nil {
 		m, err := node.ParseFailureMode(*f.DefaultOnStoreError)
 		if err != nil {
-			return fmt.Errorf("default_on_store_error: %w", err)
+			return d.fieldError("default_on_store_error", err)
 		}
 		c.DefaultOnStoreError = m
 	}
 	seen := map[string]int{}
-	for _, fp := range f.Policies {
+	for i, fp := range f.Policies {
+		field := fmt.Sprintf("policies[%d]", i)
 		p, err := fp.policy()
 		if err != nil {
-			return fmt.Errorf("line %d: policy %q: %w", fp.line, fp.Name, err)
+			return d.fieldError(field, err)
 		}
 		if first, dup := seen[p.Name]; dup {
-			return fmt.Errorf("line %d: policy %q: %w (first defined on line %d)", fp.line, p.Name, node.ErrDuplicatePolicy, first)
+			line, _ := d.lineOf(field + ".name")
+			return d.errorAt(line, field+".name", fmt.Errorf("%w %q (first defined on line %d)", node.ErrDuplicatePolicy, p.Name, first))
 		}
-		seen[p.Name] = fp.line
+		seen[p.Name], _ = d.lineOf(field)
 		c.Policies = append(c.Policies, p)
 	}
 	return nil
 }
 
-func (fp filePolicyAt) policy() (node.Policy, error) {
+func (fp filePolicy) policy() (node.Policy, error) {
 	if fp.Algorithm == "" {
 		return node.Policy{}, errors.New("algorithm: missing")
 	}
@@ -456,4 +481,99 @@ func setIf[T any](dst *T, src *T) {
 	if src != nil {
 		*dst = *src
 	}
+}
+
+// mergedFields maps how an error of the merged settings (validate) starts
+// to the field of the config file it is about; the first match wins, so
+// longer prefixes come first. The messages are those of validate and of
+// the packages' Validate methods it calls.
+var mergedFields = []struct{ prefix, field string }{
+	{"listen", "listen"},
+	{"redis timeout", "redis.timeout"},
+	{"redis url", "redis.url"},
+	{"redis cluster address", "redis.cluster"},
+	{"redis sentinel address", "redis.sentinel"},
+	{"redis master name", "redis.master"},
+	{"redis sentinel credentials", "redis"},
+	{"redis db", "redis.db"},
+	{"redis tls ca file", "redis.tls_ca_file"},
+	{"redis", "redis"},
+	{"breaker failures", "breaker.failures"},
+	{"breaker probe", "breaker.probe_every"},
+	{"key_prefix", "key_prefix"},
+	{"default failure mode", "default_on_store_error"},
+	{"shutdown timeout", "shutdown_timeout"},
+	{"log level", "log_level"},
+	{"lease horizon", "lease.horizon"},
+	{"lease hold", "lease.hold"},
+	{"lease max fraction", "lease.max_fraction"},
+	{"denied cache: max entries and max bytes", "denied_cache"},
+	{"denied cache: max entries", "denied_cache.max_entries"},
+	{"denied cache: max bytes", "denied_cache.max_bytes"},
+	{"max batch", "max_batch"},
+	{"max request bytes", "max_request_bytes"},
+	{"trace exporter", "tracing.exporter"},
+	{"trace endpoint", "tracing.endpoint"},
+	{"trace sample ratio", "tracing.sample_ratio"},
+	{"cluster bind address", "cluster.addr"},
+	{"cluster advertise address", "cluster.advertise"},
+	{"cluster node name", "cluster.node_name"},
+	{"cluster key", "cluster.key_file"},
+	{"cluster dead after", "cluster.dead_after"},
+	{"cluster rejoin interval", "cluster.rejoin_interval"},
+	{"join[", "cluster.join"},
+	{"cluster", "cluster"},
+	{"envoy near limit ratio", "envoy.near_limit_ratio"},
+}
+
+// mergedError is err, a problem validate found once file, environment and
+// flags were merged. When it concerns a section of the config file doc and
+// no flag or environment variable of that section was applied (overrides
+// holds the names of those that were), it is a fileError at the field's
+// line; otherwise it reads "config: ...", naming the setting.
+func mergedError(err error, doc *yamlDoc, overrides map[string]bool) error {
+	if doc != nil {
+		msg := err.Error()
+		for _, m := range mergedFields {
+			if !strings.HasPrefix(msg, m.prefix) {
+				continue
+			}
+			line, field := doc.lineOf(m.field)
+			section, _, _ := strings.Cut(m.field, ".")
+			if line == 0 || overridden(section, overrides) {
+				break
+			}
+			if rest, ok := strings.CutPrefix(msg, m.prefix+": "); ok && field == m.field {
+				// The field replaces the message's own name for it.
+				return doc.errorAt(line, field, trimmedError{rest, err})
+			}
+			return doc.errorAt(line, field, err)
+		}
+	}
+	return fmt.Errorf("config: %w", err)
+}
+
+// overridden reports whether a flag or environment variable in overrides
+// sets part of the file's section.
+func overridden(section string, overrides map[string]bool) bool {
+	for name := range overrides {
+		if settingSection(name) == section {
+			return true
+		}
+	}
+	return false
+}
+
+// settingSection is the config file's top-level key of the setting (flag)
+// name: redis-timeout → redis, join → cluster, max-batch → max_batch.
+func settingSection(name string) string {
+	for _, p := range []struct{ prefix, section string }{
+		{"redis", "redis"}, {"breaker-", "breaker"}, {"lease-", "lease"}, {"denied-cache-", "denied_cache"},
+		{"trace-", "tracing"}, {"cluster-", "cluster"}, {"join", "cluster"}, {"node-name", "cluster"}, {"envoy-", "envoy"},
+	} {
+		if strings.HasPrefix(name, p.prefix) {
+			return p.section
+		}
+	}
+	return strings.ReplaceAll(name, "-", "_")
 }

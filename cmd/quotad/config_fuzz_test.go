@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
 
 // FuzzConfigFile parses arbitrary YAML as a config file. Neither parsing
-// nor validating may panic, and every parse error names the file.
+// nor validating may panic, and every parse error is a fileError naming the
+// file, with no Go type name (unless the file itself wrote it).
 func FuzzConfigFile(f *testing.F) {
 	for _, seed := range []string{
 		"",
@@ -25,8 +27,12 @@ func FuzzConfigFile(f *testing.F) {
 		c := defaultConfig()
 		err := parseFile(&c, "fuzz.yaml", []byte(text))
 		if err != nil {
-			if !strings.Contains(err.Error(), "fuzz.yaml") {
+			var fe *fileError
+			if !errors.As(err, &fe) || fe.Path != "fuzz.yaml" || !strings.Contains(err.Error(), "fuzz.yaml") {
 				t.Fatalf("error %q does not name the file", err)
+			}
+			if m := goTypeName.FindString(err.Error()); m != "" && !strings.Contains(text, m) {
+				t.Fatalf("error %q shows a Go type (%q)", err, m)
 			}
 			return
 		}

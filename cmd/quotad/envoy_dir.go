@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -65,7 +66,8 @@ func readEnvoyFiles(dir string) ([]envoyFile, error) {
 // envoyRules compiles the Envoy rules quotad serves with configuration c:
 // the config file's envoy section and, when c.EnvoyDir is set, the domains
 // of files, the directory's config files (readEnvoyFiles). It is a pure
-// function of its arguments; hot reload calls it, then Swap. nil rules (and
+// function of its arguments; hot reload (reload.go) calls it with the new
+// configuration, then rpc.Handler.SetRules. nil rules (and
 // no error) mean Envoy's rate limit service is not configured.
 func (c config) envoyRules(files []envoyFile) (*rpc.EnvoyRules, error) {
 	ec := c.Envoy
@@ -309,6 +311,12 @@ func (w envoyWalker) boolean(n *yaml.Node, path string) (bool, error) {
 	return b, nil
 }
 
+// yamlMessage is err's text, a YAML syntax error, on one line.
+func yamlMessage(err error) string {
+	msg := strings.ReplaceAll(err.Error(), "\n ", "")
+	return strings.TrimPrefix(msg, "yaml: unmarshal errors:")
+}
+
 // resolve follows a YAML alias to the node it names.
 func resolve(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode && n.Alias != nil {
@@ -343,10 +351,31 @@ func describeEnvoy(c config, sw *rpc.EnvoySwitch) string {
 	}
 	s := "envoy: rate limit service for domains " + strings.Join(sw.Rules().Domains(), ", ")
 	if c.EnvoyDir != "" {
-		s += fmt.Sprintf(" (files of %s, checked for changes every %s)", c.EnvoyDir, envoyPollEvery)
+		s += fmt.Sprintf(" (files of %s, checked for changes every %s)", c.EnvoyDir, configPollInterval)
 	}
 	if c.Envoy.ShadowMode {
 		s += "; global shadow mode: never OVER_LIMIT overall"
 	}
 	return s
+}
+
+// envoyFilesHash identifies a set of files by their names and contents.
+func envoyFilesHash(files []envoyFile) [sha256.Size]byte {
+	h := sha256.New()
+	for _, f := range files {
+		// Lengths first, so that no two sets of files hash alike by
+		// shifting bytes between a name and a content.
+		var n [16]byte
+		for i, v := range []int{len(f.name), len(f.raw)} {
+			for j := 0; j < 8; j++ {
+				n[i*8+j] = byte(v >> (8 * j))
+			}
+		}
+		h.Write(n[:])
+		h.Write([]byte(f.name))
+		h.Write(f.raw)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }

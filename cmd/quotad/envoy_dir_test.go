@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,7 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/quotad/quotad/node"
+	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
+	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	"github.com/quotad/quotad/rpc"
 )
 
@@ -240,11 +247,15 @@ func (l *syncLog) String() string {
 	return l.b.String()
 }
 
-// The poll sees a changed limit, a new file, a broken file (the rules in
-// force stay, the error is logged once) and its repair.
-func TestPollEnvoyDir(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) {
+// The reloader follows the envoy config dir as it follows the config file,
+// in one goroutine: a changed limit, a new file, a broken file (the rules
+// in force stay, the error is logged once), its repair and a removal. A
+// policy the config file changes reaches the directory's rules that name
+// it (they are compiled anew with the new policies, never with those of
+// the start), and the generation and hash follow every change applied.
+func TestReloaderFollowsEnvoyDir(t *testing.T) {
+	dir, cfgDir := t.TempDir(), t.TempDir()
+	write := func(dir, name, content string) {
 		t.Helper()
 		// Through a rename, as editors and Kubernetes do: never half a file.
 		tmp := filepath.Join(dir, ".tmp")
@@ -255,39 +266,100 @@ func TestPollEnvoyDir(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: one}\n")
-	c := config{EnvoyDir: dir}
-	sw, files, err := loadEnvoy(c)
+	policy := func(limit int) string {
+		return fmt.Sprintf("policies:\n  - name: p\n    algorithm: fixed_window\n    limit: %d\n    period: 1m\n", limit)
+	}
+	write(cfgDir, "q.yaml", policy(5))
+	write(dir, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: one}\n")
+	write(dir, "p.yaml", "domain: p\ndescriptors:\n  - key: k\n    rate_limit: {quotad_policy: p}\n")
+	args := []string{"--config", filepath.Join(cfgDir, "q.yaml"), "--envoy-config-dir", dir}
+	getenv := func(string) string { return "" }
+	cfg, err := loadConfig(args, getenv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sw, files, err := loadEnvoy(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.New(cfg.nodeConfig(), node.NewMemoryStore(nil, 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
 	var logs syncLog
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pollEnvoyDir(ctx, c, files, sw, 10*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)))
-	}()
-	defer func() { cancel(); <-done }()
-	first := sw.Rules()
+	r, err := newReloader(cfg, files, args, getenv, slog.New(slog.NewTextHandler(&logs, nil)), new(slog.LevelVar), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.every = 10 * time.Millisecond
+	rpcCfg := cfg.rpcConfig()
+	rpcCfg.EnvoyRules = sw
+	rpcCfg.ConfigVersion = r.configVersion()
+	h, err := rpc.NewHandler(n, rpcCfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	rls := ratelimitv3connect.NewRateLimitServiceClient(srv.Client(), srv.URL)
+	limitOf := func(domain string) uint32 {
+		t.Helper()
+		res, err := rls.ShouldRateLimit(context.Background(), connect.NewRequest(&rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*rlscommonv3.RateLimitDescriptor{{Entries: []*rlscommonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	stop := r.start(context.Background(), n, h)
+	defer stop()
+	first, v1 := sw.Rules(), r.configVersion()
+	if v1.Generation != 1 || v1.Hash == "" {
+		t.Fatalf("version at start: %+v", v1)
+	}
+	if got := limitOf("p"); got != 5 {
+		t.Fatalf("domain p: limit %d, want policy p's 5", got)
+	}
 
-	write("a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2, name: two}\n")
+	write(dir, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2, name: two}\n")
 	waitFor(t, 10*time.Second, func() bool { return sw.Rules() != first })
-	write("b.yaml", "domain: b\n")
-	waitFor(t, 10*time.Second, func() bool { return slices.Equal(sw.Rules().Domains(), []string{"a", "b"}) })
+	if got := limitOf("a"); got != 2 {
+		t.Fatalf("domain a after the change: limit %d, want 2", got)
+	}
+	if v := r.configVersion(); v.Generation != 2 || v.Hash == v1.Hash {
+		t.Fatalf("version after a directory change: %+v, want generation 2 and a new hash (was %+v)", v, v1)
+	}
+	write(dir, "b.yaml", "domain: b\n")
+	waitFor(t, 10*time.Second, func() bool { return slices.Equal(sw.Rules().Domains(), []string{"a", "b", "p"}) })
+
+	// The config file's policy changes; the directory's rule naming it
+	// follows.
+	write(cfgDir, "q.yaml", policy(9))
+	waitFor(t, 10*time.Second, func() bool { return limitOf("p") == 9 })
+	if gen, _ := r.configGeneration(); gen != 4 {
+		t.Errorf("generation %d after three changes, want 4", gen)
+	}
 
 	good := sw.Rules()
-	write("b.yaml", "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
-	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "envoy rules not reloaded") })
+	write(dir, "b.yaml", "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "config reload failed") })
 	if sw.Rules() != good {
 		t.Fatal("a broken file replaced the rules in force")
 	}
 	if !strings.Contains(logs.String(), `b.yaml: line 3: descriptors[0].rate_limit.unit`) {
 		t.Errorf("the log does not name the file, line and path:\n%s", logs.String())
 	}
-	write("b.yaml", "domain: b2\n")
-	waitFor(t, 10*time.Second, func() bool { return slices.Equal(sw.Rules().Domains(), []string{"a", "b2"}) })
-	if n := strings.Count(logs.String(), "not reloaded"); n != 1 {
+	write(dir, "b.yaml", "domain: b2\n")
+	waitFor(t, 10*time.Second, func() bool { return slices.Equal(sw.Rules().Domains(), []string{"a", "b2", "p"}) })
+	if n := strings.Count(logs.String(), "config reload failed"); n != 1 {
 		t.Errorf("the error was logged %d times, want once:\n%s", n, logs.String())
+	}
+	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return slices.Equal(sw.Rules().Domains(), []string{"b2", "p"}) })
+	if got := limitOf("a"); got != 0 {
+		t.Errorf("removed domain a: limit %d, want none (drop-in: unknown domains are OK)", got)
 	}
 }

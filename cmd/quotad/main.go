@@ -18,6 +18,9 @@ import (
 )
 
 func main() {
+	// SIGHUP reloads the configuration once quotad serves (run); until
+	// then, and after, it is ignored: it must never end the process.
+	signal.Ignore(syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "version" {

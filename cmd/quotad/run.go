@@ -181,16 +181,20 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	if path == "" {
 		path = getenv("QUOTAD_CONFIG")
 	}
+	var doc *yamlDoc
 	if path != "" {
-		if err := loadFile(&c, path); err != nil {
+		var err error
+		if doc, err = loadFile(&c, path); err != nil {
 			return config{}, err
 		}
 	}
+	overrides := map[string]bool{}
 	for _, s := range all {
 		if v := getenv(s.env()); v != "" && !set[s.name] {
 			if err := s.apply(&c, v); err != nil {
 				return config{}, fmt.Errorf("environment %s: %w", s.env(), err)
 			}
+			overrides[s.name] = true
 		}
 	}
 	for _, s := range all {
@@ -198,10 +202,11 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 			if err := s.apply(&c, fs.Lookup(s.name).Value.String()); err != nil {
 				return config{}, fmt.Errorf("flag --%s: %w", s.name, err)
 			}
+			overrides[s.name] = true
 		}
 	}
 	if err := c.validate(); err != nil {
-		return config{}, fmt.Errorf("config: %w", err)
+		return config{}, mergedError(err, doc, overrides)
 	}
 	return c, nil
 }
@@ -221,7 +226,10 @@ Usage:
   quotad version                                 (version, commit, Go version)
 
 Settings come from defaults, then the --config file, then QUOTAD_* environment
-variables, then flags. Flags:
+variables, then flags. SIGHUP, or a change to the content of the --config file or
+of the --envoy-config-dir files, reloads them: policies, envoy rules and log_level
+apply at once; the rest needs a restart.
+Flags:
 `, d.Listen)
 	fs.PrintDefaults()
 	fmt.Fprintf(w, `
@@ -311,8 +319,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	level, _ := parseLogLevel(cfg.LogLevel) // validated
+	// The level is a variable: a reload may change it.
+	level := new(slog.LevelVar)
+	l, _ := parseLogLevel(cfg.LogLevel) // validated
+	level.Set(l)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logOtelTo(log)
 	envoy, envoyFiles, err := loadEnvoy(cfg)
 	if err != nil {
 		return err
@@ -354,10 +366,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if rpcCfg.AdminToken, err = readAdminToken(cfg.AdminTokenFile); err != nil {
 		return err
 	}
+	// SIGHUP and changed files reload the configuration (reload.go); SIGHUP
+	// never ends quotad. The console shows the reloader's generation.
+	reload, err := newReloader(cfg, envoyFiles, args, getenv, log, level, tel.meter)
+	if err != nil {
+		return err
+	}
+	rpcCfg.ConfigVersion = reload.configVersion()
+	rpcCfg.ConfigGeneration = reload.configGeneration
 	handler, err := rpc.NewHandler(n, rpcCfg, log)
 	if err != nil {
 		return err
 	}
+	stopReload := reload.start(ctx, n, handler)
+	defer stopReload()
 	// With a certificate: TLS only, HTTP/2 by ALPN.
 	if cfg.Server.TLS, err = serverTLS(cfg.TLS, log); err != nil {
 		return err
@@ -380,15 +402,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if line := describeEnvoy(cfg, envoy); line != "" {
 		fmt.Fprintln(stdout, line)
 	}
-	if cfg.EnvoyDir != "" {
-		pollCtx, stopPolling := context.WithCancel(ctx)
-		polling := make(chan struct{})
-		defer func() { stopPolling(); <-polling }()
-		go func() {
-			defer close(polling)
-			pollEnvoyDir(pollCtx, cfg, envoyFiles, envoy, envoyPollEvery, log)
-		}()
-	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -397,6 +410,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	stopReload() // no reload once shutdown begins: the node is about to close
 	started := time.Now()
 	log.Info("shutting down: draining", "timeout", cfg.ShutdownTimeout)
 	health.Drain()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -185,19 +186,19 @@ func TestConfigErrors(t *testing.T) {
 		env        map[string]string
 		want       []string
 	}{
-		{name: "unknown top-level field", file: "listen: :1\nlisten_addr: :2\n", want: []string{"q.yaml", "line 2", "unknown field listen_addr in the top level"}},
-		{name: "unknown policy field", file: policy + "    burts: 3\n", want: []string{"q.yaml", "line 6", "burts"}},
-		{name: "wrong type", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: lots\n    period: 1s\n", want: []string{"q.yaml", "line 4", "lots"}},
-		{name: "bad duration", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: 5\n    period: 5 minutes\n", want: []string{"q.yaml", "line 5", "invalid duration"}},
-		{name: "duplicate policy", file: policy + "  - name: a\n    algorithm: gcra\n    limit: 1\n    period: 1s\n", want: []string{"q.yaml", "line 6", "duplicate policy", "line 2"}},
-		{name: "unknown algorithm", file: "policies:\n  - name: a\n    algorithm: leaky\n    limit: 5\n    period: 1s\n", want: []string{"line 2", "algorithm", "leaky"}},
-		{name: "missing algorithm", file: "policies:\n  - name: a\n    limit: 5\n    period: 1s\n", want: []string{"line 2", "algorithm: missing"}},
-		{name: "zero limit", file: "policies:\n  - name: a\n    algorithm: gcra\n    period: 1s\n", want: []string{"line 2", "limit"}},
-		{name: "missing period", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: 5\n", want: []string{"line 2", "period"}},
-		{name: "bad policy name", file: "policies:\n  - name: a b\n    algorithm: gcra\n    limit: 5\n    period: 1s\n", want: []string{"line 2", "policy"}},
-		{name: "bad failure mode", file: policy + "    on_store_error: maybe\n", want: []string{"line 2", "on_store_error", "maybe"}},
-		{name: "burst on a window", file: policy + "    burst: 3\n", want: []string{"line 2", "burst"}},
-		{name: "policy not a mapping", file: "policies:\n  - api\n", want: []string{"line 2", "mapping"}},
+		{name: "unknown top-level field", file: "listen: :1\nlisten_addr: :2\n", want: []string{"q.yaml: line 2: listen_addr: unknown field at the top level (known: listen, redis,"}},
+		{name: "unknown policy field", file: policy + "    burts: 3\n", want: []string{"q.yaml: line 6: policies[0].burts: unknown field in policies[0] (known: name, algorithm, limit, period, burst, on_store_error, lease)"}},
+		{name: "wrong type", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: lots\n    period: 1s\n", want: []string{`q.yaml: line 4: policies[0].limit: want a whole number, got "lots"`}},
+		{name: "bad duration", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: 5\n    period: 5 minutes\n", want: []string{`q.yaml: line 5: policies[0].period: invalid duration "5 minutes"`}},
+		{name: "duplicate policy", file: policy + "  - name: a\n    algorithm: gcra\n    limit: 1\n    period: 1s\n", want: []string{`q.yaml: line 6: policies[1].name: duplicate policy "a" (first defined on line 2)`}},
+		{name: "unknown algorithm", file: "policies:\n  - name: a\n    algorithm: leaky\n    limit: 5\n    period: 1s\n", want: []string{`q.yaml: line 3: policies[0].algorithm: unknown algorithm "leaky"`}},
+		{name: "missing algorithm", file: "policies:\n  - name: a\n    limit: 5\n    period: 1s\n", want: []string{"q.yaml: line 2: policies[0].algorithm: missing"}},
+		{name: "zero limit", file: "policies:\n  - name: a\n    algorithm: gcra\n    period: 1s\n", want: []string{"q.yaml: line 2: policies[0].limit: invalid limit: 0 must be > 0"}},
+		{name: "missing period", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: 5\n", want: []string{"q.yaml: line 2: policies[0].period: invalid period"}},
+		{name: "bad policy name", file: "policies:\n  - name: a b\n    algorithm: gcra\n    limit: 5\n    period: 1s\n", want: []string{`q.yaml: line 2: policies[0].name: invalid policy name: "a b"`}},
+		{name: "bad failure mode", file: policy + "    on_store_error: maybe\n", want: []string{`q.yaml: line 6: policies[0].on_store_error: invalid failure mode "maybe"`}},
+		{name: "burst on a window", file: policy + "    burst: 3\n", want: []string{"q.yaml: line 6: policies[0].burst: invalid burst: fixed_window has no burst"}},
+		{name: "policy not a mapping", file: "policies:\n  - api\n", want: []string{`q.yaml: line 2: policies[0]: want a mapping of name, algorithm, limit, period, burst, on_store_error, lease, got "api"`}},
 		{name: "missing file", args: []string{"--config", "/nonexistent/q.yaml"}, want: []string{"/nonexistent/q.yaml"}},
 		{name: "bad flag duration", args: []string{"--redis-timeout", "fast"}, want: []string{"--redis-timeout", "fast"}},
 		{name: "zero connect timeout", args: []string{"--redis-connect-timeout", "0s"}, want: []string{"redis connect timeout", "0s must be > 0"}},
@@ -207,29 +208,48 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad redis url", args: []string{"--redis", "http://x"}, want: []string{"redis url"}},
 		{name: "bad env", env: map[string]string{"QUOTAD_REDIS_TIMEOUT": "soon"}, want: []string{"QUOTAD_REDIS_TIMEOUT", "soon"}},
 		{name: "prefix with braces", args: []string{"--key-prefix", "a{b"}, want: []string{"key_prefix"}},
-		{name: "bad lease mode", file: policy + "    lease: sometimes\n", want: []string{"line 2", "lease", "sometimes"}},
-		{name: "lease fraction above 1", file: "lease:\n  max_fraction: 2\n", want: []string{"lease max fraction", "2"}},
-		{name: "unknown lease field", file: "lease:\n  horizon: 1s\n  holds: 2s\n", want: []string{"line 3", "holds"}},
-		{name: "unknown console field", file: "console:\n  enabled: true\n  show_key: false\n", want: []string{"line 3", "unknown field show_key in console"}},
+		{name: "bad lease mode", file: policy + "    lease: sometimes\n", want: []string{`q.yaml: line 6: policies[0].lease: invalid config: "sometimes" (want auto or off)`}},
+		{name: "lease fraction above 1", file: "lease:\n  max_fraction: 2\n", want: []string{"q.yaml: line 2: lease.max_fraction: invalid config: 2 must be in (0, 1]"}},
+		{name: "unknown lease field", file: "lease:\n  horizon: 1s\n  holds: 2s\n", want: []string{"q.yaml: line 3: lease.holds: unknown field in lease (known: horizon, hold, max_fraction)"}},
+		{name: "unknown console field", file: "console:\n  enabled: true\n  show_key: false\n", want: []string{"q.yaml: line 3: console.show_key: unknown field in console (known: enabled, show_keys)"}},
 		{name: "bad console flag", args: []string{"--console-show-keys=sometimes"}, want: []string{"--console-show-keys", "sometimes"}},
 		{name: "hold under horizon", args: []string{"--lease-horizon", "1s", "--lease-hold", "100ms"}, want: []string{"lease hold", "horizon"}},
 		{name: "bad lease fraction flag", args: []string{"--lease-max-fraction", "most"}, want: []string{"--lease-max-fraction", "most"}},
 		{name: "denied cache sized twice", args: []string{"--denied-cache-entries", "10", "--denied-cache-bytes", "100000"}, want: []string{"denied cache", "at most one"}},
-		{name: "negative denied cache", file: "denied_cache:\n  max_entries: -1\n", want: []string{"denied cache", "max entries"}},
+		{name: "negative denied cache", file: "denied_cache:\n  max_entries: -1\n", want: []string{"q.yaml: line 2: denied_cache.max_entries: invalid cache config: -1 must be 1 to"}},
 		{name: "two redis deployments", args: []string{"--redis", "redis://a:1", "--redis-cluster", "b:1,c:1"}, want: []string{"redis", "only one"}},
 		{name: "sentinel without master", args: []string{"--redis-sentinel", "a:26379"}, want: []string{"master name"}},
-		{name: "cluster address without port", file: "redis:\n  cluster: [a:1, b]\n", want: []string{"redis cluster address", `"b"`, "host:port"}},
+		{name: "cluster address without port", file: "redis:\n  cluster: [a:1, b]\n", want: []string{`q.yaml: line 2: redis.cluster: redis cluster address "b"`, "host:port"}},
 		{name: "empty address in list", args: []string{"--redis-cluster", "a:1,,b:1"}, want: []string{"--redis-cluster", "empty address"}},
 		{name: "password without redis", env: map[string]string{"QUOTAD_REDIS_PASSWORD": "s3cret"}, want: []string{"no Redis"}},
 		{name: "password beside a url", args: []string{"--redis", "redis://a:1/0", "--redis-password", "x"}, want: []string{"URL carries its own"}},
-		{name: "unknown redis field", file: "redis:\n  url: redis://a:1\n  adress: b:1\n", want: []string{"q.yaml", "line 3", "unknown field adress in redis"}},
+		{name: "unknown redis field", file: "redis:\n  url: redis://a:1\n  adress: b:1\n", want: []string{"q.yaml: line 3: redis.adress: unknown field in redis (known: url, cluster,"}},
 		{name: "bad redis db", args: []string{"--redis-db", "one"}, want: []string{"--redis-db", "one"}},
-		{name: "negative breaker failures", file: "breaker:\n  failures: -1\n", want: []string{"breaker failures", "-1"}},
+		{name: "negative breaker failures", file: "breaker:\n  failures: -1\n", want: []string{"q.yaml: line 2: breaker.failures: invalid config: -1 must not be negative"}},
 		{name: "bad breaker probe", args: []string{"--breaker-probe-every", "often"}, want: []string{"--breaker-probe-every", "often"}},
 		{name: "tls ca without tls", args: []string{"--redis", "redis://a:1/0", "--redis-tls-ca", "/ca.pem"}, want: []string{"tls ca", "does not use TLS"}},
 		{name: "batch above 1000", args: []string{"--max-batch", "5000"}, want: []string{"max batch", "5000", "1 to 1000"}},
-		{name: "negative request bytes", file: "max_request_bytes: -1\n", want: []string{"max request bytes", "-1"}},
-		{name: "second yaml document", file: "listen: :1\n---\nlisten: :2\n", want: []string{"q.yaml", "line 2", "second YAML document"}},
+		{name: "negative request bytes", file: "max_request_bytes: -1\n", want: []string{"q.yaml: line 1: max_request_bytes: invalid rpc config: -1 must be > 0"}},
+		{name: "second yaml document", file: "listen: :1\n---\nlisten: :2\n", want: []string{"q.yaml: line 2: a second YAML document"}},
+		{name: "fractional limit", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: 100.5\n    period: 1s\n", want: []string{"q.yaml: line 4: policies[0].limit: want a whole number, got 100.5"}},
+		{name: "fractional burst", file: "policies:\n  - name: a\n    algorithm: token_bucket\n    limit: 10\n    burst: 2.7\n    period: 1s\n", want: []string{"q.yaml: line 5: policies[0].burst: want a whole number, got 2.7"}},
+		{name: "fractional max batch", file: "max_batch: 10.9\n", want: []string{"q.yaml: line 1: max_batch: want a whole number, got 10.9"}},
+		{name: "fractional breaker failures", file: "breaker:\n  failures: 2.5\n", want: []string{"q.yaml: line 2: breaker.failures: want a whole number, got 2.5"}},
+		{name: "fractional denied cache", file: "denied_cache:\n  max_entries: 1e3.5\n", want: []string{"q.yaml: line 2: denied_cache.max_entries: want a whole number"}},
+		{name: "bad indent on line 7", file: "listen: \":1\"\nkey_prefix: q\npolicies:\n  - name: a\n    algorithm: gcra\n    limit: 5\n   period: 1s\n", want: []string{"q.yaml: line 7: YAML syntax:"}},
+		{name: "bad indent in a mapping", file: "listen: \":1\"\nredis:\n  url: redis://a:1\n timeout: 1s\n", want: []string{"q.yaml: line 4: YAML syntax: did not find expected key"}},
+		{name: "field given twice", file: "listen: :1\nkey_prefix: a\nlisten: :2\n", want: []string{"q.yaml: line 3: listen: given twice (first on line 1)"}},
+		{name: "section of the wrong kind", file: "denied_cache: 3\n", want: []string{`q.yaml: line 1: denied_cache: want a mapping of max_entries, max_bytes, got "3"`}},
+		{name: "list of the wrong kind", file: "policies:\n  name: a\n", want: []string{"q.yaml: line 2: policies: want a list, got a mapping"}},
+		{name: "text of the wrong kind", file: "key_prefix: [a]\n", want: []string{"q.yaml: line 1: key_prefix: want text, got a list"}},
+		{name: "bool of the wrong kind", file: "inline_limits: yes\n", want: []string{`q.yaml: line 1: inline_limits: want true or false, got "yes"`}},
+		{name: "address list of the wrong kind", file: "redis:\n  cluster: [a:1, [b:2]]\n", want: []string{"q.yaml: line 2: redis.cluster: item 1: want host:port, got a list"}},
+		{name: "unknown envoy field", file: "envoy:\n  domains:\n    - domain: x\n      descriptors:\n        - key: a\n          polcy: p\n", want: []string{"q.yaml: line 6: envoy.domains[0].descriptors[0].polcy: unknown field in envoy.domains[0].descriptors[0]"}},
+		{name: "envoy rule naming no policy", file: "envoy:\n  domains:\n    - domain: x\n      descriptors:\n        - key: a\n          policy: p\n", want: []string{`q.yaml: line 6: envoy.domains[0].descriptors[0].policy: invalid rpc config: unknown policy "p"`}},
+		{name: "aliases expanding without end", file: aliasBomb(), want: []string{"q.yaml: line ", "envoy.domains[0].descriptors[", "more than 100000 values"}},
+		{name: "merged hold under horizon in the file", file: "lease:\n  horizon: 1s\n  hold: 100ms\n", want: []string{"q.yaml: line 3: lease.hold: invalid config: 100ms must be at least the horizon 1s"}},
+		{name: "merged cluster without redis in the file", file: "cluster:\n  addr: 127.0.0.1:0\n", want: []string{"q.yaml: line 1: cluster: --cluster-addr needs Redis"}},
+		{name: "merged error a flag overrides", file: "lease:\n  horizon: 1s\n", args: []string{"--lease-hold", "100ms"}, want: []string{"config: lease hold: invalid config: 100ms must be at least the horizon 1s"}},
 		{name: "sentinel password without sentinel", args: []string{"--redis", "redis://a:1/0", "--redis-sentinel-password", "x"}, want: []string{"sentinel credentials"}},
 		{name: "sentinel password without redis", env: map[string]string{"QUOTAD_REDIS_SENTINEL_PASSWORD": "x"}, want: []string{"no Redis"}},
 		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"lissten"}},
@@ -252,6 +272,16 @@ func TestConfigErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// aliasBomb is a small file whose aliases expand to a million Envoy rules.
+func aliasBomb() string {
+	var b strings.Builder
+	b.WriteString("envoy:\n  domains:\n    - domain: d\n      descriptors:\n        - &l0 {key: k0, unlimited: true}\n")
+	for i := 1; i <= 6; i++ {
+		fmt.Fprintf(&b, "        - &l%d {key: k%d, descriptors: [%s]}\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d, ", i-1), 10), ", "))
+	}
+	return b.String()
 }
 
 func TestHelpDocumentsEverySetting(t *testing.T) {

@@ -13,10 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/otlptranslator"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -324,13 +326,35 @@ func (t *telemetry) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// shutdownLogged is Shutdown within timeout, logging rather than returning
-// a failure: a collector that cannot be reached must not make quotad exit
-// with an error.
+// telemetryFlushTimeout bounds the last export on shutdown. The OTLP
+// exporters retry an unreachable collector for up to their own timeout
+// (10s by default): quotad has shut down by then, and the spans of a
+// collector that is down are lost either way.
+const telemetryFlushTimeout = 2 * time.Second
+
+// shutdownLogged is Shutdown within timeout, and at most
+// telemetryFlushTimeout, logging rather than returning a failure: a
+// collector that cannot be reached must not make quotad exit with an
+// error, nor keep it from exiting.
 func (t *telemetry) shutdownLogged(log *slog.Logger, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	if len(t.shutdowns) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(timeout, telemetryFlushTimeout))
 	defer cancel()
 	if err := t.Shutdown(ctx); err != nil {
 		log.Warn("telemetry shutdown: spans may be lost", "err", err)
 	}
+}
+
+// logOtelTo sends OpenTelemetry's own errors and log lines (an exporter
+// that cannot reach its collector, a dropped span) to log, marked
+// component=otel, instead of the standard logger's unstructured stderr.
+// OpenTelemetry keeps them in process-wide state, so the last call wins.
+func logOtelTo(log *slog.Logger) {
+	log = log.With("component", "otel")
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("telemetry", "err", err)
+	}))
+	otel.SetLogger(logr.FromSlogHandler(log.Handler()))
 }

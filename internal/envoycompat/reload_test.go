@@ -69,7 +69,7 @@ func TestEnvoyDirHotReload(t *testing.T) {
 
 	write("internal.yaml", strings.Replace(azure("50"), "minute", "fortnight", 1))
 	eventually(t, 20*time.Second, "the broken file logged", func() bool {
-		return strings.Contains(stderr.String(), "envoy rules not reloaded")
+		return strings.Contains(stderr.String(), "config reload failed")
 	})
 	for _, want := range []string{"internal.yaml: line 3: descriptors[0].rate_limit.unit", `\"fortnight\" is not a unit`} {
 		if !strings.Contains(stderr.String(), want) {

@@ -83,7 +83,10 @@ type MiddlewareConfig struct {
 	// or a policy quotad does not list, leaves w out (it is optional).
 	// Negative or fractional seconds are invalid.
 	Window time.Duration
-	// Log receives a warning for every check that failed; nil discards.
+	// Log receives a warning for every check that failed, so that a
+	// limiter failing open does not go unnoticed; nil means
+	// slog.Default() at the time Middleware is called. To discard the
+	// warnings, pass slog.New(slog.DiscardHandler).
 	Log *slog.Logger
 }
 
@@ -138,7 +141,7 @@ func Middleware(c *Client, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 	}
 	log := cfg.Log
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	m := &limiter{cfg: cfg, client: c, log: log, window: newPolicyWindow(c, cfg)}
 	return func(next http.Handler) http.Handler {

@@ -3,6 +3,8 @@ package quotadclient_test
 import (
 	"context"
 	"io"
+	stdlog "log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -192,6 +194,30 @@ func TestMiddlewareWithoutQuotad(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Without a Log, a check that fails open still warns, on slog's default
+// logger: a limiter that lets everything through must not do it silently.
+func TestMiddlewareWithoutLogWarnsOnTheDefaultLogger(t *testing.T) {
+	log := make(logLines, 16)
+	// SetDefault also sends the log package's output to the new handler;
+	// all three are put back.
+	prev, prevOut, prevFlags := slog.Default(), stdlog.Writer(), stdlog.Flags()
+	defer func() {
+		slog.SetDefault(prev)
+		stdlog.SetOutput(prevOut)
+		stdlog.SetFlags(prevFlags)
+	}()
+	slog.SetDefault(log.logger())
+	a := startApp(t, newClient(t, closedURL(t), quotadclient.ProtocolConnect), quotadclient.MiddlewareConfig{
+		Policy: "api", Key: quotadclient.KeyByIP(), Timeout: 100 * time.Millisecond,
+	})
+	if got := get(t, a.URL); got.status != http.StatusOK {
+		t.Fatalf("fail open: %d, want 200", got.status)
+	}
+	if l := log.next(t); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "quotad check failed") || !strings.Contains(l, "on_error=open") {
+		t.Fatalf("default logger got %q, want the fail-open warning", l)
 	}
 }
 

@@ -1,0 +1,384 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/rpc"
+)
+
+// configPollInterval is how often the --config file and the
+// --envoy-config-dir directory are read to see whether they changed.
+// Kubernetes updates a mounted ConfigMap by swapping a symlink (..data) to
+// a new directory, which no watch on the file itself sees, so the files are
+// read through their paths and their contents compared.
+const configPollInterval = time.Second
+
+// reloader applies a new configuration while quotad serves: on SIGHUP, and
+// when the content of the --config file or of the --envoy-config-dir
+// directory's config files changes. It is the one place that does: it
+// builds the whole new configuration as startup does (loadConfig:
+// defaults, file, environment, flags, validation; then the directory's
+// files, compiled with the new policies by config.envoyRules) and then
+// applies, in one goroutine and one step each, what can change without a
+// restart: the policies (node.SetPolicies), Envoy's rules (one
+// rpc.EnvoySwitch swap, through rpc.Handler.SetRules) and the log level. A
+// configuration that does not load, file or directory, is not applied at
+// all. Settings that need a restart are reported and keep their running
+// values.
+type reloader struct {
+	args   []string
+	getenv func(string) string
+	log    *slog.Logger
+	level  *slog.LevelVar
+	meters reloadMeters
+	// every is how often the sources are polled; configPollInterval.
+	every time.Duration
+	// node and api are what reloads apply to; start sets them.
+	node *node.Node
+	api  *rpc.Handler
+
+	mu sync.Mutex // serializes reloads; guards the fields below
+	// cur is the configuration in force.
+	cur config
+	// version is the configuration in force's: its generation (1 at start),
+	// content hash and load time; atomic, so that /metrics and /status
+	// never wait for a reload.
+	version atomic.Pointer[rpc.ConfigVersion]
+	// seen is the content last tried, applied or not (contentHash, or why
+	// a source could not be read), so that a refused configuration is
+	// reported once, not at every poll.
+	seen string
+}
+
+// newReloader returns the reloader of a quotad started with cfg, which
+// loadConfig made from args and getenv, and the files of its
+// --envoy-config-dir (loadEnvoy). meter may be nil (no metrics).
+func newReloader(cfg config, envoyFiles []envoyFile, args []string, getenv func(string) string, log *slog.Logger, level *slog.LevelVar, meter metric.MeterProvider) (*reloader, error) {
+	hash := contentHash(cfg, envoyFiles)
+	r := &reloader{args: args, getenv: getenv, log: log, level: level, every: configPollInterval, cur: cfg, seen: hash}
+	r.version.Store(&rpc.ConfigVersion{Generation: 1, Hash: hash, LoadedAt: time.Now()})
+	if err := r.meters.init(meter, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// configVersion is the version of the configuration in force, for GET
+// /cluster.
+func (r *reloader) configVersion() rpc.ConfigVersion { return *r.version.Load() }
+
+// configGeneration is the generation of the configuration in force and
+// when it was loaded, for GET /status (rpc.Config.ConfigGeneration).
+func (r *reloader) configGeneration() (uint64, time.Time) {
+	v := r.version.Load()
+	return uint64(v.Generation), v.LoadedAt
+}
+
+// start runs r, applying reloads to node n and its API api, until ctx ends
+// or stop is called, whichever comes first; stop waits for a reload in
+// progress and may be called more than once. While r runs, SIGHUP
+// reloads; before and after, SIGHUP is ignored (main ignores it from the
+// start), so it never ends the process.
+func (r *reloader) start(ctx context.Context, n *node.Node, api *rpc.Handler) (stop func()) {
+	r.node, r.api = n, api
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.run(ctx, hup)
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			signal.Stop(hup)
+			signal.Ignore(syscall.SIGHUP)
+		})
+	}
+}
+
+// run reloads on each value from hup and whenever the content of the
+// config file or of the envoy config dir changes, until ctx ends.
+func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
+	t := time.NewTicker(r.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.reload(ctx, "SIGHUP")
+		case <-t.C:
+			if r.polled() && r.content() != r.seenContent() {
+				r.reload(ctx, "file changed")
+			}
+		}
+	}
+}
+
+// polled reports whether the configuration in force has sources to poll:
+// a config file, or an envoy config dir.
+func (r *reloader) polled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur.File.Path != "" || r.cur.EnvoyDir != ""
+}
+
+func (r *reloader) seenContent() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen
+}
+
+// content identifies what the sources of the configuration in force hold
+// now (contentOf).
+func (r *reloader) content() string {
+	r.mu.Lock()
+	c := r.cur
+	r.mu.Unlock()
+	return contentOf(c)
+}
+
+// contentOf identifies what the sources of configuration c, its config
+// file and its envoy config dir, hold now: their contentHash, or why one
+// cannot be read.
+func contentOf(c config) string {
+	if c.File.Path != "" {
+		raw, err := os.ReadFile(c.File.Path)
+		if err != nil {
+			return "unreadable: " + err.Error()
+		}
+		sum := sha256.Sum256(raw)
+		c.File.SHA256 = hex.EncodeToString(sum[:])
+	}
+	var files []envoyFile
+	if c.EnvoyDir != "" {
+		var err error
+		if files, err = readEnvoyFiles(c.EnvoyDir); err != nil {
+			return "unreadable: " + err.Error()
+		}
+	}
+	return contentHash(c, files)
+}
+
+// contentHash identifies the sources of configuration c: the SHA-256 of
+// its config file (hex, as sha256sum prints it; "" without one) when that
+// is all; with an envoy config dir, the hex SHA-256 of that and of the
+// names and contents of files, the directory's config files.
+func contentHash(c config, files []envoyFile) string {
+	if c.EnvoyDir == "" {
+		return c.File.SHA256
+	}
+	dir := envoyFilesHash(files)
+	h := sha256.New()
+	h.Write([]byte(c.File.SHA256))
+	h.Write([]byte{0})
+	h.Write(dir[:])
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// reload loads the configuration anew, the config file and the envoy
+// config dir alike, and applies it, or keeps the running one if it does
+// not load. trigger says why, for the log.
+func (r *reloader) reload(ctx context.Context, trigger string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// What the sources in force hold, so that polls do not try the same
+	// content again; once applied, what was loaded.
+	r.seen = contentOf(r.cur)
+	next, err := loadConfig(r.args, r.getenv, io.Discard)
+	if err != nil {
+		r.refuse(ctx, trigger, err)
+		return
+	}
+	apply, restart := reloadable(r.cur, next)
+	var files []envoyFile
+	if apply.EnvoyDir != "" {
+		if files, err = readEnvoyFiles(apply.EnvoyDir); err != nil {
+			r.refuse(ctx, trigger, fmt.Errorf("envoy config dir: %w", err))
+			return
+		}
+	}
+	hash := contentHash(apply, files)
+	// The rules are compiled with the new policies before anything is
+	// applied: a file that does not compile changes nothing.
+	rules, err := apply.envoyRules(files)
+	if err != nil {
+		r.refuse(ctx, trigger, err)
+		return
+	}
+	if len(restart) > 0 {
+		r.log.Warn("config: settings that change only with a restart keep their running values",
+			"file", next.File.Path, "settings", strings.Join(restart, ", "))
+	}
+	changes, err := r.node.SetPolicies(ctx, apply.Policies)
+	if err != nil {
+		r.refuse(ctx, trigger, fmt.Errorf("policies: %w", err))
+		return
+	}
+	v := rpc.ConfigVersion{Generation: r.version.Load().Generation + 1, Hash: hash, LoadedAt: time.Now()}
+	if err := r.api.SetRules(rpc.Rules{Envoy: rules, Version: v}); err != nil {
+		// reloadable keeps Envoy's rate limit service served or unserved
+		// as it started, so this does not happen; if it did, the policies
+		// go back too, so that nothing is half applied.
+		if _, backErr := r.node.SetPolicies(ctx, r.cur.Policies); backErr != nil {
+			err = errors.Join(err, backErr)
+		}
+		r.refuse(ctx, trigger, fmt.Errorf("envoy: %w", err))
+		return
+	}
+	if level, err := parseLogLevel(apply.LogLevel); err == nil {
+		r.level.Set(level)
+	}
+	r.cur = apply
+	r.seen = hash
+	r.version.Store(&v)
+	r.meters.count(ctx, "success")
+	var domains []string
+	if rules != nil {
+		domains = rules.Domains()
+	}
+	r.log.Info("config reloaded", "trigger", trigger, "file", apply.File.Path, "sha256", apply.File.SHA256,
+		"envoy_config_dir", apply.EnvoyDir, "envoy_files", len(files), "hash", hash,
+		"generation", v.Generation, "policies", len(apply.Policies), "added", changes.Added, "removed", changes.Removed,
+		"changed", changes.Changed, "envoy_domains", domains, "log_level", apply.LogLevel)
+}
+
+// refuse reports a configuration that was not applied.
+func (r *reloader) refuse(ctx context.Context, trigger string, err error) {
+	r.meters.count(ctx, "failure")
+	attrs := []any{"trigger", trigger}
+	var fe *fileError
+	if errors.As(err, &fe) {
+		attrs = append(attrs, "file", fe.Path, "line", fe.Line, "field", fe.Field)
+	} else {
+		attrs = append(attrs, "file", r.cur.File.Path)
+	}
+	attrs = append(attrs, "err", err, "generation", r.version.Load().Generation)
+	r.log.Error("config reload failed; the running config stays in force", attrs...)
+}
+
+// reloadable splits next into what can be applied while serving, and the
+// settings that would need a restart: it returns next with those settings
+// set back to cur's values, and their names as the file spells them.
+// The policies, Envoy's rules (the envoy section, the envoy config dir and
+// its files) and the log level are applied; everything else (listen
+// address, Redis, cluster, telemetry, leases, console, TLS, admin token,
+// ...) needs a restart, and so does starting or stopping to serve Envoy's
+// rate limit service. A setting added to config later needs a restart
+// unless it is added here.
+func reloadable(cur, next config) (config, []string) {
+	var restart []string
+	apply := next
+	a, c := reflect.ValueOf(&apply).Elem(), reflect.ValueOf(cur)
+	for i := range a.NumField() {
+		name := a.Type().Field(i).Name
+		switch name {
+		case "Policies", "LogLevel", "File":
+			continue
+		case "Envoy", "EnvoyDir":
+			if name == "Envoy" && servesEnvoy(cur) != servesEnvoy(next) {
+				restart = append(restart, "envoy (starting or stopping Envoy's rate limit service)")
+				apply.Envoy, apply.EnvoyDir = cur.Envoy, cur.EnvoyDir
+			}
+			continue
+		}
+		if !reflect.DeepEqual(a.Field(i).Interface(), c.Field(i).Interface()) {
+			restart = append(restart, fileKey(name))
+			a.Field(i).Set(c.Field(i))
+		}
+	}
+	return apply, restart
+}
+
+// servesEnvoy reports whether configuration c serves Envoy's rate limit
+// service: it configures a domain or an envoy config dir
+// (config.envoyRules returns rules).
+func servesEnvoy(c config) bool { return len(c.Envoy.Domains) > 0 || c.EnvoyDir != "" }
+
+// fileKey names config's field as the config file does: KeyPrefix →
+// key_prefix.
+func fileKey(field string) string {
+	switch field {
+	case "Telemetry":
+		return "tracing, metrics"
+	case "TLS":
+		return "tls"
+	}
+	var b strings.Builder
+	for i, r := range field {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// reloadMeters are the reload's metrics: quotad_config_reloads_total by
+// result (success, failure) and quotad_config_generation. Without a meter
+// they count nothing.
+type reloadMeters struct {
+	reloads metric.Int64Counter
+	results map[string]metric.AddOption
+}
+
+func (m *reloadMeters) init(mp metric.MeterProvider, r *reloader) error {
+	if mp == nil {
+		return nil
+	}
+	meter := mp.Meter("github.com/quotad/quotad/cmd/quotad")
+	var err error
+	if m.reloads, err = meter.Int64Counter("quotad.config.reloads", metric.WithUnit("{reload}"),
+		metric.WithDescription("Configuration reloads (SIGHUP, or a changed --config file or --envoy-config-dir file), by result: success or failure (the running config stays).")); err != nil {
+		return fmt.Errorf("quotad.config.reloads: %w", err)
+	}
+	m.results = map[string]metric.AddOption{}
+	for _, result := range []string{"success", "failure"} {
+		m.results[result] = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", result)))
+		// Both series exist from the start, so that an alert on their
+		// increase sees the first one.
+		m.reloads.Add(context.Background(), 0, m.results[result])
+	}
+	_, err = meter.Int64ObservableGauge("quotad.config.generation",
+		metric.WithDescription("Configurations applied since the process started: 1 at start, +1 per reload applied."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(r.version.Load().Generation)
+			return nil
+		}))
+	if err != nil {
+		return fmt.Errorf("quotad.config.generation: %w", err)
+	}
+	return nil
+}
+
+func (m *reloadMeters) count(ctx context.Context, result string) {
+	if m.reloads != nil {
+		m.reloads.Add(ctx, 1, m.results[result])
+	}
+}

@@ -1,0 +1,403 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// This file reads the YAML config file strictly, with errors a user can
+// act on. yaml.v3 parses the text into nodes; quotad's own walker then
+// fills the file structs (fileConfig and its sections) from the nodes by
+// their yaml tags, so that every error names the file, the line and the
+// field as the file spells it (policies[0].limit), and no Go type name
+// reaches the user. Unknown fields, a fraction where a whole number
+// belongs and a value of the wrong kind are errors, never ignored or
+// truncated.
+
+// fileError is a problem in the config file: where it is and what it is.
+type fileError struct {
+	// Path is the file.
+	Path string
+	// Line is the 1-based line; 0 when the problem has no one line.
+	Line int
+	// Field is the setting as the file spells it (redis.url,
+	// policies[0].limit); empty for a syntax error.
+	Field string
+	// Err is the problem.
+	Err error
+}
+
+// Error reads "config q.yaml: line 4: policies[0].limit: want a whole
+// number, got 100.5".
+func (e *fileError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %s: ", e.Path)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+func (e *fileError) Unwrap() error { return e.Err }
+
+// yamlDoc is one config file being read: its path and the line of every
+// field it sets, by field path ("redis.url", "policies[0]").
+type yamlDoc struct {
+	path  string
+	lines map[string]int
+	// budget bounds the nodes the walker visits, so that aliases nested
+	// into one another cannot make a small file expand without end.
+	budget int
+}
+
+// maxYAMLNodes is the most values (after alias expansion) a config file
+// may hold; maxYAMLDepth the deepest nesting.
+const (
+	maxYAMLNodes = 100_000
+	maxYAMLDepth = 64
+)
+
+// errorAt is the fileError at line about field.
+func (d *yamlDoc) errorAt(line int, field string, err error) *fileError {
+	return &fileError{Path: d.path, Line: line, Field: field, Err: err}
+}
+
+// lineOf returns the line of field, or of its nearest ancestor the file
+// sets, and which of them that is; 0 and "" when none is set.
+func (d *yamlDoc) lineOf(field string) (int, string) {
+	for f := field; f != ""; f = parentField(f) {
+		if l, ok := d.lines[f]; ok {
+			return l, f
+		}
+	}
+	return 0, ""
+}
+
+// parentField is field without its last step: "a.b[2].c" → "a.b[2]" →
+// "a.b" → "a" → "".
+func parentField(field string) string {
+	i := strings.LastIndexAny(field, ".[")
+	if i < 0 {
+		return ""
+	}
+	return field[:i]
+}
+
+// yamlLinePrefix is how yaml.v3 starts an error that knows its line.
+var yamlLinePrefix = regexp.MustCompile(`^yaml: (line (\d+): )?`)
+
+// parseYAML parses raw, the text of the config file, into its one
+// document's root node (nil for an empty file). A syntax error names the
+// line it is on (see syntaxErrorLine); a second document is an error.
+func (d *yamlDoc) parseYAML(raw []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, d.syntaxError(raw, err)
+	}
+	var more yaml.Node
+	switch err := dec.Decode(&more); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, d.syntaxError(raw, err)
+	default:
+		return nil, d.errorAt(more.Line, "", errors.New("a second YAML document; put every setting in one"))
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil
+	}
+	return doc.Content[0], nil
+}
+
+// syntaxError turns yaml.v3's syntax error into a fileError at the line
+// the mistake is on.
+func (d *yamlDoc) syntaxError(raw []byte, err error) *fileError {
+	msg := yamlLinePrefix.ReplaceAllString(err.Error(), "")
+	line := syntaxErrorLine(raw, msg)
+	if line == 0 {
+		if m := yamlLinePrefix.FindStringSubmatch(err.Error()); m != nil && m[2] != "" {
+			line, _ = strconv.Atoi(m[2])
+		}
+	}
+	return d.errorAt(line, "", fmt.Errorf("YAML syntax: %s", msg))
+}
+
+// syntaxErrorLine finds the line of a YAML syntax error whose message,
+// without yaml.v3's "yaml: line N: ", is msg. yaml.v3 reports the line
+// where the enclosing block starts rather than where the mistake is (a bad
+// indent on line 7 of a mapping that starts on line 1 reads "line 1"), so
+// the file's lines are parsed from the top, one more each time, until the
+// same error appears: it is on the last line added. It returns 0 if the
+// error never appears that way.
+func syntaxErrorLine(raw []byte, msg string) int {
+	var prefix []byte
+	for i, l := range bytes.SplitAfter(raw, []byte("\n")) {
+		prefix = append(prefix, l...)
+		if err := parseAllYAML(prefix); err != nil && yamlLinePrefix.ReplaceAllString(err.Error(), "") == msg {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// parseAllYAML parses every document of b, for its syntax error.
+func parseAllYAML(b []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var n yaml.Node
+		if err := dec.Decode(&n); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// nodeDecoder is a file type that reads its own node (durations, address
+// lists). Its errors say what is wrong with the value; the walker adds the
+// line and the field.
+type nodeDecoder interface {
+	decodeNode(n *yaml.Node) error
+}
+
+var nodeDecoderType = reflect.TypeFor[nodeDecoder]()
+
+// decode sets v, a file struct or a field of one, from n, whose field path
+// is field. Pointers are allocated for the values the file sets, so that
+// nil means "not in the file".
+func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value, depth int) error {
+	if d.budget++; d.budget > maxYAMLNodes {
+		return d.errorAt(n.Line, field, fmt.Errorf("more than %d values (aliases expanding into one another?)", maxYAMLNodes))
+	}
+	if depth > maxYAMLDepth {
+		return d.errorAt(n.Line, field, fmt.Errorf("nested deeper than %d levels", maxYAMLDepth))
+	}
+	if n.Kind == yaml.AliasNode {
+		return d.decode(n.Alias, field, v, depth+1)
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		// "key:" with no value, or "~": as if the key were not there.
+		return nil
+	}
+	if v.Kind() == reflect.Pointer {
+		p := reflect.New(v.Type().Elem())
+		if err := d.decode(n, field, p.Elem(), depth); err != nil {
+			return err
+		}
+		v.Set(p)
+		return nil
+	}
+	if v.CanAddr() && v.Addr().Type().Implements(nodeDecoderType) {
+		if err := v.Addr().Interface().(nodeDecoder).decodeNode(n); err != nil {
+			return d.errorAt(n.Line, field, err)
+		}
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Struct:
+		return d.decodeMapping(n, field, v, depth)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return d.errorAt(n.Line, field, fmt.Errorf("want a list, got %s", describeNode(n)))
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			f := fmt.Sprintf("%s[%d]", field, i)
+			d.lines[f] = item.Line
+			if err := d.decode(item, f, s.Index(i), depth+1); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
+		return nil
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			return d.errorAt(n.Line, field, fmt.Errorf("want text, got %s", describeNode(n)))
+		}
+		v.SetString(n.Value)
+		return nil
+	case reflect.Bool:
+		var b bool
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
+			return d.errorAt(n.Line, field, fmt.Errorf("want true or false, got %s", describeNode(n)))
+		}
+		v.SetBool(b)
+		return nil
+	case reflect.Int, reflect.Int64:
+		i, err := wholeNumber(n)
+		if err == nil && v.OverflowInt(i) {
+			err = fmt.Errorf("%d is too large", i)
+		}
+		if err != nil {
+			return d.errorAt(n.Line, field, err)
+		}
+		v.SetInt(i)
+		return nil
+	case reflect.Float64:
+		var f float64
+		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return d.errorAt(n.Line, field, fmt.Errorf("want a number such as 0.5, got %s", describeNode(n)))
+		}
+		v.SetFloat(f)
+		return nil
+	}
+	// Only a file struct quotad declares with a field of another kind gets
+	// here; its tests would fail first.
+	return d.errorAt(n.Line, field, fmt.Errorf("quotad cannot read this setting (a %s field)", v.Kind()))
+}
+
+// wholeNumber reads n as a whole number. A fraction is an error, never
+// rounded or truncated; a float that is whole (1e6, 100.0) is accepted.
+func wholeNumber(n *yaml.Node) (int64, error) {
+	if n.Kind == yaml.ScalarNode {
+		switch n.Tag {
+		case "!!int":
+			var i int64
+			if err := n.Decode(&i); err != nil {
+				return 0, fmt.Errorf("want a whole number from %d to %d, got %s", int64(math.MinInt64), int64(math.MaxInt64), n.Value)
+			}
+			return i, nil
+		case "!!float":
+			var f float64
+			if err := n.Decode(&f); err == nil && f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+				return int64(f), nil
+			}
+			return 0, fmt.Errorf("want a whole number, got %s (quotad never rounds a setting)", n.Value)
+		}
+	}
+	return 0, fmt.Errorf("want a whole number, got %s", describeNode(n))
+}
+
+// describeNode says what n is, for "want X, got Y".
+func describeNode(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return strconv.Quote(n.Value)
+}
+
+// decodeMapping sets the struct v from the mapping n: each key must be
+// one of v's yaml tags, once.
+func (d *yamlDoc) decodeMapping(n *yaml.Node, field string, v reflect.Value, depth int) error {
+	fields, names := yamlFields(v.Type())
+	if n.Kind != yaml.MappingNode {
+		return d.errorAt(n.Line, field, fmt.Errorf("want a mapping of %s, got %s", strings.Join(names, ", "), describeNode(n)))
+	}
+	pairs, err := d.mappingPairs(n, field, depth)
+	if err != nil {
+		return err
+	}
+	seen := map[string]int{}
+	for _, kv := range pairs {
+		k, val := kv[0], kv[1]
+		name := joinField(field, k.Value)
+		idx, ok := fields[k.Value]
+		if !ok {
+			where := "at the top level"
+			if field != "" {
+				where = "in " + field
+			}
+			return d.errorAt(k.Line, name, fmt.Errorf("unknown field %s (known: %s)", where, strings.Join(names, ", ")))
+		}
+		if first, dup := seen[k.Value]; dup {
+			return d.errorAt(k.Line, name, fmt.Errorf("given twice (first on line %d)", first))
+		}
+		seen[k.Value] = k.Line
+		d.lines[name] = k.Line
+		if err := d.decode(val, name, v.Field(idx), depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mappingPairs lists n's key and value nodes. A YAML merge key (<<: *a)
+// adds the keys of the mappings it names that n does not set itself.
+func (d *yamlDoc) mappingPairs(n *yaml.Node, field string, depth int) ([][2]*yaml.Node, error) {
+	var own, merged [][2]*yaml.Node
+	set := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return nil, d.errorAt(k.Line, field, fmt.Errorf("a key must be a name, got %s", describeNode(k)))
+		}
+		if k.Tag != "!!merge" {
+			own = append(own, [2]*yaml.Node{k, val})
+			set[k.Value] = true
+			continue
+		}
+		sources := []*yaml.Node{val}
+		if resolved := resolveAlias(val); resolved.Kind == yaml.SequenceNode {
+			sources = resolved.Content
+		}
+		for _, src := range sources {
+			src = resolveAlias(src)
+			if src.Kind != yaml.MappingNode || depth > maxYAMLDepth {
+				return nil, d.errorAt(k.Line, field, errors.New("<< must name a mapping or a list of mappings"))
+			}
+			pairs, err := d.mappingPairs(src, field, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			merged = append(merged, pairs...)
+		}
+	}
+	for _, kv := range merged {
+		if !set[kv[0].Value] {
+			own = append(own, kv)
+			set[kv[0].Value] = true
+		}
+	}
+	return own, nil
+}
+
+func resolveAlias(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && i < maxYAMLDepth; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func joinField(parent, key string) string {
+	if parent == "" {
+		return key
+	}
+	return parent + "." + key
+}
+
+// yamlFields maps the yaml tag names of struct type t to field indexes,
+// and lists the names in the order of the fields.
+func yamlFields(t reflect.Type) (map[string]int, []string) {
+	byName := make(map[string]int, t.NumField())
+	var names []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			byName[name] = i
+			names = append(names, name)
+		}
+	}
+	return byName, names
+}
