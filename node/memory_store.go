@@ -240,6 +240,7 @@ func (s *MemoryStore) ResetInline(_ context.Context, family string) error {
 	for k := range sh.states {
 		if f, variant := splitBase(k.base); f == family && variant != "" {
 			delete(sh.states, k)
+			s.keys.Add(-1)
 		}
 	}
 	return nil

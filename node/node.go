@@ -327,16 +327,14 @@ func (n *Node) janitor(ctx context.Context) {
 	defer close(n.janitorDone)
 	var sweep <-chan time.Time
 	if n.store.Remote() {
-		t := time.NewTicker(n.lcfg.Hold / 2)
+		// At least every second, however long the hold: forgetting idle
+		// keys is what makes room in a full lease table.
+		t := time.NewTicker(min(n.lcfg.Hold/2, time.Second))
 		defer t.Stop()
 		sweep = t.C
 	}
 	interval := time.NewTicker(TopDeniedInterval)
 	defer interval.Stop()
-	// At least every second, however long the hold: forgetting idle keys
-	// is what makes room in a full lease table.
-	t := time.NewTicker(min(n.lcfg.Hold/2, time.Second))
-	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
