@@ -210,7 +210,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "prefix with braces", args: []string{"--key-prefix", "a{b"}, want: []string{"key_prefix"}},
 		{name: "bad lease mode", file: policy + "    lease: sometimes\n", want: []string{`q.yaml: line 6: policies[0].lease: invalid config: "sometimes" (want auto or off)`}},
 		{name: "lease fraction above 1", file: "lease:\n  max_fraction: 2\n", want: []string{"q.yaml: line 2: lease.max_fraction: invalid config: 2 must be in (0, 1]"}},
-		{name: "unknown lease field", file: "lease:\n  horizon: 1s\n  holds: 2s\n", want: []string{"q.yaml: line 3: lease.holds: unknown field in lease (known: horizon, hold, max_fraction)"}},
+		{name: "unknown lease field", file: "lease:\n  horizon: 1s\n  holds: 2s\n", want: []string{"q.yaml: line 3: lease.holds: unknown field in lease (known: horizon, hold, max_fraction, max_keys)"}},
 		{name: "unknown console field", file: "console:\n  enabled: true\n  show_key: false\n", want: []string{"q.yaml: line 3: console.show_key: unknown field in console (known: enabled, show_keys)"}},
 		{name: "bad console flag", args: []string{"--console-show-keys=sometimes"}, want: []string{"--console-show-keys", "sometimes"}},
 		{name: "hold under horizon", args: []string{"--lease-horizon", "1s", "--lease-hold", "100ms"}, want: []string{"lease hold", "horizon"}},
