@@ -341,10 +341,20 @@ policies:
 	// The boundary demo: five checks just before a fixed-window edge and
 	// five just after. The sliding log admits 5; the fixed window more (all
 	// 10 unless the first checks were too slow to land before the edge).
-	b.do(t, "run the boundary demo", chromedp.Click(chromedp.CSS("#boundary-run")))
-	b.waitJS(t, "the boundary demo", `document.querySelectorAll('.lane-verdict[data-allowed]').length === 2`)
-	fixed := b.text(t, `.lane[data-lane=fixed_window] .lane-verdict`)
-	sliding := b.text(t, `.lane[data-lane=sliding_window_log] .lane-verdict`)
+	// The demo times its first five checks against the browser's clock;
+	// on a loaded machine they can land after the edge, so a run where the
+	// fixed window shows no boundary burst is tried again, up to 3 times.
+	var fixed, sliding string
+	for try := 1; try <= 3; try++ {
+		b.do(t, "run the boundary demo", chromedp.Click(chromedp.CSS("#boundary-run")))
+		b.waitJS(t, "the boundary demo", `document.querySelectorAll('.lane-verdict[data-allowed]').length === 2`)
+		fixed = b.text(t, `.lane[data-lane=fixed_window] .lane-verdict`)
+		sliding = b.text(t, `.lane[data-lane=sliding_window_log] .lane-verdict`)
+		if !strings.HasPrefix(fixed, "5 of 10") {
+			break
+		}
+		t.Logf("boundary demo try %d: fixed window %q: its first checks missed the edge; again", try, fixed)
+	}
 	if !strings.HasPrefix(sliding, "5 of 10 allowed") || strings.HasPrefix(fixed, "5 of 10") {
 		t.Fatalf("boundary demo: fixed window %q, sliding log %q; want more than 5 and exactly 5", fixed, sliding)
 	}

@@ -266,7 +266,7 @@
       const run = randomId();
       const base = 'web-' + session + '/boundary-' + run + '/';
       const keys = { fixed_window: base + 'fixed', sliding_window_log: base + 'log' };
-      for (const lane of Object.values(lanes)) { lane.shots = []; lane.verdict.textContent = '\u00a0'; lane.verdict.className = 'lane-verdict'; }
+      for (const lane of Object.values(lanes)) { lane.shots = []; lane.verdict.textContent = '\u00a0'; lane.verdict.className = 'lane-verdict'; delete lane.verdict.dataset.allowed; }
       draw();
       try {
         // One check on a probe key says how long the window has left.
