@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/rpc"
@@ -28,7 +29,8 @@ func startQuotad(t *testing.T, store node.Store) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	h, err := rpc.NewHandler(n, rpc.Config{}, nil)
+	// The tests' inline limits span a year, past the 24h default cap.
+	h, err := rpc.NewHandler(n, rpc.Config{MaxInlinePeriod: algorithms.MaxPeriod}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
