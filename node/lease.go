@@ -58,7 +58,26 @@ type LeaseConfig struct {
 	// MaxFraction × capacity / cluster size. It bounds how far leases can
 	// make the cluster under-admit. Default 0.05; in (0, 1].
 	MaxFraction float64
+	// MaxKeys bounds the keys the node tracks for leasing: one entry per
+	// key checked lately, leased or not, forgotten once idle for
+	// max(1s, 4 × Horizon) with no grant in force. At the bound, checks of
+	// keys not tracked go to the store one at a time, without a lease and
+	// without coalescing, until idle keys make room. Default 50,000.
+	MaxKeys int
 }
+
+// Bounds of LeaseConfig.
+const (
+	// DefaultLeaseMaxKeys is LeaseConfig.MaxKeys's default. An entry
+	// costs about 2.2 KB of heap with a 1 KiB key, so a full table about
+	// 110 MB; the table holds the keys checked in about the last second,
+	// which is 50,000 distinct keys a second on one node.
+	DefaultLeaseMaxKeys = 50_000
+	// MaxLeaseHold bounds LeaseConfig.Hold. A lease's units are spent at
+	// the store and idle on this node until used or given back, so a long
+	// hold only under-admits longer.
+	MaxLeaseHold = time.Hour
+)
 
 func (c LeaseConfig) withDefaults() LeaseConfig {
 	if c.Horizon == 0 {
@@ -70,6 +89,9 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 	if c.MaxFraction == 0 {
 		c.MaxFraction = 0.05
 	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = DefaultLeaseMaxKeys
+	}
 	return c
 }
 
@@ -80,6 +102,10 @@ func (c LeaseConfig) Validate() error {
 		return fmt.Errorf("lease horizon: %w: %s must be > 0", ErrInvalidConfig, c.Horizon)
 	case c.Hold < c.Horizon:
 		return fmt.Errorf("lease hold: %w: %s must be at least the horizon %s", ErrInvalidConfig, c.Hold, c.Horizon)
+	case c.Hold > MaxLeaseHold:
+		return fmt.Errorf("lease hold: %w: %s exceeds %s", ErrInvalidConfig, c.Hold, MaxLeaseHold)
+	case c.MaxKeys < 0:
+		return fmt.Errorf("lease max keys: %w: %d must be > 0 (0 means %d)", ErrInvalidConfig, c.MaxKeys, DefaultLeaseMaxKeys)
 	case !(c.MaxFraction > 0 && c.MaxFraction <= 1):
 		return fmt.Errorf("lease max fraction: %w: %g must be in (0, 1]", ErrInvalidConfig, c.MaxFraction)
 	}
@@ -232,10 +258,16 @@ func ceilMillis(d time.Duration) time.Duration {
 }
 
 // leaseTable holds the leases of this node, sharded to keep lock hold
-// times short. Lookups take a read lock and allocate nothing.
+// times short, at most max of them. Lookups take a read lock and allocate
+// nothing.
 type leaseTable struct {
 	seed   maphash.Seed
 	shards [64]leaseShard
+	// size counts the leases in all shards; a lease is added only after
+	// size has made room for it. full counts getOrCreate calls that found
+	// no room.
+	size, full atomic.Int64
+	max        int64
 }
 
 type leaseShard struct {
@@ -243,8 +275,8 @@ type leaseShard struct {
 	m  map[leaseKey]*lease
 }
 
-func newLeaseTable() *leaseTable {
-	t := &leaseTable{seed: maphash.MakeSeed()}
+func newLeaseTable(maxLeases int) *leaseTable {
+	t := &leaseTable{seed: maphash.MakeSeed(), max: int64(maxLeases)}
 	for i := range t.shards {
 		t.shards[i].m = make(map[leaseKey]*lease)
 	}
@@ -263,6 +295,10 @@ func (t *leaseTable) get(k leaseKey) *lease {
 	return l
 }
 
+// getOrCreate returns k's lease, adding one if there is room. When the
+// table is full it returns a lease that is not in the table: enough to
+// decide one check, which it never leases for (its demand is that one
+// check) and whose denial only the denied cache keeps.
 func (t *leaseTable) getOrCreate(k leaseKey, now int64) *lease {
 	sh := t.shard(k)
 	sh.mu.Lock()
@@ -272,6 +308,11 @@ func (t *leaseTable) getOrCreate(k leaseKey, now int64) *lease {
 	}
 	l := &lease{sampleStart: now}
 	l.lastUsed.Store(now)
+	if t.size.Add(1) > t.max {
+		t.size.Add(-1)
+		t.full.Add(1)
+		return l
+	}
 	sh.m[k] = l
 	return l
 }
@@ -281,7 +322,10 @@ func (t *leaseTable) remove(k leaseKey) *lease {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	l := sh.m[k]
-	delete(sh.m, k)
+	if l != nil {
+		delete(sh.m, k)
+		t.size.Add(-1)
+	}
 	return l
 }
 
@@ -293,6 +337,7 @@ func (t *leaseTable) removeIf(k leaseKey, l *lease, drop func(*lease) bool) {
 	defer sh.mu.Unlock()
 	if sh.m[k] == l && drop(l) {
 		delete(sh.m, k)
+		t.size.Add(-1)
 	}
 }
 
@@ -380,6 +425,8 @@ func (n *Node) checkLeased(ctx context.Context, p Policy, key string, cost int64
 		return Result{Decision: d, Source: SourceDeniedCache}, nil
 	}
 	if l == nil {
+		// A full table gives an untracked lease: this check goes to the
+		// store alone (LeaseConfig.MaxKeys).
 		l = n.leases.getOrCreate(k, now)
 		l.demand.Add(max(cost, 1))
 	}
@@ -613,9 +660,15 @@ func (n *Node) release(ctx context.Context, k leaseKey, l *lease, g *grant, unit
 }
 
 // sweepLeases returns the unused units of expired grants and forgets keys
-// idle for idleAfter. It runs on the node's janitor.
+// idle for idleAfter whose grant, if any, has expired. It runs on the
+// node's janitor.
 func (n *Node) sweepLeases(ctx context.Context, idleAfter time.Duration) {
-	n.giveBack(ctx, true, func(l *lease, now int64) bool { return now-l.lastUsed.Load() > int64(idleAfter) })
+	n.giveBack(ctx, true, func(l *lease, now int64) bool {
+		if g := l.cur.Load(); g != nil && now < g.expiresAt {
+			return false
+		}
+		return now-l.lastUsed.Load() > int64(idleAfter)
+	})
 }
 
 // releaseAll returns every lease's unused units and forgets every lease;

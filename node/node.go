@@ -185,6 +185,10 @@ type Stats struct {
 	UnitsLeased, UnitsReturned int64
 	// UnitsHeld is the units this node's leases hold right now.
 	UnitsHeld int64
+	// LeaseKeys is the keys the node tracks for leasing now (at most
+	// LeaseConfig.MaxKeys); LeaseTableFull counts checks of other keys
+	// that found no room and went to the store without a lease.
+	LeaseKeys, LeaseTableFull int64
 	// DenialsCached counts store denials remembered for later checks.
 	DenialsCached int64
 	// LeaseHits and DeniedCacheHits count checks answered locally.
@@ -215,6 +219,8 @@ func (n *Node) Stats() Stats {
 		UnitsLeased:     n.stats.unitsLeased.Load(),
 		UnitsReturned:   n.stats.unitsReturned.Load(),
 		UnitsHeld:       n.unitsHeld(),
+		LeaseKeys:       n.leases.size.Load(),
+		LeaseTableFull:  n.leases.full.Load(),
 		DenialsCached:   n.stats.denialsCached.Load(),
 		LeaseHits:       n.stats.leaseHits.Load(),
 		DeniedCacheHits: n.stats.deniedCacheHits.Load(),
@@ -273,7 +279,7 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	n := &Node{
 		cfg: cfg, lcfg: cfg.Lease, store: store, log: log, clusterSize: cfg.ClusterSize,
 		policies:  make(map[string]Policy, len(cfg.Policies)),
-		leases:    newLeaseTable(),
+		leases:    newLeaseTable(cfg.Lease.MaxKeys),
 		denied:    denied,
 		topDenied: topDenied,
 		epoch:     time.Now(),
@@ -323,7 +329,9 @@ func (n *Node) janitor(ctx context.Context) {
 	defer close(n.janitorDone)
 	var sweep <-chan time.Time
 	if n.store.Remote() {
-		t := time.NewTicker(n.lcfg.Hold / 2)
+		// At least every second, however long the hold: forgetting idle
+		// keys is what makes room in a full lease table.
+		t := time.NewTicker(min(n.lcfg.Hold/2, time.Second))
 		defer t.Stop()
 		sweep = t.C
 	}
@@ -337,10 +345,10 @@ func (n *Node) janitor(ctx context.Context) {
 			n.topDenied.Advance()
 		case <-sweep:
 			// A key that needs a lease is checked every few milliseconds
-			// (its rate × horizon must reach minLeaseChecks), so one idle for a
-			// second has nothing worth keeping; its denial, if any, lives
-			// on in the denied cache.
-			n.sweepLeases(ctx, max(time.Second, 4*n.lcfg.Hold))
+			// (its rate × horizon must reach minLeaseChecks), so one idle for
+			// a few horizons has nothing worth keeping once its grant has
+			// expired; its denial, if any, lives on in the denied cache.
+			n.sweepLeases(ctx, max(time.Second, 4*n.lcfg.Horizon))
 		}
 	}
 }
@@ -369,7 +377,8 @@ func (n *Node) Store() string { return n.store.Describe() }
 // (policy, key, limit, cost) returns an error wrapping one of this package's
 // or package algorithms' sentinels, naming the field. A store failure is not
 // an error: the policy's failure mode decides, marked in Result.Source. The
-// only other errors are the caller's context ending.
+// only other errors are ErrStoreFull (a full memory store refusing a new
+// key) and the caller's context ending.
 //
 // It may block on the store until ctx is done or the store's timeout passes.
 func (n *Node) Check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
@@ -403,6 +412,11 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 	d, _, err := n.acquire(ctx, n.keyBase(p, key), p.Limit, cost, cost, 0)
 	if err == nil {
 		return Result{Decision: d, Source: SourceStore}, nil
+	}
+	if errors.Is(err, ErrStoreFull) {
+		// Not a failure the failure mode may paper over: failing open would
+		// stop limiting every new key for as long as the store is full.
+		return Result{}, err
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return Result{}, fmt.Errorf("check %s: %w", p.Name, ctxErr)

@@ -17,7 +17,8 @@ type Store interface {
 	// grant to be spent within hold (docs/algorithms.md, "Leases"). A plain
 	// check passes want = cost and hold = 0. l, cost and want (cost ≤ want
 	// ≤ capacity) must be valid. It may block on the network until ctx is
-	// done; an error means nothing is known about the decision.
+	// done; an error means nothing is known about the decision, except
+	// ErrStoreFull, which means nothing was spent.
 	Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error)
 	// Release gives back up to units unused units of grant g and reports
 	// how many made a difference. Each grant's units may be given back at

@@ -194,10 +194,19 @@ func (t *telemetry) instrument(meter metric.Meter, n *Node) error {
 		{name: "quotad.denied_cache.additions", unit: "{denial}", desc: "Store denials remembered for later checks.", value: n.stats.denialsCached.Load},
 		{name: "quotad.lease.units.held", unit: "{unit}", desc: "Units this node's leases hold now.", gauge: true, value: n.unitsHeld},
 		{name: "quotad.store.state_losses", unit: "{event}", desc: "Times the store's state changed under the node (a Redis restart, failover or flush) and it dropped its leases and cached denials.", value: n.stats.storeStateLosses.Load},
+		{name: "quotad.lease.keys", unit: "{key}", desc: "Keys this node tracks for leasing (remote stores only).", gauge: true, value: n.leases.size.Load},
+		{name: "quotad.lease.table_full", unit: "{check}", desc: "Checks of untracked keys that found the lease table full and went to the store without a lease or coalescing.", value: n.leases.full.Load},
 		// A state has no unit: unit "1" would make Prometheus call it a
 		// ratio (quotad_breaker_state_ratio).
 		{name: "quotad.breaker.state", desc: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.", gauge: true, value: breakerState},
 		{name: "quotad.cluster.members", unit: "{node}", desc: "Nodes sharing the store, as the node sizes leases by.", gauge: true, value: func() int64 { return int64(n.clusterSize()) }},
+	}
+	if m, ok := n.store.(*MemoryStore); ok {
+		obs = append(obs,
+			&observable{name: "quotad.memory_store.keys", unit: "{key}", desc: "States the embedded memory store holds (one per key and algorithm, expired ones until swept); it refuses new keys at quotad.memory_store.max_keys.", gauge: true, value: func() int64 { return int64(m.Len()) }},
+			&observable{name: "quotad.memory_store.max_keys", unit: "{key}", desc: "The most states the embedded memory store holds.", gauge: true, value: func() int64 { return int64(m.MaxKeys()) }},
+			&observable{name: "quotad.memory_store.refusals", unit: "{check}", desc: "Checks refused with ResourceExhausted because the memory store was full.", value: m.Refused},
+		)
 	}
 	insts := make([]metric.Observable, len(obs), len(obs)+1)
 	for i, o := range obs {

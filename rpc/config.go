@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/quotad/quotad/algorithms"
 )
 
 // Bounds and defaults of Config.
@@ -24,9 +26,9 @@ const (
 var ErrInvalidConfig = errors.New("invalid rpc config")
 
 // Config is the wire's configuration. The zero value is the default
-// configuration: inline limits allowed, batches of up to 1000 checks,
-// request messages of up to 4 MiB. Build it with defaults, apply overrides,
-// then Validate (NewHandler does).
+// configuration: inline limits allowed with periods of up to a day,
+// batches of up to 1000 checks, request messages of up to 4 MiB. Build it
+// with defaults, apply overrides, then Validate (NewHandler does).
 type Config struct {
 	// DisableInlineLimits rejects checks that carry their own limit with
 	// PermissionDenied, so that only configured policies can be used.
@@ -39,8 +41,16 @@ type Config struct {
 	// MaxRequestBytes bounds the size of one request message in bytes,
 	// after decompression; a larger message fails with ResourceExhausted.
 	// 0 means DefaultMaxRequestBytes (4 MiB, room for a full batch of
-	// 1000 checks with 1 KiB keys in JSON).
+	// 1000 checks with 1 KiB keys in JSON). It also bounds what a
+	// compressed message may inflate to: inflating stops there.
 	MaxRequestBytes int
+	// MaxInlinePeriod bounds how long an inline limit's state may live in
+	// the store: its period, and for the buckets and GCRA the time to
+	// restore a full burst (capacity × period / limit). Longer inline
+	// limits fail with InvalidArgument; configured policies are not
+	// bounded. 0 means DefaultMaxInlinePeriod (24h); algorithms.MaxPeriod
+	// (365 days) allows every period.
+	MaxInlinePeriod time.Duration
 	// Health is the server's readiness, which the caller keeps to Drain it
 	// on shutdown. nil means NewHandler makes its own.
 	Health *Health
@@ -93,6 +103,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("admin token: %w: only printable ASCII without spaces may go in an Authorization header", ErrInvalidConfig)
 		}
 	}
+	if c.MaxInlinePeriod < 0 || (c.MaxInlinePeriod > 0 && c.MaxInlinePeriod < algorithms.MinPeriod) || c.MaxInlinePeriod > algorithms.MaxPeriod {
+		return fmt.Errorf("max inline period: %w: %s must be %s to %s (0 means %s)", ErrInvalidConfig, c.MaxInlinePeriod, algorithms.MinPeriod, algorithms.MaxPeriod, DefaultMaxInlinePeriod)
+	}
 	if _, err := compileRLS(c.Envoy, nil); err != nil {
 		return err
 	}
@@ -105,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.MaxInlinePeriod == 0 {
+		c.MaxInlinePeriod = DefaultMaxInlinePeriod
 	}
 	return c
 }

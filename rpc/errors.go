@@ -44,9 +44,9 @@ var (
 // InvalidArgument, an unknown policy or Envoy domain is NotFound, inline
 // limits on a server that forbids them are PermissionDenied, so is an admin
 // call with the wrong token (without one it is Unauthenticated), the caller's
-// context ending is Canceled or DeadlineExceeded, a failed store (on Reset;
-// checks take the failure mode instead) is Unavailable, and everything else
-// is Internal.
+// context ending is Canceled or DeadlineExceeded, a full memory store is
+// ResourceExhausted, a failed store (on Reset; checks take the failure mode
+// instead) is Unavailable, and everything else is Internal.
 func code(ctx context.Context, err error) connect.Code {
 	var ce *connect.Error
 	switch {
@@ -60,6 +60,10 @@ func code(ctx context.Context, err error) connect.Code {
 		return connect.CodeNotFound
 	case node.IsInvalidInput(err), errors.Is(err, errInvalidRequest), errors.Is(err, errPolicyConfigured):
 		return connect.CodeInvalidArgument
+	case errors.Is(err, node.ErrStoreFull):
+		// The memory store refuses new keys until some expire: retryable,
+		// and the client's doing only in aggregate.
+		return connect.CodeResourceExhausted
 	case errors.Is(err, node.ErrStore):
 		// Retryable: the store did not answer; a later call may succeed.
 		return connect.CodeUnavailable

@@ -60,6 +60,9 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 		recoverPanic(log),
 		jsonCodecs(),
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
+		// Also bounds what a compressed message may inflate to, and stops
+		// inflating there (a gzip bomb costs at most the limit's worth).
+		boundedGzip(cfg.MaxRequestBytes),
 	)
 	// Telemetry's interceptors go first, around errorInterceptor, so that
 	// spans and metrics see the codes clients get.
@@ -69,7 +72,7 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 	}
 	svc := &service{
 		node:     n,
-		policies: policyResolver{node: n, inlineAllowed: !cfg.DisableInlineLimits},
+		policies: policyResolver{node: n, inlineAllowed: !cfg.DisableInlineLimits, maxInlinePeriod: cfg.MaxInlinePeriod},
 		maxBatch: cfg.MaxBatch,
 		log:      log,
 		tracer:   cfg.Telemetry.tracer(),

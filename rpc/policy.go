@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/quotad/quotad/node"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
@@ -12,6 +13,9 @@ import (
 type policyResolver struct {
 	node          *node.Node
 	inlineAllowed bool
+	// maxInlinePeriod bounds how long an inline limit's state may live
+	// (checkInlineLifetime).
+	maxInlinePeriod time.Duration
 }
 
 // resolve returns the policy req names. Without a limit, the policy must be
@@ -42,6 +46,9 @@ func (r policyResolver) resolve(req *quotadv1.CheckRequest) (node.Policy, error)
 	}
 	l, mode, err := limitFromProto(req.GetLimit())
 	if err != nil {
+		return node.Policy{}, err
+	}
+	if err := checkInlineLifetime(l, r.maxInlinePeriod); err != nil {
 		return node.Policy{}, err
 	}
 	return node.Policy{Name: name, Limit: l, OnStoreError: mode}, nil

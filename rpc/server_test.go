@@ -97,17 +97,18 @@ func startNodeServer(t *testing.T, store node.Store, ncfg node.Config, cfg Confi
 	return ts
 }
 
-// serveH2C serves h on a fresh 127.0.0.1 port over HTTP/1.1 and cleartext
-// HTTP/2, as cmd/quotad does, until the test ends. It returns the base URL.
+// serveH2C serves h on a fresh 127.0.0.1 port with NewServer's server
+// (HTTP/1.1 and cleartext HTTP/2), as cmd/quotad does, until the test ends. It returns the base URL.
 func serveH2C(t testing.TB, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
+	srv, err := NewServer(h, ServerConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

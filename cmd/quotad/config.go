@@ -56,6 +56,16 @@ type config struct {
 	// MaxRequestBytes bounds one request message; 0 means rpc's default,
 	// 4 MiB.
 	MaxRequestBytes int
+	// MaxInlinePeriod bounds how long an inline limit's state may live;
+	// 0 means rpc's default, 24h.
+	MaxInlinePeriod time.Duration
+	// MemoryMaxKeys bounds the embedded memory store's states; 0 means
+	// node's default, 250,000.
+	MemoryMaxKeys int
+	// Server bounds the API's connections: timeouts and the connection
+	// cap; zero fields take rpc's defaults (read timeout 30s, idle timeout
+	// 2m, 10,000 connections).
+	Server rpc.ServerConfig
 	// Envoy configures Envoy's rate limit service; the zero value leaves it
 	// unserved.
 	Envoy rpc.EnvoyConfig
@@ -105,7 +115,7 @@ func (c config) usesRedis() bool {
 }
 
 func (c config) rpcConfig() rpc.Config {
-	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, Envoy: c.Envoy,
+	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, MaxInlinePeriod: c.MaxInlinePeriod, Envoy: c.Envoy,
 		DisableConsole: !c.Console.Enabled, HideKeys: !c.Console.ShowKeys}
 }
 
@@ -145,6 +155,12 @@ func (c config) validate() error {
 	if err := c.rpcConfig().Validate(); err != nil {
 		return err
 	}
+	if err := c.Server.Validate(); err != nil {
+		return err
+	}
+	if err := (node.MemoryConfig{MaxKeys: c.MemoryMaxKeys}).Validate(); err != nil {
+		return err
+	}
 	if err := c.Cluster.validate(c.usesRedis()); err != nil {
 		return err
 	}
@@ -165,6 +181,11 @@ type fileConfig struct {
 	Breaker             *fileBreaker   `yaml:"breaker"`
 	MaxBatch            *int           `yaml:"max_batch"`
 	MaxRequestBytes     *int           `yaml:"max_request_bytes"`
+	MaxInlinePeriod     *yamlDuration  `yaml:"max_inline_period"`
+	MemoryMaxKeys       *int           `yaml:"memory_max_keys"`
+	ReadTimeout         *yamlDuration  `yaml:"read_timeout"`
+	IdleTimeout         *yamlDuration  `yaml:"idle_timeout"`
+	MaxConnections      *int           `yaml:"max_connections"`
 	Policies            []filePolicyAt `yaml:"policies"`
 	Envoy               *fileEnvoy     `yaml:"envoy"`
 	Tracing             *fileTracing   `yaml:"tracing"`
@@ -179,6 +200,7 @@ type fileLease struct {
 	Horizon     *yamlDuration `yaml:"horizon"`
 	Hold        *yamlDuration `yaml:"hold"`
 	MaxFraction *float64      `yaml:"max_fraction"`
+	MaxKeys     *int          `yaml:"max_keys"`
 }
 
 type fileDenied struct {
@@ -319,6 +341,16 @@ func (f fileConfig) apply(c *config) error {
 	setIf(&c.LogLevel, f.LogLevel)
 	setIf(&c.MaxBatch, f.MaxBatch)
 	setIf(&c.MaxRequestBytes, f.MaxRequestBytes)
+	setIf(&c.MemoryMaxKeys, f.MemoryMaxKeys)
+	setIf(&c.Server.MaxConnections, f.MaxConnections)
+	for _, d := range []struct {
+		dst *time.Duration
+		src *yamlDuration
+	}{{&c.MaxInlinePeriod, f.MaxInlinePeriod}, {&c.Server.ReadTimeout, f.ReadTimeout}, {&c.Server.IdleTimeout, f.IdleTimeout}} {
+		if d.src != nil {
+			*d.dst = time.Duration(*d.src)
+		}
+	}
 	f.Cluster.apply(&c.Cluster)
 	f.Console.apply(&c.Console)
 	f.TLS.apply(&c.TLS)
@@ -363,6 +395,7 @@ func (f fileConfig) apply(c *config) error {
 			c.Lease.Hold = time.Duration(*f.Lease.Hold)
 		}
 		setIf(&c.Lease.MaxFraction, f.Lease.MaxFraction)
+		setIf(&c.Lease.MaxKeys, f.Lease.MaxKeys)
 	}
 	if f.DeniedCache != nil {
 		setIf(&c.DeniedCache.MaxEntries, f.DeniedCache.MaxEntries)

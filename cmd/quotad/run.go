@@ -68,10 +68,16 @@ func settings() []setting {
 			c.Lease.MaxFraction = f
 			return nil
 		}},
+		{name: "lease-max-keys", usage: "most keys a node tracks for leasing (`count`); at the bound, other keys go to Redis one check at a time; 0 takes the default 50000", apply: func(c *config, v string) error { return parseIntInto32(&c.Lease.MaxKeys, v) }},
 		{name: "denied-cache-entries", usage: "size of the hot denied-key cache in `entries`; 0 with no --denied-cache-bytes means 100000", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxEntries, v) }},
 		{name: "denied-cache-bytes", usage: "size of the hot denied-key cache in `bytes` instead of entries", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxBytes, v) }},
 		{name: "max-batch", usage: "most checks one CheckBatch may carry, 1 to 1000 (`count`); 0 means 1000", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxBatch, v) }},
 		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
+		{name: "max-inline-period", usage: "longest an inline limit's state may live (`duration`): its period, or for buckets and gcra the time to restore a full burst; longer is InvalidArgument; 0 means 24h, 8760h allows every period", apply: func(c *config, v string) error { return parseDurationInto(&c.MaxInlinePeriod, v) }},
+		{name: "memory-max-keys", usage: "most keys the embedded memory store holds (`count`); at the bound, checks of new keys fail with ResourceExhausted; 0 means 250000", apply: func(c *config, v string) error { return parseIntInto32(&c.MemoryMaxKeys, v) }},
+		{name: "read-timeout", usage: "how long a request body may take to arrive (`duration`); 0 means 30s", apply: func(c *config, v string) error { return parseDurationInto(&c.Server.ReadTimeout, v) }},
+		{name: "idle-timeout", usage: "a connection with no request in flight for this long is closed (`duration`); 0 means 2m", apply: func(c *config, v string) error { return parseDurationInto(&c.Server.IdleTimeout, v) }},
+		{name: "max-connections", usage: "most API connections open at once (`count`); at the bound a new one replaces the longest idle, or is closed if none is idle; 0 means 10000", apply: func(c *config, v string) error { return parseIntInto32(&c.Server.MaxConnections, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
 	}, slices.Concat(telemetrySettings(), clusterSettings(), envoySettings(), consoleSettings(), tlsSettings(), adminSettings())...)
@@ -233,6 +239,12 @@ Config file (YAML; unknown fields are errors):
   breaker: {failures: 5, probe_every: 250ms}
   max_batch: 1000
   max_request_bytes: 4194304
+  max_inline_period: 24h
+  memory_max_keys: 250000           # embedded memory store only
+  read_timeout: 30s
+  idle_timeout: 2m
+  max_connections: 10000
+  lease: {horizon: 200ms, hold: 500ms, max_fraction: 0.05, max_keys: 50000}
   key_prefix: quotad
   inline_limits: true
   default_on_store_error: open      # open | closed
@@ -346,22 +358,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	srv, ln, err := listenAPI(cfg, tel.handler(handler), tel.rpc(), log)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
-	srv := &http.Server{
-		Handler:           tel.handler(handler),
-		ReadHeaderTimeout: 10 * time.Second,
-		Protocols:         new(http.Protocols),
-	}
-	// One port for every protocol: HTTP/1.1 for Connect and JSON, cleartext
-	// HTTP/2 (h2c) for gRPC.
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
-	// With a certificate: TLS only, HTTP/2 by ALPN.
-	if err := configureTLS(srv, cfg.TLS, log); err != nil {
-		ln.Close()
 		return err
 	}
 
@@ -389,7 +387,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- serveAPI(srv, ln) }()
+	go func() { serveErr <- srv.Serve(ln) }()
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
@@ -414,9 +412,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
+// listenAPI opens the API's listener on cfg.Listen and the server that
+// serves api on it, one port for every protocol (HTTP/1.1 for Connect and
+// JSON, cleartext HTTP/2 for gRPC; with a certificate, TLS only and HTTP/2
+// by ALPN), within cfg's timeouts and connection cap. It is where the
+// API's socket and server are set up.
+func listenAPI(cfg config, api http.Handler, tel rpc.Telemetry, log *slog.Logger) (*rpc.Server, net.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	serverCfg := cfg.Server
+	serverCfg.Telemetry = tel
+	// With a certificate: TLS only, HTTP/2 by ALPN.
+	if err := configureTLS(&serverCfg, cfg.TLS, log); err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	srv, err := rpc.NewServer(api, serverCfg, log)
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	return srv, ln, nil
+}
+
 func openStore(ctx context.Context, cfg config) (node.Store, error) {
 	if !cfg.usesRedis() {
-		return node.NewMemoryStore(nil, 0), nil
+		return node.OpenMemoryStore(node.MemoryConfig{MaxKeys: cfg.MemoryMaxKeys})
 	}
 	s, err := node.NewRedisStore(ctx, cfg.Redis)
 	if err != nil {

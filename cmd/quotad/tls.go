@@ -9,10 +9,10 @@ import (
 	"io/fs"
 	"log"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"sync"
+
+	"github.com/quotad/quotad/rpc"
 )
 
 // tlsConfig makes the API port serve TLS. The zero value serves cleartext:
@@ -180,10 +180,10 @@ func (r *certReloader) configForClient(*tls.ClientHelloInfo) (*tls.Config, error
 	return tc, nil
 }
 
-// configureTLS makes srv serve TLS with cfg's files, reloaded as they
-// change, when cfg is enabled; otherwise it leaves srv as it is. Serve srv
-// with serveAPI.
-func configureTLS(srv *http.Server, cfg tlsConfig, logger *slog.Logger) error {
+// configureTLS makes the server of sc serve TLS with cfg's files,
+// reloaded as they change, when cfg is enabled; otherwise it leaves sc as
+// it is.
+func configureTLS(sc *rpc.ServerConfig, cfg tlsConfig, logger *slog.Logger) error {
 	if !cfg.enabled() {
 		return nil
 	}
@@ -191,23 +191,9 @@ func configureTLS(srv *http.Server, cfg tlsConfig, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv.TLSConfig = &tls.Config{GetConfigForClient: r.configForClient, NextProtos: []string{"h2", "http/1.1"}}
-	// Over TLS, HTTP/2 is negotiated by ALPN; nothing speaks h2c.
-	srv.Protocols.SetHTTP2(true)
-	srv.Protocols.SetUnencryptedHTTP2(false)
-	if srv.ErrorLog == nil {
-		srv.ErrorLog = log.New(handshakeLog{logger}, "", 0)
-	}
+	sc.TLS = &tls.Config{GetConfigForClient: r.configForClient, NextProtos: []string{"h2", "http/1.1"}}
+	sc.ErrorLog = log.New(handshakeLog{logger}, "", 0)
 	return nil
-}
-
-// serveAPI serves srv on ln, over TLS when configureTLS set it up.
-func serveAPI(srv *http.Server, ln net.Listener) error {
-	if srv.TLSConfig != nil {
-		// The certificate comes from TLSConfig.GetConfigForClient.
-		return srv.ServeTLS(ln, "", "")
-	}
-	return srv.Serve(ln)
 }
 
 // handshakeLog routes net/http's error log into quotad's structured log.

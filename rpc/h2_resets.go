@@ -1,0 +1,276 @@
+package rpc
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// This file guards cleartext HTTP/2 connections against rapid reset
+// (CVE-2023-44487): a client that opens streams and resets them at once is
+// never held back by the stream limit, so it can make the server start
+// handlers as fast as it can send frames. net/http bounds the handlers
+// running at once but, for handlers as quick as a check, never closes such
+// a connection. The guard watches the frames the client sends and, once
+// the streams it has reset outnumber the ones it let run by more than
+// resetGuardSlack, sends a GOAWAY with ENHANCE_YOUR_CALM, stops passing the
+// client's frames to the server, and ends the connection resetGuardDrain
+// later. This is close to Envoy's rule for premature resets (more than
+// half of the streams reset), without the stream-age condition: a
+// legitimate client cancels some of its streams, even half of them when it
+// hedges, not most of them. The slack lets a client that has just
+// connected cancel a burst.
+//
+// The guard sits on the bytes of the connection, so it sees HTTP/2 only in
+// cleartext (h2c); under TLS it would see ciphertext, find no preface and
+// stand aside.
+
+const (
+	// resetGuardSlack is how far a connection's resets may outnumber the
+	// streams it did not reset.
+	resetGuardSlack = 100
+	// resetGuardDrain is how long the client has to read the GOAWAY before
+	// the connection closes; responses already under way may still go out.
+	resetGuardDrain = time.Second
+)
+
+// HTTP/2 frame layout (RFC 9113 §4.1, §6).
+const (
+	h2Preface         = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	h2FrameHeaderLen  = 9
+	h2FrameHeaders    = 0x1
+	h2FrameRSTStream  = 0x3
+	h2FrameGoAway     = 0x7
+	h2EnhanceYourCalm = 0xb
+)
+
+// resetStats counts the guard's GOAWAYs over every connection.
+type resetStats struct {
+	goaways atomic.Int64
+	// lastWarn is the unix nanoseconds of the last log line, so that an
+	// attacker who reconnects again and again is logged once every
+	// capWarnEvery, not per connection.
+	lastWarn atomic.Int64
+}
+
+// resetGuard is one connection's guard. Its inbound side is used only by
+// the goroutine reading the connection; the outbound side is under wmu.
+type resetGuard struct {
+	stats *resetStats
+	log   *slog.Logger
+
+	// Inbound. preface counts the bytes of the HTTP/2 preface matched so
+	// far; -1 means the connection is not HTTP/2 and is passed through.
+	preface         int
+	in              frameCursor
+	streams, resets int
+	lastStream      uint32
+	// trippedAt is when the guard sent (or queued) its GOAWAY; zero
+	// until then.
+	trippedAt time.Time
+
+	// h2 tells the writing side that the connection speaks HTTP/2, so its
+	// bytes are frames: set once the preface has been read, which is
+	// before the server writes any frame.
+	h2 atomic.Bool
+
+	wmu sync.Mutex
+	out frameCursor
+	// goaway is a GOAWAY frame waiting for the server's output to reach a
+	// frame boundary; nil when none is waiting.
+	goaway []byte
+}
+
+func newResetGuard(stats *resetStats, log *slog.Logger) *resetGuard {
+	return &resetGuard{stats: stats, log: log}
+}
+
+// read reads from conn into p and watches what it read. Once the guard
+// has tripped it hands the server nothing more: it discards what the
+// client still sends until resetGuardDrain has passed, then reports EOF.
+func (g *resetGuard) read(conn net.Conn, p []byte) (int, error) {
+	if !g.trippedAt.IsZero() {
+		return 0, g.drain(conn)
+	}
+	n, err := conn.Read(p)
+	if n > 0 && g.preface >= 0 {
+		g.inspect(p[:n])
+		if !g.trippedAt.IsZero() {
+			// What was read goes to the server whole: a frame cut short
+			// would only leave it waiting for the rest.
+			g.sendGoAway(conn)
+		}
+	}
+	return n, err
+}
+
+// drain discards the client's bytes until resetGuardDrain after the trip.
+func (g *resetGuard) drain(conn net.Conn) error {
+	_ = conn.SetReadDeadline(g.trippedAt.Add(resetGuardDrain))
+	buf := make([]byte, 4096)
+	for {
+		if _, err := conn.Read(buf); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return io.EOF
+			}
+			return err
+		}
+	}
+}
+
+// inspect follows the client's frames in b, counting new streams and
+// resets, and trips the guard when the resets pass the bound.
+func (g *resetGuard) inspect(b []byte) {
+	if g.preface < len(h2Preface) {
+		k := min(len(h2Preface)-g.preface, len(b))
+		if !bytes.Equal(b[:k], []byte(h2Preface[g.preface:g.preface+k])) {
+			g.preface = -1
+			return
+		}
+		g.preface += k
+		b = b[k:]
+		if g.preface < len(h2Preface) {
+			return
+		}
+		g.h2.Store(true)
+	}
+	for len(b) > 0 {
+		n, header := g.in.step(b)
+		b = b[n:]
+		if !header {
+			continue
+		}
+		stream := binary.BigEndian.Uint32(g.in.hdr[5:9]) & 0x7fffffff
+		switch g.in.hdr[3] {
+		case h2FrameHeaders:
+			// A HEADERS frame on a stream already open is trailers.
+			if stream > g.lastStream {
+				g.lastStream = stream
+				g.streams++
+			}
+		case h2FrameRSTStream:
+			g.resets++
+			if g.resets-(g.streams-g.resets) > resetGuardSlack && g.trippedAt.IsZero() {
+				g.trippedAt = time.Now()
+			}
+		}
+	}
+}
+
+// sendGoAway queues the GOAWAY and writes it now if the server's output is
+// between frames; otherwise the server's next write completes the frame in
+// progress and carries it.
+func (g *resetGuard) sendGoAway(conn net.Conn) {
+	total := g.stats.goaways.Add(1)
+	now := time.Now().UnixNano()
+	if last := g.stats.lastWarn.Load(); now-last >= int64(capWarnEvery) && g.stats.lastWarn.CompareAndSwap(last, now) {
+		g.log.Warn("http2: client reset most of its streams; sent GOAWAY ENHANCE_YOUR_CALM and closing",
+			"remote", conn.RemoteAddr().String(), "streams", g.streams, "resets", g.resets, "goaways_total", total)
+	}
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	g.goaway = goAwayFrame(g.lastStream, h2EnhanceYourCalm, "too many stream resets")
+	if g.out.atBoundary() {
+		_, _ = conn.Write(g.goaway)
+		g.goaway = nil
+	}
+}
+
+// write writes p, the server's output, to conn, slipping a waiting GOAWAY
+// in at the first frame boundary.
+func (g *resetGuard) write(conn net.Conn, p []byte) (int, error) {
+	if !g.h2.Load() {
+		return conn.Write(p)
+	}
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	if g.goaway == nil {
+		g.out.skip(p)
+		return conn.Write(p)
+	}
+	k := g.out.untilBoundary(p)
+	if !g.out.atBoundary() {
+		return conn.Write(p)
+	}
+	n, err := conn.Write(p[:k])
+	if err != nil {
+		return n, err
+	}
+	if _, err := conn.Write(g.goaway); err != nil {
+		return n, err
+	}
+	g.goaway = nil
+	g.out.skip(p[k:])
+	m, err := conn.Write(p[k:])
+	return n + m, err
+}
+
+// goAwayFrame encodes a GOAWAY frame (RFC 9113 §6.8).
+func goAwayFrame(lastStream uint32, code uint32, debug string) []byte {
+	f := make([]byte, h2FrameHeaderLen+8+len(debug))
+	length := 8 + len(debug)
+	f[0], f[1], f[2] = byte(length>>16), byte(length>>8), byte(length)
+	f[3] = h2FrameGoAway
+	binary.BigEndian.PutUint32(f[9:], lastStream&0x7fffffff)
+	binary.BigEndian.PutUint32(f[13:], code)
+	copy(f[17:], debug)
+	return f
+}
+
+// frameCursor follows a stream of HTTP/2 frames across reads or writes of
+// any size.
+type frameCursor struct {
+	// hdr is the header of the current frame; hdrN of its bytes have been
+	// seen. left is the payload still to come.
+	hdr  [h2FrameHeaderLen]byte
+	hdrN int
+	left int
+}
+
+// atBoundary reports whether the next byte starts a frame.
+func (f *frameCursor) atBoundary() bool { return f.hdrN == 0 && f.left == 0 }
+
+// step consumes bytes of b up to the end of the current frame's header or
+// payload, and reports how many and whether it just completed a header
+// (now in f.hdr).
+func (f *frameCursor) step(b []byte) (n int, header bool) {
+	if f.left > 0 {
+		n = min(f.left, len(b))
+		f.left -= n
+		return n, false
+	}
+	n = copy(f.hdr[f.hdrN:], b)
+	f.hdrN += n
+	if f.hdrN < h2FrameHeaderLen {
+		return n, false
+	}
+	f.hdrN = 0
+	f.left = int(f.hdr[0])<<16 | int(f.hdr[1])<<8 | int(f.hdr[2])
+	return n, true
+}
+
+// untilBoundary consumes b up to the next frame boundary (or all of b) and
+// returns how many bytes it consumed; 0 when already at one.
+func (f *frameCursor) untilBoundary(b []byte) int {
+	used := 0
+	for used < len(b) && !f.atBoundary() {
+		n, _ := f.step(b[used:])
+		used += n
+	}
+	return used
+}
+
+// skip consumes all of b.
+func (f *frameCursor) skip(b []byte) {
+	for len(b) > 0 {
+		n, _ := f.step(b)
+		b = b[n:]
+	}
+}

@@ -1,0 +1,83 @@
+package rpc
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/node"
+	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+)
+
+// Inline limits whose state would outlive MaxInlinePeriod are
+// InvalidArgument, naming the field that makes them so; configured
+// policies are not bounded.
+func TestMaxInlinePeriod(t *testing.T) {
+	long := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Period: algorithms.MaxPeriod}
+	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, node.Policy{Name: "yearly", Limit: long})
+	c := ts.client(t, "grpc")
+	ctx := context.Background()
+	check := func(l *quotadv1.Limit) (*connect.Response[quotadv1.CheckResponse], error) {
+		return c.Check(ctx, connect.NewRequest(&quotadv1.CheckRequest{Policy: "demo", Key: "k", Limit: l}))
+	}
+	res, err := check(withLimit(func(l *quotadv1.Limit) { l.Period = durationpb.New(48 * time.Hour) }))
+	assertError(t, res, err, connect.CodeInvalidArgument, "limit.period: invalid period: 48h0m0s exceeds this server's longest inline period 24h0m0s; use a configured policy for longer limits")
+	res, err = check(&quotadv1.Limit{Algorithm: quotadv1.Algorithm_ALGORITHM_TOKEN_BUCKET, Limit: 10, Period: durationpb.New(time.Minute), Burst: 100_000})
+	assertError(t, res, err, connect.CodeInvalidArgument, "limit.burst: invalid burst: a full burst of 100000 takes 166h40m0s to restore at 10 per 1m0s, longer than this server's longest inline period 24h0m0s")
+	for _, l := range []*quotadv1.Limit{
+		withLimit(func(l *quotadv1.Limit) { l.Period = durationpb.New(24 * time.Hour) }),
+		{Algorithm: quotadv1.Algorithm_ALGORITHM_GCRA, Limit: 24, Period: durationpb.New(time.Hour), Burst: 576}, // exactly a day
+	} {
+		if res, err := check(l); err != nil || !res.Msg.GetAllowed() {
+			t.Errorf("%v: %v, %v", l, res, err)
+		}
+	}
+	if res, err := c.Check(ctx, connect.NewRequest(&quotadv1.CheckRequest{Policy: "yearly", Key: "k"})); err != nil || !res.Msg.GetAllowed() {
+		t.Errorf("a configured 365-day policy: %v, %v", res, err)
+	}
+
+	all := startServer(t, node.NewMemoryStore(nil, 0), Config{MaxInlinePeriod: algorithms.MaxPeriod}).client(t, "grpc")
+	if res, err := all.Check(ctx, connect.NewRequest(&quotadv1.CheckRequest{Policy: "demo", Key: "k", Limit: withLimit(func(l *quotadv1.Limit) {
+		l.Period = durationpb.New(algorithms.MaxPeriod)
+	})})); err != nil || !res.Msg.GetAllowed() {
+		t.Errorf("365 days with MaxInlinePeriod 365 days: %v, %v", res, err)
+	}
+	if err := (Config{MaxInlinePeriod: algorithms.MaxPeriod + time.Millisecond}).Validate(); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("MaxInlinePeriod over 365 days: %v", err)
+	}
+}
+
+// A gzip message that inflates past MaxRequestBytes is ResourceExhausted,
+// and inflating stops just past the limit.
+func TestGzipStopsAtTheLimit(t *testing.T) {
+	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{MaxRequestBytes: 2000})
+	var body bytes.Buffer
+	zw := gzip.NewWriter(&body)
+	_, _ = zw.Write(make([]byte, 1<<20))
+	_ = zw.Close()
+	req, err := http.NewRequest(http.MethodPost, ts.URL+"/quotad.v1.QuotaService/Check", &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := http1Client(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(raw), "gzip: stopped inflating after 2001 bytes") {
+		t.Fatalf("%d %s", resp.StatusCode, raw)
+	}
+}
