@@ -6,10 +6,12 @@ import (
 )
 
 // GzipBomb returns a gzip body of at most size bytes that inflates to
-// about inflate bytes: copies of one member of zeros (gzip readers read
-// concatenated members as one stream), and how much it inflates to.
+// about inflate bytes: copies of one member of 1 MiB of zeros (gzip readers
+// read concatenated members as one stream; deflate's best ratio, about
+// 1000:1, is reached at that size already, and a larger member only costs
+// more to compress), and how much it inflates to.
 func GzipBomb(size int, inflate int64) (body []byte, inflated int64, err error) {
-	member := min(inflate, 8<<20)
+	member := min(inflate, 1<<20)
 	var one bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&one, gzip.BestCompression)
 	if err != nil {
