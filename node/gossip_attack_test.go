@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/attack"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
 )
@@ -90,38 +91,6 @@ func startLoopbackMember(t *testing.T, name string, join []string, tweak func(*n
 		t.Cleanup(func() { m.Shutdown() })
 		return m
 	}
-}
-
-// packet encodes a gossip packet as docs/cluster.md specifies it, written
-// out here independently of the node's encoder.
-func packet(sender, seq uint64, sent time.Time, msgs ...[]byte) []byte {
-	b := []byte{2}
-	b = binary.BigEndian.AppendUint64(b, sender)
-	b = binary.BigEndian.AppendUint64(b, seq)
-	b = binary.BigEndian.AppendUint64(b, uint64(sent.UnixMilli()))
-	for _, m := range msgs {
-		b = append(binary.AppendUvarint(b, uint64(len(m))), m...)
-	}
-	return b
-}
-
-func appendStr(b []byte, s string) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
-}
-
-// denialMessage encodes a denial of cost under lim for retry (and reset).
-func denialMessage(policy, key string, lim algorithms.Limit, cost int64, retry time.Duration) []byte {
-	b := appendStr(appendStr([]byte{1}, policy), key)
-	b = append(b, byte(lim.Algorithm))
-	for _, v := range []int64{lim.Limit, lim.PeriodMillis(), lim.Burst, cost, retry.Milliseconds(), retry.Milliseconds(), 0} {
-		b = binary.AppendUvarint(b, uint64(v))
-	}
-	return b
-}
-
-// resetMessage encodes a reset of key with id.
-func resetMessage(id uint64, policy, key string) []byte {
-	return appendStr(appendStr(binary.BigEndian.AppendUint64([]byte{2}, id), policy), key)
 }
 
 // sendUDP sends each payload as a memberlist user message (type 8) in
@@ -206,9 +175,9 @@ func TestForgedGossipDenialIsDroppedOrCapped(t *testing.T) {
 	}
 
 	// The 33-byte packet (version 1: no sender, no number) ...
-	v1 := append([]byte{1}, denialMessage("api", "victim", api.Limit, 1, hundredYears)...)
+	v1 := append([]byte{1}, attack.DenialMessage("api", "victim", api.Limit, 1, hundredYears)...)
 	// ... and version 2 from a sender id nobody advertised.
-	forged := packet(0xbad, 1, time.Now(), denialMessage("api", "victim", api.Limit, 1, hundredYears))
+	forged := attack.GossipPacket(0xbad, 1, time.Now(), attack.DenialMessage("api", "victim", api.Limit, 1, hundredYears))
 	sendUDP(t, a.Addr(), v1, forged)
 	sendTCP(t, a.Addr(), forged)
 	waitStats(t, a, "the forged packets", func(g node.GossipStats) bool { return g.Unsupported >= 1 && g.UnknownSender >= 2 })
@@ -222,8 +191,8 @@ func TestForgedGossipDenialIsDroppedOrCapped(t *testing.T) {
 	// Impersonating b: its gossip id is in its metadata, which travels in
 	// plaintext without a key.
 	b := node.GossipID(ms[1])
-	sendUDP(t, a.Addr(), packet(b, 1<<40, time.Now(), denialMessage("api", "victim", api.Limit, 1, hundredYears)))
-	sendTCP(t, a.Addr(), packet(b, 1<<40+1, time.Now(), denialMessage("api", "victim-tcp", api.Limit, 1, hundredYears)))
+	sendUDP(t, a.Addr(), attack.GossipPacket(b, 1<<40, time.Now(), attack.DenialMessage("api", "victim", api.Limit, 1, hundredYears)))
+	sendTCP(t, a.Addr(), attack.GossipPacket(b, 1<<40+1, time.Now(), attack.DenialMessage("api", "victim-tcp", api.Limit, 1, hundredYears)))
 	waitStats(t, a, "the impersonated denials", func(g node.GossipStats) bool { return g.DenialsReceived >= 2 })
 	if g := gossipOf(a); g.Capped != 2 {
 		t.Fatalf("a capped %d of 2 hundred-year denials: %+v", g.Capped, g)
@@ -387,10 +356,10 @@ func TestForgedResetFloodIsBounded(t *testing.T) {
 			msgs := make([][]byte, perPacket)
 			for j := range msgs {
 				id++
-				msgs[j] = resetMessage(id, "api", "k"+strconv.FormatUint(id, 10))
+				msgs[j] = attack.ResetMessage(id, "api", "k"+strconv.FormatUint(id, 10))
 			}
 			seq++
-			datagrams[i] = append([]byte{8}, packet(impersonated, seq, time.Now(), msgs...)...)
+			datagrams[i] = append([]byte{8}, attack.GossipPacket(impersonated, seq, time.Now(), msgs...)...)
 		}
 		sendRaw(t, a.Addr(), datagrams)
 		want := int64((burst + 1) * perBurst * perPacket)
@@ -413,7 +382,7 @@ func TestForgedResetFloodIsBounded(t *testing.T) {
 		t.Fatalf("at most %d reset ids remembered: the flood did not reach the bound", maxRemembered)
 	}
 	// Played again, the flood is refused by number.
-	sendUDP(t, a.Addr(), packet(impersonated, seq, time.Now(), resetMessage(1, "api", "k1")))
+	sendUDP(t, a.Addr(), attack.GossipPacket(impersonated, seq, time.Now(), attack.ResetMessage(1, "api", "k1")))
 	waitStats(t, a, "the replayed packet", func(g node.GossipStats) bool { return g.Replayed >= 1 })
 	// The node answers throughout.
 	p := node.Policy{Name: "api", Limit: fiveAMinute}

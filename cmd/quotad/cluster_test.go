@@ -57,6 +57,12 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+func (l *lockedBuffer) contains(sub string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.b.String(), sub)
+}
+
 func (l *lockedBuffer) tail() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -160,8 +166,12 @@ type clusterView struct {
 	} `json:"joins"`
 	Gossip struct {
 		DenialsReceived int64 `json:"denials_received"`
+		ResetsReceived  int64 `json:"resets_received"`
+		Capped          int64 `json:"capped"`
 		Unsupported     int64 `json:"unsupported_version"`
 		UnknownSender   int64 `json:"unknown_sender"`
+		Replayed        int64 `json:"replayed"`
+		Stale           int64 `json:"stale"`
 	} `json:"gossip"`
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -23,6 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/attack"
+	"github.com/quotad/quotad/internal/quotadtest"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
@@ -32,20 +33,14 @@ import (
 // HTTP/2 rapid reset, and decompression bombs.
 
 // procStat returns the CPU time (user + system) and resident memory of
-// process pid, from /proc.
+// process pid.
 func procStat(t *testing.T, pid int) (cpu time.Duration, rssBytes int64) {
 	t.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	cpu, rssBytes, err := quotadtest.ProcStat(pid)
 	if err != nil {
-		t.Fatalf("these tests read process figures from /proc (Linux): %v", err)
+		t.Fatal(err)
 	}
-	// Fields after the command name, which may contain spaces, in (…).
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	rssPages, _ := strconv.ParseInt(f[21], 10, 64)
-	// Linux reports CPU time in USER_HZ ticks, 100 a second everywhere.
-	return time.Duration(utime+stime) * 10 * time.Millisecond, rssPages * int64(os.Getpagesize())
+	return cpu, rssBytes
 }
 
 // yearLimit is an inline fixed window of 5 per 365 days: the longest-lived
@@ -170,66 +165,13 @@ func waitClosed(t *testing.T, c net.Conn, limit time.Duration) time.Duration {
 	}
 }
 
-// HTTP/2 frames, by hand: enough to play a client that misbehaves.
-const (
-	frameData      = 0x0
-	frameHeaders   = 0x1
-	frameRSTStream = 0x3
-	frameSettings  = 0x4
-	framePing      = 0x6
-	frameGoAway    = 0x7
-
-	flagEndStream  = 0x1
-	flagAck        = 0x1
-	flagEndHeaders = 0x4
-)
-
-func writeFrame(w io.Writer, typ, flags byte, stream uint32, payload []byte) {
-	hdr := []byte{byte(len(payload) >> 16), byte(len(payload) >> 8), byte(len(payload)), typ, flags, 0, 0, 0, 0}
-	binary.BigEndian.PutUint32(hdr[5:], stream)
-	_, _ = w.Write(append(hdr, payload...))
-}
-
-type frame struct {
-	typ, flags byte
-	stream     uint32
-	payload    []byte
-}
-
-func readFrame(r io.Reader) (frame, error) {
-	var hdr [9]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return frame{}, err
-	}
-	f := frame{typ: hdr[3], flags: hdr[4], stream: binary.BigEndian.Uint32(hdr[5:]) & 0x7fffffff}
-	f.payload = make([]byte, int(hdr[0])<<16|int(hdr[1])<<8|int(hdr[2]))
-	_, err := io.ReadFull(r, f.payload)
-	return f, err
-}
-
 // startH2C opens a cleartext HTTP/2 connection: preface and an empty
 // SETTINGS frame.
 func startH2C(t *testing.T, base string) net.Conn {
 	t.Helper()
 	c := dialRaw(t, base)
-	_, _ = c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
-	writeFrame(c, frameSettings, 0, 0, nil)
+	_ = attack.StartH2C(c)
 	return c
-}
-
-// checkHeaders is an HPACK block (RFC 7541) for POST
-// /quotad.v1.QuotaService/Check with a JSON content type: :method POST and
-// :scheme http from the static table, the rest literals without indexing
-// whose names are static-table entries (values under 127 bytes, no
-// Huffman coding).
-func checkHeaders() []byte {
-	lit := func(name []byte, v string) []byte { return append(append(name, byte(len(v))), v...) }
-	b := []byte{0x83, 0x86}                                              // :method POST, :scheme http
-	b = append(b, lit([]byte{0x04}, "/quotad.v1.QuotaService/Check")...) // :path (4)
-	b = append(b, lit([]byte{0x01}, "quotad")...)                        // :authority (1)
-	// content-type is entry 31: past the 4-bit prefix, 15 then 31-15.
-	b = append(b, lit([]byte{0x0f, 31 - 15}, "application/json")...)
-	return b
 }
 
 // Item 7. Slow and idle clients: an idle keep-alive connection, an idle
@@ -264,12 +206,12 @@ func TestSlowAndIdleClientsAreClosed(t *testing.T) {
 		start := time.Now()
 		_ = c.SetReadDeadline(start.Add(limit))
 		for {
-			f, err := readFrame(c)
+			f, err := attack.ReadFrame(c)
 			if err != nil {
 				t.Fatalf("connection ended without a GOAWAY after %s: %v", time.Since(start), err)
 			}
-			if f.typ == frameGoAway {
-				t.Logf("idle h2c connection sent GOAWAY (code %d) after %s", binary.BigEndian.Uint32(f.payload[4:8]), time.Since(start))
+			if f.Type == attack.FrameGoAway {
+				t.Logf("idle h2c connection sent GOAWAY (code %d) after %s", binary.BigEndian.Uint32(f.Payload[4:8]), time.Since(start))
 				break
 			}
 		}
@@ -305,19 +247,19 @@ func TestSlowAndIdleClientsAreClosed(t *testing.T) {
 
 	t.Run("trickled HTTP/2 body", func(t *testing.T) {
 		c := startH2C(t, p.URL)
-		writeFrame(c, frameHeaders, flagEndHeaders, 1, checkHeaders())
+		_ = attack.WriteFrame(c, attack.FrameHeaders, attack.FlagEndHeaders, 1, attack.CheckHeaders())
 		start := time.Now()
 		done := make(chan string, 1)
 		go func() {
 			_ = c.SetReadDeadline(start.Add(limit))
 			for {
-				f, err := readFrame(c)
+				f, err := attack.ReadFrame(c)
 				if err != nil {
 					done <- fmt.Sprintf("connection ended: %v", err)
 					return
 				}
-				if f.stream == 1 && (f.typ == frameRSTStream || f.typ == frameHeaders) {
-					done <- fmt.Sprintf("frame type %d on the stream", f.typ)
+				if f.Stream == 1 && (f.Type == attack.FrameRSTStream || f.Type == attack.FrameHeaders) {
+					done <- fmt.Sprintf("frame type %d on the stream", f.Type)
 					return
 				}
 			}
@@ -333,7 +275,7 @@ func TestSlowAndIdleClientsAreClosed(t *testing.T) {
 				t.Logf("trickled HTTP/2 body answered after %s: %s", time.Since(start).Round(time.Millisecond), what)
 				return
 			case <-tick.C:
-				writeFrame(c, frameData, 0, 1, []byte("{"))
+				_ = attack.WriteFrame(c, attack.FrameData, 0, 1, []byte("{"))
 			}
 		}
 	})
@@ -486,21 +428,21 @@ func TestMaxConnections(t *testing.T) {
 func TestRapidResetGetsGoAway(t *testing.T) {
 	p := startProcess(t)
 	pid := p.cmd.Process.Pid
-	block := checkHeaders()
+	block := attack.CheckHeaders()
 
 	t.Run("attack", func(t *testing.T) {
 		c := startH2C(t, p.URL)
 		cpuBefore, _ := procStat(t, pid)
-		goaway := make(chan frame, 1)
+		goaway := make(chan attack.Frame, 1)
 		go func() {
 			defer close(goaway)
 			_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			for {
-				f, err := readFrame(c)
+				f, err := attack.ReadFrame(c)
 				if err != nil {
 					return
 				}
-				if f.typ == frameGoAway {
+				if f.Type == attack.FrameGoAway {
 					goaway <- f
 					return
 				}
@@ -510,21 +452,21 @@ func TestRapidResetGetsGoAway(t *testing.T) {
 		w := bufio.NewWriter(c)
 		for i := range pairs {
 			id := uint32(2*i + 1)
-			writeFrame(w, frameHeaders, flagEndHeaders, id, block)
-			writeFrame(w, frameRSTStream, 0, id, []byte{0, 0, 0, 8}) // CANCEL
+			_ = attack.WriteFrame(w, attack.FrameHeaders, attack.FlagEndHeaders, id, block)
+			_ = attack.WriteFrame(w, attack.FrameRSTStream, 0, id, []byte{0, 0, 0, 8}) // CANCEL
 		}
 		_ = w.Flush() // may fail once the server has closed: that is the point
 		f, ok := <-goaway
 		if !ok {
 			t.Fatal("no GOAWAY")
 		}
-		code, last := binary.BigEndian.Uint32(f.payload[4:8]), binary.BigEndian.Uint32(f.payload[0:4])&0x7fffffff
+		code, last := binary.BigEndian.Uint32(f.Payload[4:8]), binary.BigEndian.Uint32(f.Payload[0:4])&0x7fffffff
 		if code != 0xb {
 			t.Fatalf("GOAWAY code %d, want ENHANCE_YOUR_CALM (11)", code)
 		}
 		waitClosed(t, c, 15*time.Second)
 		cpuAfter, _ := procStat(t, pid)
-		t.Logf("GOAWAY ENHANCE_YOUR_CALM %q with last stream %d (%d streams) of %d sent; server CPU %s", f.payload[8:], last, (last+1)/2, pairs, cpuAfter-cpuBefore)
+		t.Logf("GOAWAY ENHANCE_YOUR_CALM %q with last stream %d (%d streams) of %d sent; server CPU %s", f.Payload[8:], last, (last+1)/2, pairs, cpuAfter-cpuBefore)
 		if last >= 2*pairs-1 {
 			t.Errorf("the server processed every stream before the GOAWAY (last %d)", last)
 		}
@@ -548,25 +490,25 @@ func TestRapidResetGetsGoAway(t *testing.T) {
 		// cancelled: a third, well under half.
 		for i := range 600 {
 			id := uint32(2*i + 1)
-			writeFrame(w, frameHeaders, flagEndHeaders|flagEndStream, id, block)
+			_ = attack.WriteFrame(w, attack.FrameHeaders, attack.FlagEndHeaders|attack.FlagEndStream, id, block)
 			if i%3 == 0 {
-				writeFrame(w, frameRSTStream, 0, id, []byte{0, 0, 0, 8})
+				_ = attack.WriteFrame(w, attack.FrameRSTStream, 0, id, []byte{0, 0, 0, 8})
 			}
 		}
-		writeFrame(w, framePing, 0, 0, []byte("stillok?"))
+		_ = attack.WriteFrame(w, attack.FramePing, 0, 0, []byte("stillok?"))
 		if err := w.Flush(); err != nil {
 			t.Fatal(err)
 		}
 		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		for {
-			f, err := readFrame(c)
+			f, err := attack.ReadFrame(c)
 			if err != nil {
 				t.Fatalf("connection ended: %v", err)
 			}
-			if f.typ == frameGoAway {
-				t.Fatalf("GOAWAY for a client that cancelled a third of its streams: %q", f.payload[8:])
+			if f.Type == attack.FrameGoAway {
+				t.Fatalf("GOAWAY for a client that cancelled a third of its streams: %q", f.Payload[8:])
 			}
-			if f.typ == framePing && f.flags&flagAck != 0 && string(f.payload) == "stillok?" {
+			if f.Type == attack.FramePing && f.Flags&attack.FlagAck != 0 && string(f.Payload) == "stillok?" {
 				return
 			}
 		}
@@ -578,21 +520,14 @@ func fw5JSON() *quotadv1.Limit {
 	return &quotadv1.Limit{Algorithm: quotadv1.Algorithm_ALGORITHM_FIXED_WINDOW, Limit: 5, Period: durationpb.New(time.Minute)}
 }
 
-// gzipBomb returns a gzip body of at most size bytes that inflates to
-// about inflate bytes: copies of one member of zeros (gzip readers read
-// concatenated members as one stream).
+// gzipBomb is attack.GzipBomb, failing the test on an error.
 func gzipBomb(t *testing.T, size int, inflate int64) (body []byte, inflated int64) {
 	t.Helper()
-	member := min(inflate, 8<<20)
-	var one bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&one, gzip.BestCompression)
+	body, inflated, err := attack.GzipBomb(size, inflate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = zw.Write(make([]byte, member))
-	_ = zw.Close()
-	n := min(int64(size/one.Len()), (inflate+member-1)/member)
-	return bytes.Repeat(one.Bytes(), int(n)), n * member
+	return body, inflated
 }
 
 // Item 8. A gzip body that inflates to about 4 GiB is refused with

@@ -432,8 +432,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // listenAPI opens the API's listener on cfg.Listen and the server that
 // serves api on it, one port for every protocol (HTTP/1.1 for Connect and
-// JSON, cleartext HTTP/2 for gRPC), within cfg's timeouts and connection
-// cap. It is where the API's socket and server are set up.
+// JSON, cleartext HTTP/2 for gRPC; with a certificate, TLS only and HTTP/2
+// by ALPN), within cfg's timeouts and connection cap. It is where the
+// API's socket and server are set up.
 func listenAPI(cfg config, api http.Handler, tel rpc.Telemetry, log *slog.Logger) (*rpc.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -18,6 +18,11 @@ var (
 	out  []byte
 )
 
+// Race reports whether this test binary runs under the race detector, and
+// so the quotad Binary builds: it runs several times slower, and its
+// resident memory includes the detector's shadow memory.
+func Race() bool { return raceEnabled }
+
 // Binary builds cmd/quotad once per test binary and returns its path. It is
 // built with -race when the calling test binary is, so the build reuses the
 // packages `go test -race` has just compiled instead of compiling every

@@ -1,0 +1,550 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/attack"
+	"github.com/quotad/quotad/internal/quotadtest"
+	"github.com/quotad/quotad/internal/redistest"
+	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+)
+
+// Issue 10, must-show 3: a soak. Three nodes on one redis-server; legit
+// load on all three at a fixed rate, over limits it exceeds (so how much
+// is allowed is the limits' doing); first a phase without attacks, then a
+// phase as long with the attacks of items 3-8 all against node 1. The
+// legit figures of the two phases are compared, and node 1's resident
+// memory and goroutines must come back to the first phase's once the
+// attacks stop.
+//
+// QUOTAD_SOAK sets each phase's length (a duration; `make soak` runs 60s,
+// without -race); unset, the phases last soakShortPhase, and the test
+// asserts only what a loaded machine cannot break: no legit errors,
+// allowed counts within 20%, memory and goroutines back near their
+// baseline, and every attack refused or closed as meant. The legit p99
+// ratio is logged; it is asserted (within 20%) only with
+// QUOTAD_SOAK_QUIET=1, which says the machine has nothing else to do.
+// QUOTAD_SOAK_ATTACKS chooses some of the attacks (chosenAttacks).
+
+const (
+	soakShortPhase = 8 * time.Second
+	soakWarmUp     = 2 * time.Second
+	// soakRecovery bounds the wait for node 1 to come back to its
+	// baseline after the attacks: the server's timeouts (idle 3s, read
+	// 2s, request headers 10s) must close what the attackers left open,
+	// and the Go runtime give back the memory they made it use, which
+	// takes a garbage collection (at the latest the one forced every two
+	// minutes) and the scavenger's pace.
+	soakRecovery = 3 * time.Minute
+	// The server's bounds under test, the same on every node.
+	soakMaxConns    = 200
+	soakReadTimeout = 2 * time.Second
+	soakIdleTimeout = 3 * time.Second
+	// soakWorkers check on each node (the last over gRPC, the others over
+	// Connect on HTTP/1.1), each soakRate times a second.
+	soakWorkers = 3
+	soakRate    = 20
+)
+
+// soakPolicies are the legit load's policies, each checked on one key by
+// every node, in turn: each node checks each about soakWorkers × soakRate /
+// 5 = 12 times a second, 36 in all against the 10 a second the first four
+// allow, so that how many are allowed is the limits' doing even when a
+// loaded machine (or a race-detector build) answers the load more slowly
+// than it asks. The fifth (a few a second) is there for its denials,
+// which last long enough to be gossiped, for the replay attack to
+// capture.
+var soakPolicies = []struct {
+	name, yaml string
+	limit      algorithms.Limit
+}{
+	{"soak-fw", "{name: soak-fw, algorithm: fixed_window, limit: 5, period: 500ms}",
+		algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Period: 500 * time.Millisecond}},
+	{"soak-sw", "{name: soak-sw, algorithm: sliding_window_log, limit: 5, period: 500ms}",
+		algorithms.Limit{Algorithm: algorithms.SlidingWindowLog, Limit: 5, Period: 500 * time.Millisecond}},
+	{"soak-tb", "{name: soak-tb, algorithm: token_bucket, limit: 10, burst: 5, period: 1s}",
+		algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Burst: 5, Period: time.Second}},
+	{"soak-gcra", "{name: soak-gcra, algorithm: gcra, limit: 10, burst: 5, period: 1s}",
+		algorithms.Limit{Algorithm: algorithms.GCRA, Limit: 10, Burst: 5, Period: time.Second}},
+	{"soak-gossip", "{name: soak-gossip, algorithm: fixed_window, limit: 5, period: 2s}",
+		algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Period: 2 * time.Second}},
+}
+
+const soakKey = "shared"
+
+func TestSoakAttacksOnOneNode(t *testing.T) {
+	phase := soakShortPhase
+	if v := os.Getenv("QUOTAD_SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			t.Fatalf("QUOTAD_SOAK=%q: want a duration of at least 1s, such as 60s", v)
+		}
+		phase = d
+	}
+	quiet := os.Getenv("QUOTAD_SOAK_QUIET") == "1"
+	only := chosenAttacks(t)
+
+	r := redistest.Start(t)
+	bin := quotadtest.Binary(t)
+	gossipKey := make([]byte, 32)
+	rand.Read(gossipKey)
+	keyFile := writeFile(t, "gossip.key", base64.StdEncoding.EncodeToString(gossipKey)+"\n")
+	var yaml strings.Builder
+	yaml.WriteString("policies:\n")
+	for _, p := range soakPolicies {
+		fmt.Fprintf(&yaml, "  - %s\n", p.yaml)
+	}
+	flags := []string{
+		"--config", writeFile(t, "soak.yaml", yaml.String()),
+		"--max-connections", strconv.Itoa(soakMaxConns),
+		"--read-timeout", soakReadTimeout.String(), "--idle-timeout", soakIdleTimeout.String(),
+		// Generous: on a loaded machine Redis can take longer than the
+		// default 50ms without any attack, and the soak is about the
+		// attacks on node 1 (a slow Redis is items 1-2's test).
+		"--redis-timeout", "1s",
+	}
+	// Node 1's peers reach it through a tap, which keeps what they send
+	// for the replay attack.
+	tap, err := attack.StartTap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tap.Close() })
+	n1 := startProc(t, bin, 1, r.URL(), "", keyFile, append(flags, "--cluster-advertise", tap.Addr())...)
+	if err := tap.Forward("127.0.0.1:" + n1.gossipPort(t)); err != nil {
+		t.Fatal(err)
+	}
+	n2 := startProc(t, bin, 2, r.URL(), tap.Addr(), keyFile, flags...)
+	n3 := startProc(t, bin, 3, r.URL(), tap.Addr(), keyFile, flags...)
+	procs := []*proc{n1, n2, n3}
+	for _, p := range procs {
+		waitCluster(t, p, 20*time.Second, "a cluster of three", func(v clusterView) bool { return v.Size == 3 })
+	}
+	t.Logf("phases of %s; load average %s", phase, loadAverage())
+
+	// Under the race detector every request costs several times more, on
+	// both sides: the attacks go gentler, so that they and not the
+	// machine's saturation are what the legit load meets.
+	attacks := newSoakAttacks(t, n1, tap, gossipKey, quotadtest.Race(), only)
+	load := startLegitLoad(t, procs)
+	defer load.stop()
+	time.Sleep(soakWarmUp) // time is what a soak measures
+	n1Figures := &figureLog{p: n1}
+
+	// Phase 1: legit load alone; phase 2: the same, with every attack
+	// against node 1. The load switches phases on the clock, so that both
+	// last exactly as long.
+	start := time.Now()
+	load.schedule(start, phase)
+	n1Figures.sampleUntil(t, start.Add(phase))
+	baseline := n1Figures.median()
+	attackCPU := n1Figures.cpu(t)
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(2*phase))
+	defer cancel()
+	attacks.run(ctx, t)
+	during := n1Figures.sampleUntil(t, start.Add(2*phase))
+	attacks.wait()
+	attackCPU = n1Figures.cpu(t) - attackCPU
+
+	// Recovery: what the attackers left open is the server's to close.
+	stopped := time.Now()
+	var after nodeFigures
+	var trail []string
+	recovered := false
+	for lastNote := -10 * time.Second; time.Since(stopped) < soakRecovery; time.Sleep(500 * time.Millisecond) {
+		after = n1Figures.sample(t)
+		if since := time.Since(stopped); since-lastNote >= 10*time.Second {
+			trail = append(trail, fmt.Sprintf("%s: RSS %.0f MB, heap held %.0f MB, %d goroutines",
+				since.Round(time.Second), float64(after.rss)/(1<<20), float64(after.heapHeld())/(1<<20), after.goroutines))
+			lastNote = since
+		}
+		if after.goroutines <= baseline.goroutines+goroutineSlack(baseline.goroutines) && memoryBack(baseline, after) && attacks.allClosed() {
+			recovered = true
+			break
+		}
+	}
+	recoveredIn := time.Since(stopped)
+	load.stop()
+	attacks.close()
+
+	// The report.
+	t.Logf("load average at the end %s", loadAverage())
+	base, att := load.totals(phaseBaseline), load.totals(phaseAttack)
+	t.Logf("legit, all nodes: baseline %d checks, %d allowed, p50 %s p99 %s; attack %d checks, %d allowed, p50 %s p99 %s",
+		base.checks, base.allowed, base.p50, base.p99, att.checks, att.allowed, att.p50, att.p99)
+	allowedRatio := float64(att.allowed) / float64(max(base.allowed, 1))
+	p99Ratio := float64(att.p99) / float64(max(base.p99, time.Microsecond))
+	t.Logf("legit ratios attack/baseline: allowed %.3f, p99 %.2f, p50 %.2f", allowedRatio, p99Ratio, float64(att.p50)/float64(max(base.p50, time.Microsecond)))
+	for i, p := range procs {
+		b, a := load.nodeTotals(i, phaseBaseline), load.nodeTotals(i, phaseAttack)
+		t.Logf("  %s: baseline %d checks, %d allowed, p99 %s; attack %d checks, %d allowed, p99 %s (ratio %.2f)",
+			p.name, b.checks, b.allowed, b.p99, a.checks, a.allowed, a.p99, float64(a.p99)/float64(max(b.p99, time.Microsecond)))
+	}
+	t.Logf("node-1 baseline (median): %s", baseline)
+	t.Logf("node-1 during the attacks (peak): %s; CPU %s in %s", during, attackCPU, phase)
+	t.Logf("node-1 after (%s after the attacks stopped, recovered %t): %s", recoveredIn.Round(100*time.Millisecond), recovered, after)
+	t.Logf("node-1 on the way back: %s", strings.Join(trail, "; "))
+	attacks.report(t)
+
+	// What must hold.
+	for _, ph := range []soakPhase{phaseBaseline, phaseAttack} {
+		if e := load.totals(ph); e.errors > 0 {
+			t.Errorf("%s: %d legit checks failed; last: %s", ph, e.errors, load.lastError())
+		}
+	}
+	if allowedRatio < 0.8 || allowedRatio > 1.2 {
+		t.Errorf("legit allowed under attack %d against %d without: ratio %.3f, outside 0.8-1.2", att.allowed, base.allowed, allowedRatio)
+	}
+	if quiet && p99Ratio > 1.2 {
+		t.Errorf("legit p99 under attack %s against %s without: ratio %.2f, above 1.2 (QUOTAD_SOAK_QUIET=1)", att.p99, base.p99, p99Ratio)
+	}
+	if !recovered {
+		t.Errorf("node-1 not back to its baseline %s after %s: %s; attackers' connections still open: %s",
+			baseline, soakRecovery, after, attacks.openConns())
+	}
+	attacks.check(t)
+	for _, p := range procs {
+		v, err := p.cluster(t)
+		if err != nil || v.Size != 3 {
+			t.Errorf("%s after the soak: cluster %+v, %v; want three members", p.name, v, err)
+		}
+	}
+}
+
+// goroutineSlack is how far above its baseline node 1's goroutines may
+// be and count as back: they come and go with the legit requests in
+// flight.
+func goroutineSlack(base int64) int64 { return max(20, base/5) }
+
+// memoryBack reports whether node 1's memory is back near its baseline:
+// its RSS, within the larger of 64 MB and the baseline itself (the Go
+// runtime sizes its heap at twice what it last found live, and gives what
+// it freed back to the OS at the scavenger's pace). Under the race
+// detector RSS includes the detector's shadow memory, which is never
+// given back; there the Go heap's own hold on memory (in use and idle,
+// less what it released) is judged instead, within the larger of 32 MB
+// and half its baseline.
+func memoryBack(base, now nodeFigures) bool {
+	if quotadtest.Race() {
+		return now.heapHeld() <= base.heapHeld()+max(32<<20, base.heapHeld()/2)
+	}
+	return now.rss <= base.rss+max(64<<20, base.rss)
+}
+
+// loadAverage is /proc/loadavg's first three fields.
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(raw))[:3], " ")
+}
+
+type soakPhase int32
+
+const (
+	phaseWarmUp soakPhase = iota
+	phaseBaseline
+	phaseAttack
+	phaseRecovery
+	soakPhases
+)
+
+func (p soakPhase) String() string {
+	return [...]string{"warm-up", "baseline", "attack", "recovery"}[p]
+}
+
+// legitLoad checks on every node at a fixed rate per worker (closed
+// loop: a worker waits for its answer before the next check, and a late
+// answer delays it rather than bunching checks up), recording each
+// answer under the phase it started in.
+type legitLoad struct {
+	phase atomic.Int32
+	done  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+
+	mu      sync.Mutex
+	stats   [3][soakPhases]legitStats
+	lastErr string
+}
+
+type legitStats struct {
+	checks, allowed, errors int64
+	latencies               []time.Duration
+}
+
+func startLegitLoad(t *testing.T, procs []*proc) *legitLoad {
+	l := &legitLoad{done: make(chan struct{})}
+	for i, p := range procs {
+		h1 := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: soakWorkers}, Timeout: 10 * time.Second}
+		h2c := &http.Client{Transport: &http.Transport{Protocols: new(http.Protocols)}, Timeout: 10 * time.Second}
+		h2c.Transport.(*http.Transport).Protocols.SetUnencryptedHTTP2(true)
+		clients := []quotadv1connect.QuotaServiceClient{
+			quotadv1connect.NewQuotaServiceClient(h1, p.api),                      // Connect, HTTP/1.1
+			quotadv1connect.NewQuotaServiceClient(h2c, p.api, connect.WithGRPC()), // gRPC, h2c
+		}
+		for w := range soakWorkers {
+			c := clients[0]
+			if w == soakWorkers-1 {
+				c = clients[1]
+			}
+			l.wg.Add(1)
+			go l.work(i, w, c)
+		}
+		t.Cleanup(func() { h1.CloseIdleConnections(); h2c.CloseIdleConnections() })
+	}
+	return l
+}
+
+// work checks on node i until the load stops; worker w starts on policy w.
+func (l *legitLoad) work(i, w int, c quotadv1connect.QuotaServiceClient) {
+	defer l.wg.Done()
+	interval := time.Second / soakRate
+	next := time.Now()
+	for k := w; ; k++ {
+		select {
+		case <-l.done:
+			return
+		case <-time.After(time.Until(next)):
+		}
+		ph := soakPhase(l.phase.Load())
+		pol := soakPolicies[k%len(soakPolicies)].name
+		start := time.Now()
+		res, err := c.Check(context.Background(), connect.NewRequest(&quotadv1.CheckRequest{Policy: pol, Key: soakKey}))
+		took := time.Since(start)
+		l.mu.Lock()
+		s := &l.stats[i][ph]
+		s.checks++
+		s.latencies = append(s.latencies, took)
+		switch {
+		case err != nil:
+			s.errors++
+			l.lastErr = fmt.Sprintf("node-%d %s: %v", i+1, pol, err)
+		case res.Msg.GetSource() == quotadv1.Source_SOURCE_FAIL_OPEN || res.Msg.GetSource() == quotadv1.Source_SOURCE_FAIL_CLOSED:
+			s.errors++
+			l.lastErr = fmt.Sprintf("node-%d %s: answered by the failure mode (%s)", i+1, pol, res.Msg.GetSource())
+		case res.Msg.GetAllowed():
+			s.allowed++
+		}
+		l.mu.Unlock()
+		next = next.Add(interval)
+		if now := time.Now(); next.Before(now) {
+			next = now
+		}
+	}
+}
+
+// schedule runs the baseline phase from start for d, then the attack
+// phase for d, then the recovery phase.
+func (l *legitLoad) schedule(start time.Time, d time.Duration) {
+	l.phase.Store(int32(phaseBaseline))
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		for i, ph := range []soakPhase{phaseAttack, phaseRecovery} {
+			select {
+			case <-l.done:
+				return
+			case <-time.After(time.Until(start.Add(time.Duration(i+1) * d))):
+				l.phase.Store(int32(ph))
+			}
+		}
+	}()
+}
+
+func (l *legitLoad) stop() {
+	l.once.Do(func() { close(l.done) })
+	l.wg.Wait()
+}
+
+func (l *legitLoad) lastError() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastErr
+}
+
+// legitTotals are one phase's figures.
+type legitTotals struct {
+	checks, allowed, errors int64
+	p50, p99                time.Duration
+}
+
+func (l *legitLoad) totals(ph soakPhase) legitTotals {
+	return l.sum(ph, 0, 1, 2)
+}
+
+func (l *legitLoad) nodeTotals(i int, ph soakPhase) legitTotals {
+	return l.sum(ph, i)
+}
+
+func (l *legitLoad) sum(ph soakPhase, nodes ...int) legitTotals {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out legitTotals
+	var lat []time.Duration
+	for _, i := range nodes {
+		s := l.stats[i][ph]
+		out.checks += s.checks
+		out.allowed += s.allowed
+		out.errors += s.errors
+		lat = append(lat, s.latencies...)
+	}
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		out.p50 = lat[len(lat)/2].Round(10 * time.Microsecond)
+		out.p99 = lat[len(lat)*99/100].Round(10 * time.Microsecond)
+	}
+	return out
+}
+
+// nodeFigures are what a node's process costs at one moment. The Go
+// runtime's heap figures tell a leak (in use) from memory the runtime
+// keeps (idle, not yet released) or will collect (next GC).
+type nodeFigures struct {
+	rss, goroutines, connsOpen                int64
+	heapInuse, heapIdle, heapReleased, nextGC int64
+	evicted, refused, goAways                 int64
+}
+
+func (f nodeFigures) String() string {
+	mb := func(b int64) string { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) }
+	return fmt.Sprintf("RSS %s (heap in use %s, idle %s of which released %s; next GC at %s), %d goroutines, %d API connections open (%d evicted, %d refused at the cap, %d rapid-reset GOAWAYs so far)",
+		mb(f.rss), mb(f.heapInuse), mb(f.heapIdle), mb(f.heapReleased), mb(f.nextGC), f.goroutines, f.connsOpen, f.evicted, f.refused, f.goAways)
+}
+
+// heapHeld is the memory the Go heap holds from the OS: in use and idle,
+// less what it has given back.
+func (f nodeFigures) heapHeld() int64 { return f.heapInuse + f.heapIdle - f.heapReleased }
+
+// max is each figure's greater of f and g; the counters are g's.
+func (f nodeFigures) max(g nodeFigures) nodeFigures {
+	return nodeFigures{
+		rss: max(f.rss, g.rss), goroutines: max(f.goroutines, g.goroutines), connsOpen: max(f.connsOpen, g.connsOpen),
+		heapInuse: max(f.heapInuse, g.heapInuse), heapIdle: max(f.heapIdle, g.heapIdle), heapReleased: max(f.heapReleased, g.heapReleased),
+		nextGC: max(f.nextGC, g.nextGC), evicted: g.evicted, refused: g.refused, goAways: g.goAways,
+	}
+}
+
+// figureLog samples a node's figures.
+type figureLog struct {
+	p       *proc
+	samples []nodeFigures
+}
+
+// sample reads the node's figures: RSS from /proc, the rest from
+// /metrics (go_goroutines is the Go runtime's count).
+func (l *figureLog) sample(t *testing.T) nodeFigures {
+	t.Helper()
+	_, rss, err := quotadtest.ProcStat(l.p.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := nodeFigures{rss: rss}
+	// Its own connection each time: one kept alive could be closed as
+	// idle under the attack, and a scrape must not fail for that.
+	var lastErr error
+	for range 5 {
+		fams, err := scrapeOnce(l.p.api)
+		if err != nil {
+			lastErr = err
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		get := func(name string) int64 { v, _ := metricValue(fams, name, nil); return int64(v) }
+		f.goroutines = get("go_goroutines")
+		f.connsOpen = get("quotad_connections_open")
+		f.evicted = get("quotad_connections_evicted_total")
+		f.refused = get("quotad_connections_refused_total")
+		f.goAways = get("quotad_http2_reset_goaways_total")
+		f.heapInuse = get("go_memstats_heap_inuse_bytes")
+		f.heapIdle = get("go_memstats_heap_idle_bytes")
+		f.heapReleased = get("go_memstats_heap_released_bytes")
+		f.nextGC = get("go_memstats_next_gc_bytes")
+		return f
+	}
+	t.Fatalf("scrape %s/metrics: %v", l.p.api, lastErr)
+	return f
+}
+
+func (l *figureLog) cpu(t *testing.T) time.Duration {
+	t.Helper()
+	cpu, _, err := quotadtest.ProcStat(l.p.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cpu
+}
+
+// sampleUntil samples once a second until end (which has passed when it
+// returns) and returns each figure's peak.
+func (l *figureLog) sampleUntil(t *testing.T, end time.Time) nodeFigures {
+	t.Helper()
+	l.samples = l.samples[:0]
+	var peak nodeFigures
+	for {
+		f := l.sample(t)
+		l.samples = append(l.samples, f)
+		peak = peak.max(f)
+		left := time.Until(end)
+		if left <= 0 {
+			return peak
+		}
+		time.Sleep(min(left, time.Second))
+	}
+}
+
+// median returns the median of each figure over the last sampleUntil.
+func (l *figureLog) median() nodeFigures {
+	pick := func(get func(nodeFigures) int64) int64 {
+		v := make([]int64, len(l.samples))
+		for i, s := range l.samples {
+			v[i] = get(s)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	last := l.samples[len(l.samples)-1]
+	return nodeFigures{
+		rss: pick(func(f nodeFigures) int64 { return f.rss }), goroutines: pick(func(f nodeFigures) int64 { return f.goroutines }),
+		connsOpen: pick(func(f nodeFigures) int64 { return f.connsOpen }), heapInuse: pick(func(f nodeFigures) int64 { return f.heapInuse }),
+		heapIdle: pick(func(f nodeFigures) int64 { return f.heapIdle }), heapReleased: pick(func(f nodeFigures) int64 { return f.heapReleased }),
+		nextGC:  pick(func(f nodeFigures) int64 { return f.nextGC }),
+		evicted: last.evicted, refused: last.refused, goAways: last.goAways,
+	}
+}
+
+// scrapeOnce GETs base/metrics on a connection of its own.
+func scrapeOnce(base string) (map[string]*dto.MetricFamily, error) {
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(base + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
