@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -36,6 +37,8 @@ type memoryKey struct {
 
 type memoryEntry struct {
 	state algorithms.State
+	// slots replaces state for algorithms.Concurrency (memory_slots.go).
+	slots *algorithms.ConcurrencyState
 	// expiresAtMs is when the state became equivalent to a fresh one (the
 	// decision's ResetAfter), the analogue of the Redis TTL.
 	expiresAtMs int64
@@ -74,6 +77,10 @@ func (s *MemoryStore) Acquire(_ context.Context, base string, l algorithms.Limit
 	if e == nil || e.expiresAtMs <= nowMs {
 		e = &memoryEntry{state: algorithms.NewState(l.Algorithm)}
 	}
+	if e.state == nil {
+		// Concurrency: slots go through AcquireSlot.
+		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("memory check: %w %s has no State", algorithms.ErrUnknownAlgorithm, l.Algorithm)
+	}
 	d, g := e.state.Acquire(l, nowMs, cost, want, hold.Milliseconds())
 	if d.ResetAfter > 0 {
 		e.expiresAtMs = nowMs + d.ResetAfter.Milliseconds()
@@ -92,7 +99,7 @@ func (s *MemoryStore) Release(_ context.Context, base string, l algorithms.Limit
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.states[memoryKey{base, l.Algorithm}]
-	if e == nil || e.expiresAtMs <= nowMs {
+	if e == nil || e.expiresAtMs <= nowMs || e.state == nil {
 		return 0, nil
 	}
 	return e.state.Release(l, nowMs, units, g), nil
@@ -110,7 +117,7 @@ func (s *MemoryStore) Reset(_ context.Context, base string) error {
 	sh := s.shard(base)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for _, a := range algorithms.Algorithms() {
+	for _, a := range append(algorithms.Algorithms(), algorithms.Concurrency) {
 		delete(sh.states, memoryKey{base, a})
 	}
 	return nil

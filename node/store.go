@@ -10,6 +10,9 @@ import (
 // Store is the authority for limits: Redis through Lua scripts, or the
 // embedded memory store. Implementations are safe for concurrent use.
 type Store interface {
+	// SlotStore holds concurrency limits' slots (slots.go); Acquire and
+	// Release are never called with a concurrency limit.
+	SlotStore
 	// Acquire decides whether cost units of l fit for the limit stored
 	// under base (a key base with a Redis hash tag, see Node.keyBase) and,
 	// if so, spends between cost and want units, reporting the extra as a
