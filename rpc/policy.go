@@ -23,12 +23,17 @@ type policyResolver struct {
 // The policy name is validated first, so that a malformed name is an
 // InvalidArgument, never a NotFound.
 func (r policyResolver) resolve(req *quotadv1.CheckRequest) (node.Policy, error) {
-	name := req.GetPolicy()
+	return r.resolveLimit(req.GetPolicy(), req.GetLimit())
+}
+
+// resolveLimit is resolve for the policy name and inline limit (nil for
+// none) of any request that names a limit.
+func (r policyResolver) resolveLimit(name string, limit *quotadv1.Limit) (node.Policy, error) {
 	if err := node.ValidatePolicyName(name); err != nil {
 		return node.Policy{}, err
 	}
 	configured, isConfigured := r.node.Policy(name)
-	if req.GetLimit() == nil {
+	if limit == nil {
 		if !isConfigured {
 			return node.Policy{}, r.unknown(name)
 		}
@@ -40,7 +45,7 @@ func (r policyResolver) resolve(req *quotadv1.CheckRequest) (node.Policy, error)
 	if isConfigured {
 		return node.Policy{}, fmt.Errorf("limit: policy %q %w", name, errPolicyConfigured)
 	}
-	l, mode, err := limitFromProto(req.GetLimit())
+	l, mode, err := limitFromProto(limit)
 	if err != nil {
 		return node.Policy{}, err
 	}

@@ -52,7 +52,7 @@ func (s *service) check(ctx context.Context, req *quotadv1.CheckRequest) (*quota
 	if err != nil {
 		return nil, err
 	}
-	return checkResponse(res), nil
+	return withSlot(checkResponse(res), res, p), nil
 }
 
 // CheckBatch implements QuotaService.CheckBatch: 1 to maxBatch checks,
