@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/node"
@@ -58,7 +59,7 @@ func (s *service) slotPolicy(name, key string, limit *quotadv1.Limit) (node.Poli
 // response: its id and how long it lives unless renewed.
 func withSlot(resp *quotadv1.CheckResponse, res node.Result, p node.Policy) *quotadv1.CheckResponse {
 	if res.Slot != "" {
-		resp.SlotId = res.Slot
+		resp.SlotId = proto.String(res.Slot)
 		resp.SlotExpiresAfter = durationpb.New(p.Limit.Period)
 	}
 	return resp

@@ -100,6 +100,17 @@ func TestSlotsOverJSON(t *testing.T) {
 	if status, body := post("ReleaseSlot", release); status != 404 || !strings.Contains(body, `"code":"not_found"`) || !strings.Contains(body, "slot not held") {
 		t.Fatalf("second release: %d %s", status, body)
 	}
+	// The slot fields are absent where there is no slot (a denial, a rate
+	// limit), though the JSON codec emits every other field.
+	full := `{"policy":"jobs","key":"full",` + limit + `}`
+	post("Check", full)
+	post("Check", full)
+	if _, got := post("Check", full); !strings.Contains(got, `"allowed":false`) || strings.Contains(got, "slot") {
+		t.Errorf("a denial: %s", got)
+	}
+	if _, got := post("Check", `{"policy":"demo","key":"k","limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"60s"}}`); strings.Contains(got, "slot") || !strings.Contains(got, `"retryAfter":"0s"`) {
+		t.Errorf("a rate limit's response: %s", got)
+	}
 }
 
 // Every bad renew or release fails with its code and a message naming the
@@ -153,11 +164,17 @@ func TestBadSlotRequests(t *testing.T) {
 }
 
 // Envoy's rate limit service cannot release slots, so a rule naming a
-// concurrency policy is refused.
+// concurrency policy is refused, in quotad's schema and as an
+// envoyproxy/ratelimit file's quotad_policy.
 func TestEnvoyRefusesConcurrencyPolicies(t *testing.T) {
-	jobs := node.Policy{Name: "jobs", Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Limit: 5, Period: time.Minute}}
-	err := one("edge", EnvoyDescriptor{Key: "k", Policy: "jobs"}).Validate([]node.Policy{jobs})
-	if err == nil || !strings.Contains(err.Error(), `envoy.domains[0].descriptors[0].policy: invalid rpc config: policy "jobs" is a concurrency limit`) {
-		t.Fatalf("got %v", err)
+	jobs := []node.Policy{{Name: "jobs", Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Limit: 5, Period: time.Minute}}}
+	err := one("edge", EnvoyDescriptor{Key: "k", Policy: "jobs"}).Validate(jobs)
+	if err == nil || !strings.Contains(err.Error(), `envoy.domains[0].descriptors[0].policy: invalid rpc config: policy "jobs" is a concurrency limit, which needs its slots released (quotad's ReleaseSlot); Envoy's rate limit protocol cannot`) {
+		t.Errorf("quotad's schema: got %v", err)
+	}
+	file := EnvoyConfig{Domains: []EnvoyDomain{fileDomain("a.yaml", "edge", EnvoyDescriptor{Key: "k", Line: 3, RateLimit: &EnvoyRateLimit{Policy: "jobs"}})}}
+	err = file.Validate(jobs)
+	if err == nil || !strings.Contains(err.Error(), `a.yaml: line 3: descriptors[0].rate_limit.quotad_policy: invalid rpc config: policy "jobs" is a concurrency limit`) {
+		t.Errorf("a file: got %v", err)
 	}
 }

@@ -386,12 +386,12 @@ type CheckResponse struct {
 	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	Source     Source               `protobuf:"varint,6,opt,name=source,proto3,enum=quotad.v1.Source" json:"source,omitempty"`
 	// ALGORITHM_CONCURRENCY only: the slot an allowed check of cost 1 took, to
-	// renew and release. Empty otherwise (and when the store failed and the
-	// policy failed open: there is no slot to release).
-	SlotId string `protobuf:"bytes,7,opt,name=slot_id,json=slotId,proto3" json:"slot_id,omitempty"`
+	// renew and release. Absent otherwise (and when the store failed and the
+	// policy failed open: there is no slot to release), also in JSON.
+	SlotId *string `protobuf:"bytes,7,opt,name=slot_id,json=slotId,proto3,oneof" json:"slot_id,omitempty"`
 	// ALGORITHM_CONCURRENCY only, with slot_id: how long the slot lives unless
 	// renewed (the limit's period).
-	SlotExpiresAfter *durationpb.Duration `protobuf:"bytes,8,opt,name=slot_expires_after,json=slotExpiresAfter,proto3" json:"slot_expires_after,omitempty"`
+	SlotExpiresAfter *durationpb.Duration `protobuf:"bytes,8,opt,name=slot_expires_after,json=slotExpiresAfter,proto3,oneof" json:"slot_expires_after,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -469,8 +469,8 @@ func (x *CheckResponse) GetSource() Source {
 }
 
 func (x *CheckResponse) GetSlotId() string {
-	if x != nil {
-		return x.SlotId
+	if x != nil && x.SlotId != nil {
+		return *x.SlotId
 	}
 	return ""
 }
@@ -1201,7 +1201,7 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12&\n" +
 	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limitB\a\n" +
-	"\x05_cost\"\xe2\x02\n" +
+	"\x05_cost\"\x8f\x03\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -1210,9 +1210,12 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"resetAfter\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12)\n" +
-	"\x06source\x18\x06 \x01(\x0e2\x11.quotad.v1.SourceR\x06source\x12\x17\n" +
-	"\aslot_id\x18\a \x01(\tR\x06slotId\x12G\n" +
-	"\x12slot_expires_after\x18\b \x01(\v2\x19.google.protobuf.DurationR\x10slotExpiresAfter\"H\n" +
+	"\x06source\x18\x06 \x01(\x0e2\x11.quotad.v1.SourceR\x06source\x12\x1c\n" +
+	"\aslot_id\x18\a \x01(\tH\x00R\x06slotId\x88\x01\x01\x12L\n" +
+	"\x12slot_expires_after\x18\b \x01(\v2\x19.google.protobuf.DurationH\x01R\x10slotExpiresAfter\x88\x01\x01B\n" +
+	"\n" +
+	"\b_slot_idB\x15\n" +
+	"\x13_slot_expires_after\"H\n" +
 	"\x11CheckBatchRequest\x123\n" +
 	"\brequests\x18\x01 \x03(\v2\x17.quotad.v1.CheckRequestR\brequests\"K\n" +
 	"\x12CheckBatchResponse\x125\n" +
@@ -1359,6 +1362,7 @@ func file_quotad_v1_quota_proto_init() {
 		return
 	}
 	file_quotad_v1_quota_proto_msgTypes[1].OneofWrappers = []any{}
+	file_quotad_v1_quota_proto_msgTypes[2].OneofWrappers = []any{}
 	file_quotad_v1_quota_proto_msgTypes[5].OneofWrappers = []any{
 		(*CheckBatchResult_Response)(nil),
 		(*CheckBatchResult_Error)(nil),
