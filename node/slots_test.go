@@ -189,3 +189,40 @@ func TestSlotsWhenTheStoreFails(t *testing.T) {
 		t.Errorf("release while Redis is down: %v, want ErrStore", err)
 	}
 }
+
+// On a 3-master Redis Cluster, keys in different hash slots each hold
+// their own slots: the script's one key lives under the limit's hash tag,
+// on the master that owns it, with a TTL.
+func TestSlotsOnRedisCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	n := newNode(t, newClusterStore(t, c), node.Config{})
+	ctx := context.Background()
+	p := node.Policy{Name: "gpu", Limit: twoSlots}
+	masters := map[int]bool{}
+	for i := range 12 {
+		key := "tenant-" + string(rune('a'+i))
+		a, _ := n.Check(ctx, p, key, 1)
+		b, _ := n.Check(ctx, p, key, 1)
+		if c, _ := n.Check(ctx, p, key, 1); !a.Allowed || !b.Allowed || c.Allowed {
+			t.Fatalf("%s: %+v, %+v, then %+v; want two slots, then a denial", key, a, b, c)
+		}
+		if _, err := n.ReleaseSlot(ctx, p, key, a.Slot); err != nil {
+			t.Fatalf("%s: release: %v", key, err)
+		}
+		if _, err := n.ReleaseSlot(ctx, p, key, a.Slot); !errors.Is(err, node.ErrSlotNotHeld) {
+			t.Fatalf("%s: second release: %v", key, err)
+		}
+		if _, err := n.RenewSlot(ctx, p, key, b.Slot); err != nil {
+			t.Fatalf("%s: renew: %v", key, err)
+		}
+		redisKey := algorithms.Keys(algorithms.Concurrency, keyBase("gpu", key))[0]
+		owner := c.Owner(c.Slot(redisKey))
+		masters[owner] = true
+		if ttl, err := c.Master(owner).Do("PTTL", redisKey); err != nil || ttl == "-1" || ttl == "-2" {
+			t.Fatalf("%s: PTTL %s on its master: %q, %v", key, redisKey, ttl, err)
+		}
+	}
+	if len(masters) < 2 {
+		t.Errorf("the keys landed on %d master(s); the test wants several", len(masters))
+	}
+}
