@@ -436,6 +436,11 @@ func resolveRLSPolicy(name string, lookup policyLookup) (node.Policy, error) {
 	if !ok {
 		return node.Policy{}, fmt.Errorf("%w: %w %q: not among the configured policies", ErrInvalidConfig, node.ErrUnknownPolicy, name)
 	}
+	if p.Limit.Algorithm == algorithms.Concurrency {
+		// Envoy's protocol has no release: every slot would stay held for a
+		// whole period, a rate limit in disguise.
+		return node.Policy{}, fmt.Errorf("%w: policy %q is a concurrency limit, which needs its slots released (quotad's ReleaseSlot); Envoy's rate limit protocol cannot", ErrInvalidConfig, name)
+	}
 	// Envoy's requests_per_unit and limit_remaining are 32-bit.
 	if p.Limit.Limit > math.MaxUint32 || p.Limit.Capacity() > math.MaxUint32 {
 		return node.Policy{}, fmt.Errorf("%w: policy %q: limit %d (burst %d) exceeds %d, the most Envoy's rate limit protocol can carry",

@@ -53,7 +53,7 @@ func (s *service) check(ctx context.Context, set *node.PolicySet, req *quotadv1.
 	if err != nil {
 		return nil, err
 	}
-	return checkResponse(res), nil
+	return withSlot(checkResponse(res), res, p), nil
 }
 
 // CheckBatch implements QuotaService.CheckBatch: 1 to maxBatch checks,
