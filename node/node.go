@@ -119,6 +119,8 @@ type Node struct {
 	denied *cache.Denied
 	stats  stats
 	tel    *telemetry
+	// looks shares all-or-nothing batches' reads (batch.go).
+	looks lookFlights
 
 	// breaker guards a remote store (store is then a breakerStore around
 	// it); nil for the memory store.
