@@ -289,7 +289,8 @@ func (s *rlsService) decideAll(ctx context.Context, t *rlsTable, checks []rlsChe
 			group = append(group, i)
 			if !r.blocked {
 				k := counter{r.policy, c.key}
-				hits[k] = min(hits[k]+c.hits, math.MaxInt64)
+				// Saturating: a descriptor's hits may be up to 2^64 - 1.
+				hits[k] += min(c.hits, math.MaxUint64-hits[k])
 			}
 		}
 	}
@@ -300,6 +301,9 @@ func (s *rlsService) decideAll(ctx context.Context, t *rlsTable, checks []rlsChe
 			c.overCapacity, c.cost = true, 0
 		}
 		over = over || c.rule.blocked || c.overCapacity
+	}
+	if len(group) == 0 {
+		return nil
 	}
 	if over {
 		for _, i := range group {
