@@ -147,6 +147,8 @@ type Node struct {
 	denied *cache.Denied
 	stats  stats
 	tel    *telemetry
+	// looks shares all-or-nothing batches' reads (batch.go).
+	looks lookFlights
 
 	// decisions counts decisions by policy, outcome and source (Decisions,
 	// and quotad.decisions when there is a meter); topDenied tracks the
@@ -564,7 +566,7 @@ func (n *Node) Close() error {
 // rather than with the node or the store.
 func IsInvalidInput(err error) bool {
 	for _, s := range []error{
-		ErrInvalidPolicyName, ErrInvalidKey, ErrInvalidFailureMode, ErrInvalidSlot, ErrNotConcurrency,
+		ErrInvalidPolicyName, ErrInvalidKey, ErrInvalidFailureMode, ErrInvalidSlot, ErrNotConcurrency, ErrConcurrencyInBatch,
 		algorithms.ErrUnknownAlgorithm, algorithms.ErrInvalidLimit, algorithms.ErrInvalidPeriod,
 		algorithms.ErrInvalidBurst, algorithms.ErrInvalidCost, algorithms.ErrTooLarge,
 	} {

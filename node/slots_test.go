@@ -195,9 +195,11 @@ func TestSlotsWhenTheStoreFails(t *testing.T) {
 // on the master that owns it, with a TTL.
 func TestSlotsOnRedisCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	n := newNode(t, newClusterStore(t, c), node.Config{})
-	ctx := context.Background()
+	// Configured, so that its keys are the plain {quotad:gpu:<key>} (an
+	// inline limit's would carry its variant).
 	p := node.Policy{Name: "gpu", Limit: twoSlots}
+	n := newNode(t, newClusterStore(t, c), node.Config{Policies: []node.Policy{p}})
+	ctx := context.Background()
 	masters := map[int]bool{}
 	for i := range 12 {
 		key := "tenant-" + string(rune('a'+i))

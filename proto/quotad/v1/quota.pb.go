@@ -484,8 +484,15 @@ func (x *CheckResponse) GetSlotExpiresAfter() *durationpb.Duration {
 
 type CheckBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// 1 to 1000 checks, decided independently.
-	Requests      []*CheckRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// 1 to 1000 checks, decided independently unless all_or_nothing is set.
+	Requests []*CheckRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// Decide the checks as one: either every check is allowed and spends its
+	// cost, or none spends anything. Every result then carries the batch's
+	// outcome in allowed; a check that did not fit (the reason for a denial)
+	// has a retry_after above zero, the others zero. Checks of the same
+	// policy and key add up. An invalid check fails the whole call, and
+	// nothing is decided. See the README's "All or nothing".
+	AllOrNothing  bool `protobuf:"varint,2,opt,name=all_or_nothing,json=allOrNothing,proto3" json:"all_or_nothing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -525,6 +532,13 @@ func (x *CheckBatchRequest) GetRequests() []*CheckRequest {
 		return x.Requests
 	}
 	return nil
+}
+
+func (x *CheckBatchRequest) GetAllOrNothing() bool {
+	if x != nil {
+		return x.AllOrNothing
+	}
+	return false
 }
 
 type CheckBatchResponse struct {
@@ -1215,9 +1229,10 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\x12slot_expires_after\x18\b \x01(\v2\x19.google.protobuf.DurationH\x01R\x10slotExpiresAfter\x88\x01\x01B\n" +
 	"\n" +
 	"\b_slot_idB\x15\n" +
-	"\x13_slot_expires_after\"H\n" +
+	"\x13_slot_expires_after\"n\n" +
 	"\x11CheckBatchRequest\x123\n" +
-	"\brequests\x18\x01 \x03(\v2\x17.quotad.v1.CheckRequestR\brequests\"K\n" +
+	"\brequests\x18\x01 \x03(\v2\x17.quotad.v1.CheckRequestR\brequests\x12$\n" +
+	"\x0eall_or_nothing\x18\x02 \x01(\bR\fallOrNothing\"K\n" +
 	"\x12CheckBatchResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.quotad.v1.CheckBatchResultR\aresults\"\x82\x01\n" +
 	"\x10CheckBatchResult\x126\n" +

@@ -55,7 +55,8 @@ type QuotaServiceClient interface {
 	Check(context.Context, *connect.Request[v1.CheckRequest]) (*connect.Response[v1.CheckResponse], error)
 	// CheckBatch decides up to 1000 requests. Each item gets its own result or
 	// error; only request-level problems (an empty or oversized batch) fail the
-	// whole call.
+	// whole call. With all_or_nothing, the requests are allowed together or
+	// not at all, and an invalid item fails the whole call.
 	CheckBatch(context.Context, *connect.Request[v1.CheckBatchRequest]) (*connect.Response[v1.CheckBatchResponse], error)
 	// Reset forgets everything the authority knows about one key of a policy.
 	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
@@ -167,7 +168,8 @@ type QuotaServiceHandler interface {
 	Check(context.Context, *connect.Request[v1.CheckRequest]) (*connect.Response[v1.CheckResponse], error)
 	// CheckBatch decides up to 1000 requests. Each item gets its own result or
 	// error; only request-level problems (an empty or oversized batch) fail the
-	// whole call.
+	// whole call. With all_or_nothing, the requests are allowed together or
+	// not at all, and an invalid item fails the whole call.
 	CheckBatch(context.Context, *connect.Request[v1.CheckBatchRequest]) (*connect.Response[v1.CheckBatchResponse], error)
 	// Reset forgets everything the authority knows about one key of a policy.
 	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
