@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,14 +169,15 @@ func TestCheckAll(t *testing.T) {
 	})
 }
 
-// failingStore fails every call for one key base.
+// failingStore fails every call for one key: for the key bases that start
+// with family (an inline limit's base may carry the limit after it).
 type failingStore struct {
 	node.Store
-	base string
+	family string
 }
 
 func (s failingStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
-	if base == s.base {
+	if strings.HasPrefix(base, s.family) {
 		return algorithms.Decision{}, algorithms.Grant{}, errFlaky
 	}
 	return s.Store.Acquire(ctx, base, l, cost, want, hold)
@@ -209,16 +211,17 @@ func TestCheckAllStoreFailureTakesTheItemsFailureMode(t *testing.T) {
 	}
 }
 
-// gatedStore holds every Acquire for one key base until open is closed.
+// gatedStore holds every Acquire that spends for one key (the bases that
+// start with family) until open is closed.
 type gatedStore struct {
 	node.Store
-	base    string
+	family  string
 	open    chan struct{}
 	waiting atomic.Int64
 }
 
 func (s *gatedStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
-	if base == s.base && cost > 0 {
+	if strings.HasPrefix(base, s.family) && cost > 0 {
 		s.waiting.Add(1)
 		<-s.open
 	}
@@ -229,7 +232,7 @@ func (s *gatedStore) Acquire(ctx context.Context, base string, l algorithms.Limi
 // spends nothing, even if every item would have fitted.
 func TestCheckAllAbandonedSpendsNothing(t *testing.T) {
 	mem := node.NewMemoryStore(nil, 0)
-	gs := &gatedStore{Store: mem, base: keyBase("b", "k"), open: make(chan struct{})}
+	gs := &gatedStore{Store: mem, family: keyBase("b", "k"), open: make(chan struct{})}
 	n := newNode(t, gs, node.Config{})
 	a := node.Policy{Name: "a", Limit: fiveAYear}
 	b := node.Policy{Name: "b", Limit: fiveAYear}
