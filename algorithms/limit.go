@@ -1,5 +1,5 @@
-// Package algorithms defines what a rate limit is and how each of quotad's six
-// algorithms decides, twice: as a pure Go model (the embedded store and the
+// Package algorithms defines what a rate limit is and how each of quotad's
+// seven algorithms decides, twice: as a pure Go model (the embedded store and the
 // executable specification) and as a Redis Lua script (the authority when
 // Redis is configured). A differential test keeps the two identical.
 //
@@ -25,6 +25,9 @@ const (
 	TokenBucket
 	LeakyBucket
 	GCRA
+	// Concurrency holds slots rather than spending units: at most Limit
+	// held at once, each alive for Period unless renewed (concurrency.go).
+	Concurrency
 )
 
 var algorithmNames = map[Algorithm]string{
@@ -34,9 +37,12 @@ var algorithmNames = map[Algorithm]string{
 	TokenBucket:          "token_bucket",
 	LeakyBucket:          "leaky_bucket",
 	GCRA:                 "gcra",
+	Concurrency:          "concurrency",
 }
 
-// Algorithms lists every valid algorithm in API order.
+// Algorithms lists the rate algorithms in API order: every valid algorithm
+// but Concurrency, which has no State and no check script (its slots have
+// their own model and scripts, see ConcurrencyState).
 func Algorithms() []Algorithm {
 	return []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, LeakyBucket, GCRA}
 }
@@ -56,10 +62,10 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("%w %q (want one of fixed_window, sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket, gcra)", ErrUnknownAlgorithm, name)
+	return 0, fmt.Errorf("%w %q (want one of fixed_window, sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket, gcra, concurrency)", ErrUnknownAlgorithm, name)
 }
 
-// Valid reports whether a is one of the six algorithms.
+// Valid reports whether a is one of the seven algorithms.
 func (a Algorithm) Valid() bool {
 	_, ok := algorithmNames[a]
 	return ok
@@ -101,10 +107,12 @@ var (
 type Limit struct {
 	// Algorithm selects how the limit counts.
 	Algorithm Algorithm
-	// Limit is the number of units admitted per Period; > 0.
+	// Limit is the number of units admitted per Period; > 0. For
+	// Concurrency it is the number of slots that may be held at once.
 	Limit int64
 	// Period is the window length (window algorithms) or the time in which
-	// Limit units are refilled, drained or emitted (the others). Whole
+	// Limit units are refilled, drained or emitted (the others); for
+	// Concurrency, how long a slot lives unless renewed. Whole
 	// milliseconds from MinPeriod to MaxPeriod.
 	Period time.Duration
 	// Burst is the capacity of the buckets and the burst tolerance of GCRA,
@@ -156,6 +164,10 @@ func (l Limit) Validate() error {
 		if l.Limit > MaxSlidingLogLimit {
 			return fmt.Errorf("limit: %w: sliding_window_log stores one entry per request and allows at most %d, got %d", ErrInvalidLimit, MaxSlidingLogLimit, l.Limit)
 		}
+	case Concurrency:
+		if l.Limit > MaxConcurrencySlots {
+			return fmt.Errorf("limit: %w: concurrency stores one entry per held slot and allows at most %d, got %d", ErrInvalidLimit, MaxConcurrencySlots, l.Limit)
+		}
 	case SlidingWindowCounter:
 		if l.Limit > MaxExact/p {
 			return fmt.Errorf("limit: %w: limit × period in ms (%d × %d) exceeds %d", ErrTooLarge, l.Limit, p, MaxExact)
@@ -173,10 +185,14 @@ func (l Limit) Validate() error {
 }
 
 // ValidateCost reports whether cost can ever be admitted by l: 0 to
-// Capacity. l must be valid.
+// Capacity, and for Concurrency 0 or 1 (a check takes one slot). l must be
+// valid.
 func (l Limit) ValidateCost(cost int64) error {
 	if cost < 0 {
 		return fmt.Errorf("cost: %w: %d must be >= 0", ErrInvalidCost, cost)
+	}
+	if l.Algorithm == Concurrency && cost > 1 {
+		return fmt.Errorf("cost: %w: %d; a concurrency check takes one slot (cost 1) or reports whether one is free (cost 0)", ErrInvalidCost, cost)
 	}
 	if c := l.Capacity(); cost > c {
 		return fmt.Errorf("cost: %w: %d exceeds what the limit can ever admit (%d)", ErrInvalidCost, cost, c)

@@ -40,6 +40,7 @@ var (
 		TokenBucket:          {":tb"},
 		LeakyBucket:          {":lb"},
 		GCRA:                 {":gc"},
+		Concurrency:          {":cc"},
 	}
 )
 
@@ -96,7 +97,7 @@ func Keys(a Algorithm, base string) []string {
 // reset deletes.
 func AllKeys(base string) []string {
 	var keys []string
-	for _, a := range Algorithms() {
+	for _, a := range append(Algorithms(), Concurrency) {
 		keys = append(keys, Keys(a, base)...)
 	}
 	return keys

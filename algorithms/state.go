@@ -42,7 +42,8 @@ type State interface {
 
 // NewState returns the fresh state of algorithm a: the state of a key that
 // has never been seen, or whose quota is fully restored. It returns nil for
-// an invalid algorithm.
+// an invalid algorithm and for Concurrency, whose slots are not a State (see
+// ConcurrencyState).
 func NewState(a Algorithm) State {
 	switch a {
 	case FixedWindow:

@@ -107,6 +107,8 @@ type memoryKey struct {
 
 type memoryEntry struct {
 	state algorithms.State
+	// slots replaces state for algorithms.Concurrency (memory_slots.go).
+	slots *algorithms.ConcurrencyState
 	// expiresAtMs is when the state became equivalent to a fresh one (the
 	// decision's ResetAfter), the analogue of the Redis TTL.
 	expiresAtMs int64
@@ -162,6 +164,10 @@ func (s *MemoryStore) Acquire(_ context.Context, base string, l algorithms.Limit
 		// nothing behind.
 		e = &memoryEntry{state: algorithms.NewState(l.Algorithm)}
 	}
+	if e.state == nil {
+		// Concurrency: slots go through AcquireSlot.
+		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("memory check: %w %s has no State", algorithms.ErrUnknownAlgorithm, l.Algorithm)
+	}
 	d, g := e.state.Acquire(l, nowMs, cost, want, hold.Milliseconds())
 	switch {
 	case d.ResetAfter > 0 && !held:
@@ -203,7 +209,7 @@ func (s *MemoryStore) Release(_ context.Context, base string, l algorithms.Limit
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.states[memoryKey{base, l.Algorithm}]
-	if e == nil || e.expiresAtMs <= nowMs {
+	if e == nil || e.expiresAtMs <= nowMs || e.state == nil {
 		return 0, nil
 	}
 	return e.state.Release(l, nowMs, units, g), nil
@@ -221,7 +227,7 @@ func (s *MemoryStore) Reset(_ context.Context, base string) error {
 	sh := s.shard(base)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	for _, a := range algorithms.Algorithms() {
+	for _, a := range append(algorithms.Algorithms(), algorithms.Concurrency) {
 		k := memoryKey{base, a}
 		if _, held := sh.states[k]; held {
 			delete(sh.states, k)

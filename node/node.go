@@ -121,6 +121,11 @@ func (c Config) withDefaults() Config {
 type Result struct {
 	algorithms.Decision
 	Source Source
+	// Slot is the id of the slot an allowed check of cost 1 on a
+	// concurrency limit took from the store, to renew and release it
+	// (RenewSlot, ReleaseSlot); "" otherwise, and when the store failed
+	// and the policy failed open.
+	Slot string
 }
 
 // Node answers checks. It is safe for concurrent use.
@@ -142,6 +147,8 @@ type Node struct {
 	denied *cache.Denied
 	stats  stats
 	tel    *telemetry
+	// looks shares all-or-nothing batches' reads (batch.go).
+	looks lookFlights
 
 	// decisions counts decisions by policy, outcome and source (Decisions,
 	// and quotad.decisions when there is a meter); topDenied tracks the
@@ -405,6 +412,10 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 	if err := p.Limit.ValidateCost(cost); err != nil {
 		return Result{}, err
 	}
+	if p.Limit.Algorithm == algorithms.Concurrency {
+		// Never leased nor answered from the denied cache (slots.go).
+		return n.checkSlot(ctx, p, key, cost)
+	}
 	if n.store.Remote() {
 		return n.checkLeased(ctx, p, key, cost)
 	}
@@ -555,7 +566,7 @@ func (n *Node) Close() error {
 // rather than with the node or the store.
 func IsInvalidInput(err error) bool {
 	for _, s := range []error{
-		ErrInvalidPolicyName, ErrInvalidKey, ErrInvalidFailureMode,
+		ErrInvalidPolicyName, ErrInvalidKey, ErrInvalidFailureMode, ErrInvalidSlot, ErrNotConcurrency, ErrConcurrencyInBatch,
 		algorithms.ErrUnknownAlgorithm, algorithms.ErrInvalidLimit, algorithms.ErrInvalidPeriod,
 		algorithms.ErrInvalidBurst, algorithms.ErrInvalidCost, algorithms.ErrTooLarge,
 	} {

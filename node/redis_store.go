@@ -156,6 +156,7 @@ type RedisStore struct {
 	describe         string
 	check            map[algorithms.Algorithm]*redis.Script
 	release          map[algorithms.Algorithm]*redis.Script
+	slots            slotScripts
 	checkPipe        *pipeline
 	releasePipe      *pipeline
 	closed           sync.Once
@@ -182,6 +183,7 @@ func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
 		describe: describe,
 		check:    make(map[algorithms.Algorithm]*redis.Script),
 		release:  make(map[algorithms.Algorithm]*redis.Script),
+		slots:    newSlotScripts(),
 	}
 	for _, a := range algorithms.Algorithms() {
 		s.check[a] = redis.NewScript(algorithms.CheckScript(a))
@@ -313,6 +315,11 @@ func (s *RedisStore) loadScripts(ctx context.Context) error {
 			if err := sc.Load(ctx, s.client).Err(); err != nil {
 				return fmt.Errorf("load scripts on %s (%s failed first): %w", s.describe, a, err)
 			}
+		}
+	}
+	for _, sc := range s.slots.all() {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("load scripts on %s (%s failed first): %w", s.describe, algorithms.Concurrency, err)
 		}
 	}
 	return nil

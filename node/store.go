@@ -10,6 +10,9 @@ import (
 // Store is the authority for limits: Redis through Lua scripts, or the
 // embedded memory store. Implementations are safe for concurrent use.
 type Store interface {
+	// SlotStore holds concurrency limits' slots (slots.go); Acquire and
+	// Release are never called with a concurrency limit.
+	SlotStore
 	// Acquire decides whether cost units of l fit for the limit stored
 	// under base (a key base: a Redis hash tag, the family, maybe followed
 	// by an inline limit's variant; see keys.go) and,

@@ -76,9 +76,11 @@ func algorithmFromProto(a quotadv1.Algorithm) (algorithms.Algorithm, error) {
 		return algorithms.LeakyBucket, nil
 	case quotadv1.Algorithm_ALGORITHM_GCRA:
 		return algorithms.GCRA, nil
+	case quotadv1.Algorithm_ALGORITHM_CONCURRENCY:
+		return algorithms.Concurrency, nil
 	}
 	// String gives the enum name, or the bare number for an unknown value.
-	return 0, fmt.Errorf("algorithm: %w %s (want ALGORITHM_FIXED_WINDOW, ALGORITHM_SLIDING_WINDOW_LOG, ALGORITHM_SLIDING_WINDOW_COUNTER, ALGORITHM_TOKEN_BUCKET, ALGORITHM_LEAKY_BUCKET or ALGORITHM_GCRA)",
+	return 0, fmt.Errorf("algorithm: %w %s (want ALGORITHM_FIXED_WINDOW, ALGORITHM_SLIDING_WINDOW_LOG, ALGORITHM_SLIDING_WINDOW_COUNTER, ALGORITHM_TOKEN_BUCKET, ALGORITHM_LEAKY_BUCKET, ALGORITHM_GCRA or ALGORITHM_CONCURRENCY)",
 		algorithms.ErrUnknownAlgorithm, a)
 }
 
@@ -98,6 +100,8 @@ func algorithmToProto(a algorithms.Algorithm) quotadv1.Algorithm {
 		return quotadv1.Algorithm_ALGORITHM_LEAKY_BUCKET
 	case algorithms.GCRA:
 		return quotadv1.Algorithm_ALGORITHM_GCRA
+	case algorithms.Concurrency:
+		return quotadv1.Algorithm_ALGORITHM_CONCURRENCY
 	}
 	return quotadv1.Algorithm_ALGORITHM_UNSPECIFIED
 }

@@ -41,11 +41,12 @@ var (
 
 // code chooses the Connect code of err, an error of the call whose context
 // is ctx. It is the only place in quotad that does: input problems are
-// InvalidArgument, an unknown policy or Envoy domain is NotFound, inline
-// limits on a server that forbids them are PermissionDenied, so is an admin
-// call with the wrong token (without one it is Unauthenticated), the caller's
-// context ending is Canceled or DeadlineExceeded, a full memory store is
-// ResourceExhausted, a failed store (on Reset; checks take the failure mode
+// InvalidArgument, an unknown policy or Envoy domain, and a concurrency
+// slot that is not held (never taken, released or expired), are NotFound,
+// inline limits on a server that forbids them are PermissionDenied, so is an
+// admin call with the wrong token (without one it is Unauthenticated), the
+// caller's context ending is Canceled or DeadlineExceeded, a full memory store
+// is ResourceExhausted, a failed store (on Reset; checks take the failure mode
 // instead) is Unavailable, and everything else is Internal.
 func code(ctx context.Context, err error) connect.Code {
 	var ce *connect.Error
@@ -57,6 +58,13 @@ func code(ctx context.Context, err error) connect.Code {
 	case errors.Is(err, errAdminTokenMissing):
 		return connect.CodeUnauthenticated
 	case errors.Is(err, node.ErrUnknownPolicy), errors.Is(err, errUnknownDomain):
+		return connect.CodeNotFound
+	case errors.Is(err, node.ErrSlotNotHeld):
+		// The slot is an entity that no longer exists, as etcd answers a
+		// keep-alive or revoke of an expired lease. Not FailedPrecondition:
+		// no change of state makes the same renew or release succeed, and
+		// the holder's only move is to stop and, if it still has work,
+		// check again.
 		return connect.CodeNotFound
 	case node.IsInvalidInput(err), errors.Is(err, errInvalidRequest), errors.Is(err, errPolicyConfigured):
 		return connect.CodeInvalidArgument

@@ -26,12 +26,18 @@ type policyResolver struct {
 // The policy name is validated first, so that a malformed name is an
 // InvalidArgument, never a NotFound.
 func (r policyResolver) resolve(set *node.PolicySet, req *quotadv1.CheckRequest) (node.Policy, error) {
-	name := req.GetPolicy()
+	return r.resolveLimit(set, req.GetPolicy(), req.GetLimit())
+}
+
+// resolveLimit is resolve for the policy name and inline limit (nil for
+// none) of any request that names a limit, among the configured policies
+// set.
+func (r policyResolver) resolveLimit(set *node.PolicySet, name string, limit *quotadv1.Limit) (node.Policy, error) {
 	if err := node.ValidatePolicyName(name); err != nil {
 		return node.Policy{}, err
 	}
 	configured, isConfigured := set.Policy(name)
-	if req.GetLimit() == nil {
+	if limit == nil {
 		if !isConfigured {
 			return node.Policy{}, r.unknown(name)
 		}
@@ -43,7 +49,7 @@ func (r policyResolver) resolve(set *node.PolicySet, req *quotadv1.CheckRequest)
 	if isConfigured {
 		return node.Policy{}, fmt.Errorf("limit: policy %q %w", name, errPolicyConfigured)
 	}
-	l, mode, err := limitFromProto(req.GetLimit())
+	l, mode, err := limitFromProto(limit)
 	if err != nil {
 		return node.Policy{}, err
 	}

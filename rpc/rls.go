@@ -102,15 +102,22 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *connect.Request[r
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks)),
 	}
+	if t.allOrNothing[req.Msg.GetDomain()] {
+		if err := s.decideAll(ctx, t, checks, res.Statuses); err != nil {
+			return nil, err
+		}
+	}
 	for i, c := range checks {
-		st, err := s.decide(ctx, t, c)
-		if err != nil {
-			return nil, fmt.Errorf("descriptors[%d]: %w", i, err)
+		st := res.Statuses[i]
+		if st == nil {
+			if st, err = s.decide(ctx, t, c); err != nil {
+				return nil, fmt.Errorf("descriptors[%d]: %w", i, err)
+			}
+			res.Statuses[i] = st
 		}
 		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		res.Statuses[i] = st
 	}
 	if t.shadow && res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		// As envoyproxy/ratelimit's SHADOW_MODE: Envoy acts on the overall
@@ -241,18 +248,99 @@ func (s *rlsService) decide(ctx context.Context, t *rlsTable, c rlsCheck) (*rlsv
 		return nil, err
 	}
 	over := !res.Allowed || c.overCapacity
+	return s.answer(ctx, t, c, res, over, !over), nil
+}
+
+// answer is the status of descriptor c, which the node decided as res, and
+// counts it in the statistics; over says whether c is over its limit, spent
+// whether its cost was spent (neither: it fitted, but an all_or_nothing
+// request spent nothing).
+func (s *rlsService) answer(ctx context.Context, t *rlsTable, c rlsCheck, res node.Result, over, spent bool) *rlsv3.RateLimitResponse_DescriptorStatus {
 	limit, remaining := uint64(max(res.Limit, 0)), uint64(max(res.Remaining, 0))
-	o := rlsOutcome{hits: c.hits, limit: limit, over: over}
+	o := rlsOutcome{hits: c.hits, limit: limit, over: over, unspent: !over && !spent}
 	// The counter before the hits: a denial spent nothing, an admission
 	// spent the cost.
 	o.before = limit - min(remaining, limit)
-	if !over {
+	if spent {
 		o.before -= min(o.before, uint64(c.cost))
 	}
-	s.stats.record(ctx, r, c.entries, t.nearRatio, o)
+	s.stats.record(ctx, c.rule, c.entries, t.nearRatio, o)
 	// Remaining is at most the capacity, which resolveRLSPolicy bounded to
 	// 32 bits.
-	return s.status(r, over, uint32(remaining), res.ResetAfter), nil
+	return s.status(c.rule, over, uint32(remaining), res.ResetAfter)
+}
+
+// decideAll decides the limited descriptors of an all_or_nothing domain's
+// request as one, and sets their statuses in sts; it leaves the others
+// (no rule, unlimited, shadow_mode) nil, to be decided on their own. A
+// descriptor of a blocked rule (requests_per_unit 0), or whose hits, alone
+// or with those of other descriptors of the same counter, exceed what its
+// limit can ever admit, makes the request over the limit before anything
+// is spent: the others are then only read (a check of cost 0).
+func (s *rlsService) decideAll(ctx context.Context, t *rlsTable, checks []rlsCheck, sts []*rlsv3.RateLimitResponse_DescriptorStatus) error {
+	type counter struct {
+		p   node.Policy
+		key string
+	}
+	var group []int
+	hits := map[counter]uint64{}
+	for i, c := range checks {
+		if r := c.rule; r != nil && !r.unlimited && !r.shadow {
+			group = append(group, i)
+			if !r.blocked {
+				k := counter{r.policy, c.key}
+				// Saturating: a descriptor's hits may be up to 2^64 - 1.
+				hits[k] += min(c.hits, math.MaxUint64-hits[k])
+			}
+		}
+	}
+	over := false
+	for _, i := range group {
+		c := &checks[i]
+		if !c.rule.blocked && hits[counter{c.rule.policy, c.key}] > uint64(c.rule.policy.Limit.Capacity()) {
+			c.overCapacity, c.cost = true, 0
+		}
+		over = over || c.rule.blocked || c.overCapacity
+	}
+	if len(group) == 0 {
+		return nil
+	}
+	if over {
+		for _, i := range group {
+			c := checks[i]
+			if c.rule.blocked || c.overCapacity {
+				st, err := s.decide(ctx, t, c)
+				if err != nil {
+					return fmt.Errorf("descriptors[%d]: %w", i, err)
+				}
+				sts[i] = st
+				continue
+			}
+			res, err := s.node.Check(ctx, c.rule.policy, c.key, 0)
+			if err != nil {
+				return fmt.Errorf("descriptors[%d]: %w", i, err)
+			}
+			// Remaining is the largest cost a check would admit.
+			sts[i] = s.answer(ctx, t, c, res, res.Remaining < max(c.cost, 1), false)
+		}
+		return nil
+	}
+	items := make([]node.Item, len(group))
+	for j, i := range group {
+		items[j] = node.Item{Policy: checks[i].rule.policy, Key: checks[i].key, Cost: checks[i].cost}
+	}
+	res, err := s.node.CheckAll(ctx, items)
+	if ie := (*node.ItemError)(nil); errors.As(err, &ie) {
+		return fmt.Errorf("descriptors[%d]: %w", group[ie.Index], ie.Err)
+	}
+	if err != nil {
+		return err
+	}
+	for j, i := range group {
+		r := res[j]
+		sts[i] = s.answer(ctx, t, checks[i], r, !r.Allowed && r.RetryAfter > 0, r.Allowed)
+	}
+	return nil
 }
 
 // status is the answer for a descriptor of rule r: OVER_LIMIT when over,

@@ -63,6 +63,13 @@ type EnvoyDomain struct {
 	// Descriptors are the rules for a descriptor's first entry. Among them,
 	// (Key, Value) pairs are unique. quotad's schema requires at least one.
 	Descriptors []EnvoyDescriptor
+	// AllOrNothing (quotad's schema only) decides the limited descriptors
+	// of a request as one (node.CheckAll): either every one is within its
+	// limit and spends its hits, or none spends. Off by default, as
+	// envoyproxy/ratelimit, which spends on every descriptor that fits.
+	// Descriptors of shadow_mode rules stay outside: they are decided on
+	// their own and never deny the others.
+	AllOrNothing bool
 }
 
 // EnvoyDescriptor is one rule: it matches a descriptor entry, and says what
@@ -254,6 +261,15 @@ func compileRLS(c EnvoyConfig, lookup policyLookup) (rlsTable, error) {
 		if len(d.Descriptors) == 0 && d.File == "" {
 			return rlsTable{}, fmt.Errorf("%s: %w: domain %q has none", base.field("descriptors"), ErrInvalidConfig, d.Domain)
 		}
+		if d.AllOrNothing && d.File != "" {
+			return rlsTable{}, fmt.Errorf("%s: %w: all_or_nothing belongs to quotad's config file; envoyproxy/ratelimit's files decide each descriptor on its own", base.field("all_or_nothing"), ErrInvalidConfig)
+		}
+		if d.AllOrNothing {
+			if t.allOrNothing == nil {
+				t.allOrNothing = map[string]bool{}
+			}
+			t.allOrNothing[d.Domain] = true
+		}
 		cc := rlsCompiler{lookup: lookup, domain: d.Domain, file: d.File}
 		lvl, err := cc.level(d.Descriptors, base, "")
 		if err != nil {
@@ -435,6 +451,11 @@ func resolveRLSPolicy(name string, lookup policyLookup) (node.Policy, error) {
 	p, ok := lookup(name)
 	if !ok {
 		return node.Policy{}, fmt.Errorf("%w: %w %q: not among the configured policies", ErrInvalidConfig, node.ErrUnknownPolicy, name)
+	}
+	if p.Limit.Algorithm == algorithms.Concurrency {
+		// Envoy's protocol has no release: every slot would stay held for a
+		// whole period, a rate limit in disguise.
+		return node.Policy{}, fmt.Errorf("%w: policy %q is a concurrency limit, which needs its slots released (quotad's ReleaseSlot); Envoy's rate limit protocol cannot", ErrInvalidConfig, name)
 	}
 	// Envoy's requests_per_unit and limit_remaining are 32-bit.
 	if p.Limit.Limit > math.MaxUint32 || p.Limit.Capacity() > math.MaxUint32 {

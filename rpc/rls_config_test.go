@@ -57,6 +57,8 @@ func TestEnvoyConfigValidate(t *testing.T) {
 			`envoy.domains[0].descriptors[0].policy: invalid rpc config: policy "huge": limit 4294967296 (burst 0) exceeds 4294967295`, false},
 		{"burst too large for Envoy", one("edge", EnvoyDescriptor{Key: "k", Policy: "huge-burst"}),
 			`policy "huge-burst": limit 10 (burst 4294967296) exceeds 4294967295`, false},
+		{"all_or_nothing on a file's domain", EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge", File: "edge.yaml", AllOrNothing: true}}},
+			"edge.yaml: all_or_nothing: invalid rpc config: all_or_nothing belongs to quotad's config file", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate(policies)

@@ -77,6 +77,9 @@ type rlsTable struct {
 	domains map[string]*rlsLevel
 	// names are the domain names in configured order, for error messages.
 	names []string
+	// allOrNothing holds the domains whose requests are decided all or
+	// nothing (EnvoyDomain.AllOrNothing).
+	allOrNothing map[string]bool
 	// dropIn, shadow and nearRatio are EnvoyConfig's DropIn, ShadowMode
 	// and NearLimitRatio (defaulted).
 	dropIn, shadow bool

@@ -129,6 +129,10 @@ func newRLSStats(mp metric.MeterProvider) (*rlsStats, error) {
 type rlsOutcome struct {
 	hits, before, limit uint64
 	over                bool
+	// unspent: the hits fitted, but were not spent because another
+	// descriptor of an all_or_nothing request was over its limit. They
+	// count as hits only, neither within nor over the limit.
+	unspent bool
 }
 
 // record counts one decided descriptor of rule r, whose entries were es,
@@ -153,7 +157,7 @@ func (s *rlsStats) record(ctx context.Context, r *rlsRule, es []rlsEntry, nearRa
 		}
 	}
 	add(s.hits, o.hits)
-	if r.unlimited {
+	if r.unlimited || o.unspent {
 		return
 	}
 	near := uint64(math.Floor(float64(o.limit) * nearRatio))

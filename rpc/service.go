@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -53,12 +54,13 @@ func (s *service) check(ctx context.Context, set *node.PolicySet, req *quotadv1.
 	if err != nil {
 		return nil, err
 	}
-	return checkResponse(res), nil
+	return withSlot(checkResponse(res), res, p), nil
 }
 
 // CheckBatch implements QuotaService.CheckBatch: 1 to maxBatch checks,
 // decided one after another, each with its own result or error. Only a
 // batch of the wrong size, or the caller's context ending, fails the call.
+// With all_or_nothing the checks are decided as one (checkAll).
 func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.CheckBatchRequest]) (*connect.Response[quotadv1.CheckBatchResponse], error) {
 	items := req.Msg.GetRequests()
 	if n := len(items); n == 0 || n > s.maxBatch {
@@ -66,10 +68,13 @@ func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.
 	}
 	ctx, span := s.tracer.Start(ctx, batchSpanName, trace.WithAttributes(attrBatchSize.Int(len(items))))
 	defer span.End()
-	results := make([]*quotadv1.CheckBatchResult, len(items))
 	// One set for the whole batch: a reload in the middle of it does not
 	// decide some items by the old policies and others by the new.
 	set := s.node.PolicySet()
+	if req.Msg.GetAllOrNothing() {
+		return s.checkAll(ctx, set, items)
+	}
+	results := make([]*quotadv1.CheckBatchResult, len(items))
 	for i, item := range items {
 		// Once the caller has gone, the remaining items would all fail the
 		// same way and nobody would read them.
@@ -85,6 +90,37 @@ func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.
 			continue
 		}
 		results[i] = &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Response{Response: res}}
+	}
+	return connect.NewResponse(&quotadv1.CheckBatchResponse{Results: results}), nil
+}
+
+// checkAll decides a batch all or nothing (node.CheckAll). An invalid item
+// fails the whole call, named as requests[i], with that item's code: with
+// nothing decided, there is no result to give the others.
+func (s *service) checkAll(ctx context.Context, set *node.PolicySet, reqs []*quotadv1.CheckRequest) (*connect.Response[quotadv1.CheckBatchResponse], error) {
+	items := make([]node.Item, len(reqs))
+	for i, req := range reqs {
+		// As in check: a malformed key is InvalidArgument even when the
+		// policy is unknown too.
+		if err := node.ValidateKey(req.GetKey()); err != nil {
+			return nil, fmt.Errorf("requests[%d]: %w", i, err)
+		}
+		p, err := s.policies.resolve(set, req)
+		if err != nil {
+			return nil, fmt.Errorf("requests[%d]: %w", i, err)
+		}
+		items[i] = node.Item{Policy: p, Key: req.GetKey(), Cost: costFromProto(req)}
+	}
+	res, err := s.node.CheckAll(ctx, items)
+	if ie := (*node.ItemError)(nil); errors.As(err, &ie) {
+		return nil, fmt.Errorf("requests[%d]: %w", ie.Index, ie.Err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	results := make([]*quotadv1.CheckBatchResult, len(res))
+	for i, r := range res {
+		results[i] = &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Response{Response: checkResponse(r)}}
 	}
 	return connect.NewResponse(&quotadv1.CheckBatchResponse{Results: results}), nil
 }

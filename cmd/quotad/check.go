@@ -113,7 +113,7 @@ func parseCheckArgs(args []string, getenv func(string) string, stderr io.Writer)
 	protocol := fs.String("protocol", "connect", "connect, grpc or grpcweb")
 	fs.DurationVar(&a.timeout, "timeout", 5*time.Second, "give up after this long")
 	fs.BoolVar(&a.json, "json", false, "print the decision as one JSON object")
-	algorithm := fs.String("algorithm", "", "inline limit: fixed_window, sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket or gcra")
+	algorithm := fs.String("algorithm", "", "inline limit: fixed_window, sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket, gcra or concurrency")
 	limit := fs.Int64("limit", 0, "inline limit: `units` per period")
 	period := fs.Duration("period", 0, "inline limit: the period, e.g. 1m")
 	burst := fs.Int64("burst", 0, "inline limit: capacity of the buckets and gcra (0 means limit)")
@@ -199,8 +199,13 @@ func formatDecision(d quotadclient.Decision) string {
 		verdict = "denied"
 		retry = fmt.Sprintf("  retry in %v", d.RetryAfter.Round(time.Millisecond))
 	}
-	return fmt.Sprintf("%s  limit %d  remaining %d%s  reset in %v  (source %s)",
-		verdict, d.Limit, d.Remaining, retry, d.ResetAfter.Round(time.Millisecond), d.Source)
+	slot := ""
+	if d.Slot != "" {
+		// A concurrency limit: the slot lives its period unless renewed.
+		slot = fmt.Sprintf("  slot %s (expires in %v)", d.Slot, d.SlotExpiresAfter)
+	}
+	return fmt.Sprintf("%s  limit %d  remaining %d%s  reset in %v  (source %s)%s",
+		verdict, d.Limit, d.Remaining, retry, d.ResetAfter.Round(time.Millisecond), d.Source, slot)
 }
 
 // decisionJSON is the --json form: durations in whole milliseconds, as
@@ -212,6 +217,9 @@ type decisionJSON struct {
 	ResetAfterMS int64  `json:"reset_after_ms"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	Source       string `json:"source"`
+	// Concurrency limits only: the slot taken and how long it lives.
+	SlotID             string `json:"slot_id,omitempty"`
+	SlotExpiresAfterMS int64  `json:"slot_expires_after_ms,omitempty"`
 }
 
 func printDecisionJSON(w io.Writer, d quotadclient.Decision) error {
@@ -219,6 +227,7 @@ func printDecisionJSON(w io.Writer, d quotadclient.Decision) error {
 		Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
 		ResetAfterMS: d.ResetAfter.Milliseconds(), RetryAfterMS: d.RetryAfter.Milliseconds(),
 		Source: string(d.Source),
+		SlotID: d.Slot, SlotExpiresAfterMS: d.SlotExpiresAfter.Milliseconds(),
 	})
 }
 

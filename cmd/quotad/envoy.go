@@ -16,6 +16,7 @@ import (
 //	envoy:
 //	  domains:
 //	    - domain: edge
+//	      all_or_nothing: true            # spend on every descriptor or none
 //	      descriptors:
 //	        - key: remote_address
 //	          policy: per-ip
@@ -52,8 +53,9 @@ func envoySettings() []setting {
 }
 
 type fileEnvoyDomain struct {
-	Domain      string                `yaml:"domain"`
-	Descriptors []fileEnvoyDescriptor `yaml:"descriptors"`
+	Domain       string                `yaml:"domain"`
+	AllOrNothing bool                  `yaml:"all_or_nothing"`
+	Descriptors  []fileEnvoyDescriptor `yaml:"descriptors"`
 }
 
 type fileEnvoyDescriptor struct {
@@ -87,7 +89,7 @@ func (f fileEnvoy) domains() []rpc.EnvoyDomain {
 	}
 	ds := make([]rpc.EnvoyDomain, len(f.Domains))
 	for i, d := range f.Domains {
-		ds[i] = rpc.EnvoyDomain{Domain: d.Domain, Descriptors: envoyDescriptors(d.Descriptors)}
+		ds[i] = rpc.EnvoyDomain{Domain: d.Domain, AllOrNothing: d.AllOrNothing, Descriptors: envoyDescriptors(d.Descriptors)}
 	}
 	return ds
 }

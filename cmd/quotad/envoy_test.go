@@ -39,6 +39,7 @@ envoy:
           value: 10.0.0.2
           unlimited: true
     - domain: internal
+      all_or_nothing: true
       descriptors:
         - key: tenant
           policy: per-ip
@@ -54,7 +55,7 @@ envoy:
 			}},
 			{Key: "remote_address", Value: "10.0.0.2", Unlimited: true},
 		}},
-		{Domain: "internal", Descriptors: []rpc.EnvoyDescriptor{{Key: "tenant", Policy: "per-ip"}}},
+		{Domain: "internal", AllOrNothing: true, Descriptors: []rpc.EnvoyDescriptor{{Key: "tenant", Policy: "per-ip"}}},
 	}}
 	if !reflect.DeepEqual(c.Envoy, want) {
 		t.Fatalf("envoy config\n got %+v\nwant %+v", c.Envoy, want)

@@ -278,7 +278,7 @@ Config file (YAML; unknown fields are errors):
   policies:
     - name: api                     # [A-Za-z0-9_.-]
       algorithm: token_bucket       # fixed_window | sliding_window_log | sliding_window_counter
-                                    # | token_bucket | leaky_bucket | gcra
+                                    # | token_bucket | leaky_bucket | gcra | concurrency
       limit: 100                    # units per period
       period: 1m                    # 1ms to 8760h, whole milliseconds
       burst: 20                     # buckets and gcra; 0 means limit

@@ -1,5 +1,6 @@
 // Package quotadclient is a Go client for quotad, and net/http middleware
-// that rate-limits a handler with it.
+// that rate-limits a handler with it (Middleware) or bounds how many
+// requests it serves at once (ConcurrencyMiddleware).
 //
 // The client is a thin layer over the generated Connect client
 // (quotadv1connect): it picks the protocol and HTTP transport, turns
@@ -20,6 +21,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -226,6 +228,13 @@ type Decision struct {
 	algorithms.Decision
 	// Source says who decided.
 	Source Source
+	// Slot is the id of the slot an allowed check of cost 1 took on a
+	// concurrency limit (renew it with RenewSlot, free it with
+	// ReleaseSlot); "" otherwise, and when quotad's store failed and the
+	// policy failed open. SlotExpiresAfter is how long it lives unless
+	// renewed.
+	Slot             string
+	SlotExpiresAfter time.Duration
 }
 
 // Check asks quotad whether key may spend cost units of the configured
@@ -269,7 +278,9 @@ func (c *Client) check(ctx context.Context, req *quotadv1.CheckRequest) (Decisio
 			ResetAfter: m.GetResetAfter().AsDuration(),
 			RetryAfter: m.GetRetryAfter().AsDuration(),
 		},
-		Source: sourceFromProto(m.GetSource()),
+		Source:           sourceFromProto(m.GetSource()),
+		Slot:             m.GetSlotId(),
+		SlotExpiresAfter: m.GetSlotExpiresAfter().AsDuration(),
 	}, nil
 }
 

@@ -47,6 +47,20 @@ func limitItem(name string, d Decision, denied bool) string {
 	return sfString(name) + ";r=" + strconv.FormatInt(max(d.Remaining, 0), 10) + ";t=" + strconv.FormatInt(t, 10)
 }
 
+// concurrencyPolicyItem is one RateLimit-Policy item of a concurrency
+// limit: the quota q in slots, with the draft's quota unit
+// "concurrent-requests", and no window.
+func concurrencyPolicyItem(name string, slots int64) string {
+	return sfString(name) + ";q=" + strconv.FormatInt(max(slots, 0), 10) + `;qu="concurrent-requests"`
+}
+
+// concurrencyLimitItem is one RateLimit item of a concurrency limit: the
+// free slots r. t (the seconds until the quota is restored) is left out, as
+// the draft allows: it depends on when requests in flight end.
+func concurrencyLimitItem(name string, free int64) string {
+	return sfString(name) + ";r=" + strconv.FormatInt(max(free, 0), 10)
+}
+
 // retryAfterSeconds is the Retry-After value of a denial: whole seconds
 // rounded up, and at least 1, since "retry after 0 seconds" would invite an
 // immediate retry that is denied again.

@@ -188,6 +188,12 @@ func (m *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		http.Error(w, fmt.Sprintf("rate limit exceeded; retry in %ds", retry), http.StatusTooManyRequests)
 		return
 	}
+	if d.Slot != "" {
+		// Policy is a concurrency limit: hold its slot while the handler
+		// runs, as ConcurrencyMiddleware does, rather than leave it held
+		// for a whole period.
+		defer m.holdSlot(r, key, d, 0)()
+	}
 	next.ServeHTTP(w, r)
 }
 

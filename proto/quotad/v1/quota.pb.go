@@ -41,6 +41,10 @@ const (
 	// generic cell rate algorithm: emission interval period/limit, burst
 	// tolerance burst (0 means limit).
 	Algorithm_ALGORITHM_GCRA Algorithm = 6
+	// at most limit slots held at once; a slot lives period unless renewed
+	// (RenewSlot) and is freed by ReleaseSlot or when it expires. cost is 0 or
+	// 1; no burst.
+	Algorithm_ALGORITHM_CONCURRENCY Algorithm = 7
 )
 
 // Enum value maps for Algorithm.
@@ -53,6 +57,7 @@ var (
 		4: "ALGORITHM_TOKEN_BUCKET",
 		5: "ALGORITHM_LEAKY_BUCKET",
 		6: "ALGORITHM_GCRA",
+		7: "ALGORITHM_CONCURRENCY",
 	}
 	Algorithm_value = map[string]int32{
 		"ALGORITHM_UNSPECIFIED":            0,
@@ -62,6 +67,7 @@ var (
 		"ALGORITHM_TOKEN_BUCKET":           4,
 		"ALGORITHM_LEAKY_BUCKET":           5,
 		"ALGORITHM_GCRA":                   6,
+		"ALGORITHM_CONCURRENCY":            7,
 	}
 )
 
@@ -377,10 +383,17 @@ type CheckResponse struct {
 	ResetAfter *durationpb.Duration `protobuf:"bytes,4,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
 	// Zero when allowed; otherwise the earliest wait after which the same cost
 	// can succeed.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	Source        Source               `protobuf:"varint,6,opt,name=source,proto3,enum=quotad.v1.Source" json:"source,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	Source     Source               `protobuf:"varint,6,opt,name=source,proto3,enum=quotad.v1.Source" json:"source,omitempty"`
+	// ALGORITHM_CONCURRENCY only: the slot an allowed check of cost 1 took, to
+	// renew and release. Absent otherwise (and when the store failed and the
+	// policy failed open: there is no slot to release), also in JSON.
+	SlotId *string `protobuf:"bytes,7,opt,name=slot_id,json=slotId,proto3,oneof" json:"slot_id,omitempty"`
+	// ALGORITHM_CONCURRENCY only, with slot_id: how long the slot lives unless
+	// renewed (the limit's period).
+	SlotExpiresAfter *durationpb.Duration `protobuf:"bytes,8,opt,name=slot_expires_after,json=slotExpiresAfter,proto3,oneof" json:"slot_expires_after,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CheckResponse) Reset() {
@@ -455,10 +468,31 @@ func (x *CheckResponse) GetSource() Source {
 	return Source_SOURCE_UNSPECIFIED
 }
 
+func (x *CheckResponse) GetSlotId() string {
+	if x != nil && x.SlotId != nil {
+		return *x.SlotId
+	}
+	return ""
+}
+
+func (x *CheckResponse) GetSlotExpiresAfter() *durationpb.Duration {
+	if x != nil {
+		return x.SlotExpiresAfter
+	}
+	return nil
+}
+
 type CheckBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// 1 to 1000 checks, decided independently.
-	Requests      []*CheckRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// 1 to 1000 checks, decided independently unless all_or_nothing is set.
+	Requests []*CheckRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// Decide the checks as one: either every check is allowed and spends its
+	// cost, or none spends anything. Every result then carries the batch's
+	// outcome in allowed; a check that did not fit (the reason for a denial)
+	// has a retry_after above zero, the others zero. Checks of the same
+	// policy and key add up. An invalid check fails the whole call, and
+	// nothing is decided. See the README's "All or nothing".
+	AllOrNothing  bool `protobuf:"varint,2,opt,name=all_or_nothing,json=allOrNothing,proto3" json:"all_or_nothing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -498,6 +532,13 @@ func (x *CheckBatchRequest) GetRequests() []*CheckRequest {
 		return x.Requests
 	}
 	return nil
+}
+
+func (x *CheckBatchRequest) GetAllOrNothing() bool {
+	if x != nil {
+		return x.AllOrNothing
+	}
+	return false
 }
 
 type CheckBatchResponse struct {
@@ -901,6 +942,263 @@ func (x *Policy) GetLimit() *Limit {
 	return nil
 }
 
+type RenewSlotRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The slot_id a Check returned; 1 to 64 bytes.
+	SlotId string `protobuf:"bytes,3,opt,name=slot_id,json=slotId,proto3" json:"slot_id,omitempty"`
+	// The inline limit the Check used, if it used one.
+	Limit         *Limit `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewSlotRequest) Reset() {
+	*x = RenewSlotRequest{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewSlotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewSlotRequest) ProtoMessage() {}
+
+func (x *RenewSlotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewSlotRequest.ProtoReflect.Descriptor instead.
+func (*RenewSlotRequest) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RenewSlotRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *RenewSlotRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RenewSlotRequest) GetSlotId() string {
+	if x != nil {
+		return x.SlotId
+	}
+	return ""
+}
+
+func (x *RenewSlotRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+type RenewSlotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slots the limit has (its limit).
+	Limit int64 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Slots free after the renew.
+	Remaining int64 `protobuf:"varint,2,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// How long the slot now lives unless renewed again (the limit's period).
+	ExpiresAfter  *durationpb.Duration `protobuf:"bytes,3,opt,name=expires_after,json=expiresAfter,proto3" json:"expires_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewSlotResponse) Reset() {
+	*x = RenewSlotResponse{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewSlotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewSlotResponse) ProtoMessage() {}
+
+func (x *RenewSlotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewSlotResponse.ProtoReflect.Descriptor instead.
+func (*RenewSlotResponse) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RenewSlotResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RenewSlotResponse) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *RenewSlotResponse) GetExpiresAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ExpiresAfter
+	}
+	return nil
+}
+
+type ReleaseSlotRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The slot_id a Check returned; 1 to 64 bytes.
+	SlotId string `protobuf:"bytes,3,opt,name=slot_id,json=slotId,proto3" json:"slot_id,omitempty"`
+	// The inline limit the Check used, if it used one.
+	Limit         *Limit `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseSlotRequest) Reset() {
+	*x = ReleaseSlotRequest{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseSlotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseSlotRequest) ProtoMessage() {}
+
+func (x *ReleaseSlotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseSlotRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseSlotRequest) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReleaseSlotRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ReleaseSlotRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ReleaseSlotRequest) GetSlotId() string {
+	if x != nil {
+		return x.SlotId
+	}
+	return ""
+}
+
+func (x *ReleaseSlotRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+type ReleaseSlotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slots the limit has (its limit).
+	Limit int64 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Slots free after the release.
+	Remaining     int64 `protobuf:"varint,2,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseSlotResponse) Reset() {
+	*x = ReleaseSlotResponse{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseSlotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseSlotResponse) ProtoMessage() {}
+
+func (x *ReleaseSlotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseSlotResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseSlotResponse) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReleaseSlotResponse) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ReleaseSlotResponse) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
 var File_quotad_v1_quota_proto protoreflect.FileDescriptor
 
 const file_quotad_v1_quota_proto_rawDesc = "" +
@@ -917,7 +1215,7 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12&\n" +
 	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limitB\a\n" +
-	"\x05_cost\"\x80\x02\n" +
+	"\x05_cost\"\x8f\x03\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -926,9 +1224,15 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"resetAfter\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12)\n" +
-	"\x06source\x18\x06 \x01(\x0e2\x11.quotad.v1.SourceR\x06source\"H\n" +
+	"\x06source\x18\x06 \x01(\x0e2\x11.quotad.v1.SourceR\x06source\x12\x1c\n" +
+	"\aslot_id\x18\a \x01(\tH\x00R\x06slotId\x88\x01\x01\x12L\n" +
+	"\x12slot_expires_after\x18\b \x01(\v2\x19.google.protobuf.DurationH\x01R\x10slotExpiresAfter\x88\x01\x01B\n" +
+	"\n" +
+	"\b_slot_idB\x15\n" +
+	"\x13_slot_expires_after\"n\n" +
 	"\x11CheckBatchRequest\x123\n" +
-	"\brequests\x18\x01 \x03(\v2\x17.quotad.v1.CheckRequestR\brequests\"K\n" +
+	"\brequests\x18\x01 \x03(\v2\x17.quotad.v1.CheckRequestR\brequests\x12$\n" +
+	"\x0eall_or_nothing\x18\x02 \x01(\bR\fallOrNothing\"K\n" +
 	"\x12CheckBatchResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.quotad.v1.CheckBatchResultR\aresults\"\x82\x01\n" +
 	"\x10CheckBatchResult\x126\n" +
@@ -947,7 +1251,24 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\bpolicies\x18\x01 \x03(\v2\x11.quotad.v1.PolicyR\bpolicies\"D\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
-	"\x05limit\x18\x02 \x01(\v2\x10.quotad.v1.LimitR\x05limit*\xd6\x01\n" +
+	"\x05limit\x18\x02 \x01(\v2\x10.quotad.v1.LimitR\x05limit\"}\n" +
+	"\x10RenewSlotRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
+	"\aslot_id\x18\x03 \x01(\tR\x06slotId\x12&\n" +
+	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limit\"\x87\x01\n" +
+	"\x11RenewSlotResponse\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12>\n" +
+	"\rexpires_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fexpiresAfter\"\x7f\n" +
+	"\x12ReleaseSlotRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
+	"\aslot_id\x18\x03 \x01(\tR\x06slotId\x12&\n" +
+	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limit\"I\n" +
+	"\x13ReleaseSlotResponse\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x1c\n" +
+	"\tremaining\x18\x02 \x01(\x03R\tremaining*\xf1\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12 \n" +
@@ -955,7 +1276,8 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	" ALGORITHM_SLIDING_WINDOW_COUNTER\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x1a\n" +
 	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05\x12\x12\n" +
-	"\x0eALGORITHM_GCRA\x10\x06*[\n" +
+	"\x0eALGORITHM_GCRA\x10\x06\x12\x19\n" +
+	"\x15ALGORITHM_CONCURRENCY\x10\a*[\n" +
 	"\vFailureMode\x12\x1c\n" +
 	"\x18FAILURE_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FAILURE_MODE_OPEN\x10\x01\x12\x17\n" +
@@ -966,13 +1288,15 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\fSOURCE_LEASE\x10\x02\x12\x17\n" +
 	"\x13SOURCE_DENIED_CACHE\x10\x03\x12\x14\n" +
 	"\x10SOURCE_FAIL_OPEN\x10\x04\x12\x16\n" +
-	"\x12SOURCE_FAIL_CLOSED\x10\x052\xaa\x02\n" +
+	"\x12SOURCE_FAIL_CLOSED\x10\x052\xc4\x03\n" +
 	"\fQuotaService\x12<\n" +
 	"\x05Check\x12\x17.quotad.v1.CheckRequest\x1a\x18.quotad.v1.CheckResponse\"\x00\x12K\n" +
 	"\n" +
 	"CheckBatch\x12\x1c.quotad.v1.CheckBatchRequest\x1a\x1d.quotad.v1.CheckBatchResponse\"\x00\x12<\n" +
 	"\x05Reset\x12\x17.quotad.v1.ResetRequest\x1a\x18.quotad.v1.ResetResponse\"\x00\x12Q\n" +
-	"\fListPolicies\x12\x1e.quotad.v1.ListPoliciesRequest\x1a\x1f.quotad.v1.ListPoliciesResponse\"\x00B3Z1github.com/quotad/quotad/proto/quotad/v1;quotadv1b\x06proto3"
+	"\fListPolicies\x12\x1e.quotad.v1.ListPoliciesRequest\x1a\x1f.quotad.v1.ListPoliciesResponse\"\x00\x12H\n" +
+	"\tRenewSlot\x12\x1b.quotad.v1.RenewSlotRequest\x1a\x1c.quotad.v1.RenewSlotResponse\"\x00\x12N\n" +
+	"\vReleaseSlot\x12\x1d.quotad.v1.ReleaseSlotRequest\x1a\x1e.quotad.v1.ReleaseSlotResponse\"\x00B3Z1github.com/quotad/quotad/proto/quotad/v1;quotadv1b\x06proto3"
 
 var (
 	file_quotad_v1_quota_proto_rawDescOnce sync.Once
@@ -987,7 +1311,7 @@ func file_quotad_v1_quota_proto_rawDescGZIP() []byte {
 }
 
 var file_quotad_v1_quota_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_quotad_v1_quota_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_quotad_v1_quota_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_quotad_v1_quota_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: quotad.v1.Algorithm
 	(FailureMode)(0),             // 1: quotad.v1.FailureMode
@@ -1004,35 +1328,47 @@ var file_quotad_v1_quota_proto_goTypes = []any{
 	(*ListPoliciesRequest)(nil),  // 12: quotad.v1.ListPoliciesRequest
 	(*ListPoliciesResponse)(nil), // 13: quotad.v1.ListPoliciesResponse
 	(*Policy)(nil),               // 14: quotad.v1.Policy
-	(*durationpb.Duration)(nil),  // 15: google.protobuf.Duration
+	(*RenewSlotRequest)(nil),     // 15: quotad.v1.RenewSlotRequest
+	(*RenewSlotResponse)(nil),    // 16: quotad.v1.RenewSlotResponse
+	(*ReleaseSlotRequest)(nil),   // 17: quotad.v1.ReleaseSlotRequest
+	(*ReleaseSlotResponse)(nil),  // 18: quotad.v1.ReleaseSlotResponse
+	(*durationpb.Duration)(nil),  // 19: google.protobuf.Duration
 }
 var file_quotad_v1_quota_proto_depIdxs = []int32{
 	0,  // 0: quotad.v1.Limit.algorithm:type_name -> quotad.v1.Algorithm
-	15, // 1: quotad.v1.Limit.period:type_name -> google.protobuf.Duration
+	19, // 1: quotad.v1.Limit.period:type_name -> google.protobuf.Duration
 	1,  // 2: quotad.v1.Limit.on_store_error:type_name -> quotad.v1.FailureMode
 	3,  // 3: quotad.v1.CheckRequest.limit:type_name -> quotad.v1.Limit
-	15, // 4: quotad.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	15, // 5: quotad.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	19, // 4: quotad.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	19, // 5: quotad.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
 	2,  // 6: quotad.v1.CheckResponse.source:type_name -> quotad.v1.Source
-	4,  // 7: quotad.v1.CheckBatchRequest.requests:type_name -> quotad.v1.CheckRequest
-	8,  // 8: quotad.v1.CheckBatchResponse.results:type_name -> quotad.v1.CheckBatchResult
-	5,  // 9: quotad.v1.CheckBatchResult.response:type_name -> quotad.v1.CheckResponse
-	9,  // 10: quotad.v1.CheckBatchResult.error:type_name -> quotad.v1.ItemError
-	14, // 11: quotad.v1.ListPoliciesResponse.policies:type_name -> quotad.v1.Policy
-	3,  // 12: quotad.v1.Policy.limit:type_name -> quotad.v1.Limit
-	4,  // 13: quotad.v1.QuotaService.Check:input_type -> quotad.v1.CheckRequest
-	6,  // 14: quotad.v1.QuotaService.CheckBatch:input_type -> quotad.v1.CheckBatchRequest
-	10, // 15: quotad.v1.QuotaService.Reset:input_type -> quotad.v1.ResetRequest
-	12, // 16: quotad.v1.QuotaService.ListPolicies:input_type -> quotad.v1.ListPoliciesRequest
-	5,  // 17: quotad.v1.QuotaService.Check:output_type -> quotad.v1.CheckResponse
-	7,  // 18: quotad.v1.QuotaService.CheckBatch:output_type -> quotad.v1.CheckBatchResponse
-	11, // 19: quotad.v1.QuotaService.Reset:output_type -> quotad.v1.ResetResponse
-	13, // 20: quotad.v1.QuotaService.ListPolicies:output_type -> quotad.v1.ListPoliciesResponse
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	19, // 7: quotad.v1.CheckResponse.slot_expires_after:type_name -> google.protobuf.Duration
+	4,  // 8: quotad.v1.CheckBatchRequest.requests:type_name -> quotad.v1.CheckRequest
+	8,  // 9: quotad.v1.CheckBatchResponse.results:type_name -> quotad.v1.CheckBatchResult
+	5,  // 10: quotad.v1.CheckBatchResult.response:type_name -> quotad.v1.CheckResponse
+	9,  // 11: quotad.v1.CheckBatchResult.error:type_name -> quotad.v1.ItemError
+	14, // 12: quotad.v1.ListPoliciesResponse.policies:type_name -> quotad.v1.Policy
+	3,  // 13: quotad.v1.Policy.limit:type_name -> quotad.v1.Limit
+	3,  // 14: quotad.v1.RenewSlotRequest.limit:type_name -> quotad.v1.Limit
+	19, // 15: quotad.v1.RenewSlotResponse.expires_after:type_name -> google.protobuf.Duration
+	3,  // 16: quotad.v1.ReleaseSlotRequest.limit:type_name -> quotad.v1.Limit
+	4,  // 17: quotad.v1.QuotaService.Check:input_type -> quotad.v1.CheckRequest
+	6,  // 18: quotad.v1.QuotaService.CheckBatch:input_type -> quotad.v1.CheckBatchRequest
+	10, // 19: quotad.v1.QuotaService.Reset:input_type -> quotad.v1.ResetRequest
+	12, // 20: quotad.v1.QuotaService.ListPolicies:input_type -> quotad.v1.ListPoliciesRequest
+	15, // 21: quotad.v1.QuotaService.RenewSlot:input_type -> quotad.v1.RenewSlotRequest
+	17, // 22: quotad.v1.QuotaService.ReleaseSlot:input_type -> quotad.v1.ReleaseSlotRequest
+	5,  // 23: quotad.v1.QuotaService.Check:output_type -> quotad.v1.CheckResponse
+	7,  // 24: quotad.v1.QuotaService.CheckBatch:output_type -> quotad.v1.CheckBatchResponse
+	11, // 25: quotad.v1.QuotaService.Reset:output_type -> quotad.v1.ResetResponse
+	13, // 26: quotad.v1.QuotaService.ListPolicies:output_type -> quotad.v1.ListPoliciesResponse
+	16, // 27: quotad.v1.QuotaService.RenewSlot:output_type -> quotad.v1.RenewSlotResponse
+	18, // 28: quotad.v1.QuotaService.ReleaseSlot:output_type -> quotad.v1.ReleaseSlotResponse
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_quotad_v1_quota_proto_init() }
@@ -1041,6 +1377,7 @@ func file_quotad_v1_quota_proto_init() {
 		return
 	}
 	file_quotad_v1_quota_proto_msgTypes[1].OneofWrappers = []any{}
+	file_quotad_v1_quota_proto_msgTypes[2].OneofWrappers = []any{}
 	file_quotad_v1_quota_proto_msgTypes[5].OneofWrappers = []any{
 		(*CheckBatchResult_Response)(nil),
 		(*CheckBatchResult_Error)(nil),
@@ -1051,7 +1388,7 @@ func file_quotad_v1_quota_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quotad_v1_quota_proto_rawDesc), len(file_quotad_v1_quota_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   12,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,11 @@ const (
 	// QuotaServiceListPoliciesProcedure is the fully-qualified name of the QuotaService's ListPolicies
 	// RPC.
 	QuotaServiceListPoliciesProcedure = "/quotad.v1.QuotaService/ListPolicies"
+	// QuotaServiceRenewSlotProcedure is the fully-qualified name of the QuotaService's RenewSlot RPC.
+	QuotaServiceRenewSlotProcedure = "/quotad.v1.QuotaService/RenewSlot"
+	// QuotaServiceReleaseSlotProcedure is the fully-qualified name of the QuotaService's ReleaseSlot
+	// RPC.
+	QuotaServiceReleaseSlotProcedure = "/quotad.v1.QuotaService/ReleaseSlot"
 )
 
 // QuotaServiceClient is a client for the quotad.v1.QuotaService service.
@@ -50,12 +55,21 @@ type QuotaServiceClient interface {
 	Check(context.Context, *connect.Request[v1.CheckRequest]) (*connect.Response[v1.CheckResponse], error)
 	// CheckBatch decides up to 1000 requests. Each item gets its own result or
 	// error; only request-level problems (an empty or oversized batch) fail the
-	// whole call.
+	// whole call. With all_or_nothing, the requests are allowed together or
+	// not at all, and an invalid item fails the whole call.
 	CheckBatch(context.Context, *connect.Request[v1.CheckBatchRequest]) (*connect.Response[v1.CheckBatchResponse], error)
 	// Reset forgets everything the authority knows about one key of a policy.
 	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
 	// ListPolicies returns the policies configured on the answering node.
 	ListPolicies(context.Context, *connect.Request[v1.ListPoliciesRequest]) (*connect.Response[v1.ListPoliciesResponse], error)
+	// RenewSlot keeps a concurrency slot that a Check took alive for another
+	// period. NotFound when the slot is not held (never taken, released, or
+	// expired).
+	RenewSlot(context.Context, *connect.Request[v1.RenewSlotRequest]) (*connect.Response[v1.RenewSlotResponse], error)
+	// ReleaseSlot frees a concurrency slot that a Check took. A slot is freed
+	// once: NotFound when it is not held (never taken, already released, or
+	// expired).
+	ReleaseSlot(context.Context, *connect.Request[v1.ReleaseSlotRequest]) (*connect.Response[v1.ReleaseSlotResponse], error)
 }
 
 // NewQuotaServiceClient constructs a client for the quotad.v1.QuotaService service. By default, it
@@ -93,6 +107,18 @@ func NewQuotaServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(quotaServiceMethods.ByName("ListPolicies")),
 			connect.WithClientOptions(opts...),
 		),
+		renewSlot: connect.NewClient[v1.RenewSlotRequest, v1.RenewSlotResponse](
+			httpClient,
+			baseURL+QuotaServiceRenewSlotProcedure,
+			connect.WithSchema(quotaServiceMethods.ByName("RenewSlot")),
+			connect.WithClientOptions(opts...),
+		),
+		releaseSlot: connect.NewClient[v1.ReleaseSlotRequest, v1.ReleaseSlotResponse](
+			httpClient,
+			baseURL+QuotaServiceReleaseSlotProcedure,
+			connect.WithSchema(quotaServiceMethods.ByName("ReleaseSlot")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -102,6 +128,8 @@ type quotaServiceClient struct {
 	checkBatch   *connect.Client[v1.CheckBatchRequest, v1.CheckBatchResponse]
 	reset        *connect.Client[v1.ResetRequest, v1.ResetResponse]
 	listPolicies *connect.Client[v1.ListPoliciesRequest, v1.ListPoliciesResponse]
+	renewSlot    *connect.Client[v1.RenewSlotRequest, v1.RenewSlotResponse]
+	releaseSlot  *connect.Client[v1.ReleaseSlotRequest, v1.ReleaseSlotResponse]
 }
 
 // Check calls quotad.v1.QuotaService.Check.
@@ -124,18 +152,37 @@ func (c *quotaServiceClient) ListPolicies(ctx context.Context, req *connect.Requ
 	return c.listPolicies.CallUnary(ctx, req)
 }
 
+// RenewSlot calls quotad.v1.QuotaService.RenewSlot.
+func (c *quotaServiceClient) RenewSlot(ctx context.Context, req *connect.Request[v1.RenewSlotRequest]) (*connect.Response[v1.RenewSlotResponse], error) {
+	return c.renewSlot.CallUnary(ctx, req)
+}
+
+// ReleaseSlot calls quotad.v1.QuotaService.ReleaseSlot.
+func (c *quotaServiceClient) ReleaseSlot(ctx context.Context, req *connect.Request[v1.ReleaseSlotRequest]) (*connect.Response[v1.ReleaseSlotResponse], error) {
+	return c.releaseSlot.CallUnary(ctx, req)
+}
+
 // QuotaServiceHandler is an implementation of the quotad.v1.QuotaService service.
 type QuotaServiceHandler interface {
 	// Check decides one request and, when allowed, spends its cost.
 	Check(context.Context, *connect.Request[v1.CheckRequest]) (*connect.Response[v1.CheckResponse], error)
 	// CheckBatch decides up to 1000 requests. Each item gets its own result or
 	// error; only request-level problems (an empty or oversized batch) fail the
-	// whole call.
+	// whole call. With all_or_nothing, the requests are allowed together or
+	// not at all, and an invalid item fails the whole call.
 	CheckBatch(context.Context, *connect.Request[v1.CheckBatchRequest]) (*connect.Response[v1.CheckBatchResponse], error)
 	// Reset forgets everything the authority knows about one key of a policy.
 	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
 	// ListPolicies returns the policies configured on the answering node.
 	ListPolicies(context.Context, *connect.Request[v1.ListPoliciesRequest]) (*connect.Response[v1.ListPoliciesResponse], error)
+	// RenewSlot keeps a concurrency slot that a Check took alive for another
+	// period. NotFound when the slot is not held (never taken, released, or
+	// expired).
+	RenewSlot(context.Context, *connect.Request[v1.RenewSlotRequest]) (*connect.Response[v1.RenewSlotResponse], error)
+	// ReleaseSlot frees a concurrency slot that a Check took. A slot is freed
+	// once: NotFound when it is not held (never taken, already released, or
+	// expired).
+	ReleaseSlot(context.Context, *connect.Request[v1.ReleaseSlotRequest]) (*connect.Response[v1.ReleaseSlotResponse], error)
 }
 
 // NewQuotaServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -169,6 +216,18 @@ func NewQuotaServiceHandler(svc QuotaServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(quotaServiceMethods.ByName("ListPolicies")),
 		connect.WithHandlerOptions(opts...),
 	)
+	quotaServiceRenewSlotHandler := connect.NewUnaryHandler(
+		QuotaServiceRenewSlotProcedure,
+		svc.RenewSlot,
+		connect.WithSchema(quotaServiceMethods.ByName("RenewSlot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	quotaServiceReleaseSlotHandler := connect.NewUnaryHandler(
+		QuotaServiceReleaseSlotProcedure,
+		svc.ReleaseSlot,
+		connect.WithSchema(quotaServiceMethods.ByName("ReleaseSlot")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quotad.v1.QuotaService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case QuotaServiceCheckProcedure:
@@ -179,6 +238,10 @@ func NewQuotaServiceHandler(svc QuotaServiceHandler, opts ...connect.HandlerOpti
 			quotaServiceResetHandler.ServeHTTP(w, r)
 		case QuotaServiceListPoliciesProcedure:
 			quotaServiceListPoliciesHandler.ServeHTTP(w, r)
+		case QuotaServiceRenewSlotProcedure:
+			quotaServiceRenewSlotHandler.ServeHTTP(w, r)
+		case QuotaServiceReleaseSlotProcedure:
+			quotaServiceReleaseSlotHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -202,4 +265,12 @@ func (UnimplementedQuotaServiceHandler) Reset(context.Context, *connect.Request[
 
 func (UnimplementedQuotaServiceHandler) ListPolicies(context.Context, *connect.Request[v1.ListPoliciesRequest]) (*connect.Response[v1.ListPoliciesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quotad.v1.QuotaService.ListPolicies is not implemented"))
+}
+
+func (UnimplementedQuotaServiceHandler) RenewSlot(context.Context, *connect.Request[v1.RenewSlotRequest]) (*connect.Response[v1.RenewSlotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quotad.v1.QuotaService.RenewSlot is not implemented"))
+}
+
+func (UnimplementedQuotaServiceHandler) ReleaseSlot(context.Context, *connect.Request[v1.ReleaseSlotRequest]) (*connect.Response[v1.ReleaseSlotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quotad.v1.QuotaService.ReleaseSlot is not implemented"))
 }

@@ -1,0 +1,66 @@
+package rpc
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quotad/quotad/node"
+	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+)
+
+// RenewSlot implements QuotaService.RenewSlot: the slot lives another
+// period. Errors are node.RenewSlot's, and the policy resolution's of Check.
+func (s *service) RenewSlot(ctx context.Context, req *connect.Request[quotadv1.RenewSlotRequest]) (*connect.Response[quotadv1.RenewSlotResponse], error) {
+	m := req.Msg
+	p, err := s.slotPolicy(m.GetPolicy(), m.GetKey(), m.GetLimit())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.node.RenewSlot(ctx, p, m.GetKey(), m.GetSlotId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&quotadv1.RenewSlotResponse{
+		Limit:        res.Limit,
+		Remaining:    res.Remaining,
+		ExpiresAfter: durationpb.New(p.Limit.Period),
+	}), nil
+}
+
+// ReleaseSlot implements QuotaService.ReleaseSlot: the slot is free again.
+// Errors are node.ReleaseSlot's, and the policy resolution's of Check.
+func (s *service) ReleaseSlot(ctx context.Context, req *connect.Request[quotadv1.ReleaseSlotRequest]) (*connect.Response[quotadv1.ReleaseSlotResponse], error) {
+	m := req.Msg
+	p, err := s.slotPolicy(m.GetPolicy(), m.GetKey(), m.GetLimit())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.node.ReleaseSlot(ctx, p, m.GetKey(), m.GetSlotId())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&quotadv1.ReleaseSlotResponse{Limit: res.Limit, Remaining: res.Remaining}), nil
+}
+
+// slotPolicy resolves the policy of a renew or release as Check resolves
+// its own, the key first so that a malformed request is InvalidArgument
+// whatever its policy.
+func (s *service) slotPolicy(name, key string, limit *quotadv1.Limit) (node.Policy, error) {
+	if err := node.ValidateKey(key); err != nil {
+		return node.Policy{}, err
+	}
+	return s.policies.resolveLimit(s.node.PolicySet(), name, limit)
+}
+
+// withSlot adds the slot an allowed concurrency check took to its
+// response: its id and how long it lives unless renewed.
+func withSlot(resp *quotadv1.CheckResponse, res node.Result, p node.Policy) *quotadv1.CheckResponse {
+	if res.Slot != "" {
+		resp.SlotId = proto.String(res.Slot)
+		resp.SlotExpiresAfter = durationpb.New(p.Limit.Period)
+	}
+	return resp
+}
