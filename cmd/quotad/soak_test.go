@@ -119,8 +119,11 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 		"--read-timeout", soakReadTimeout.String(), "--idle-timeout", soakIdleTimeout.String(),
 		// Generous: on a loaded machine Redis can take longer than the
 		// default 50ms without any attack, and the soak is about the
-		// attacks on node 1 (a slow Redis is items 1-2's test).
-		"--redis-timeout", "1s",
+		// attacks on node 1 (a slow Redis is items 1-2's test). Under
+		// -race on 2 cores, node 1's slowest legit checks during the
+		// attacks took 1.1-1.3 s: 1 s let one answer fall to the failure
+		// mode; the latency itself is reported, not asserted.
+		"--redis-timeout", "5s",
 	}
 	// Node 1's peers reach it through a tap, which keeps what they send
 	// for the replay attack.
