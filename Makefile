@@ -13,7 +13,7 @@ HELM      := $(TOOLS)/helm-$(HELM_VERSION)/helm
 # commit (the Go toolchain stamps it from git when the checkout's .git is a directory).
 BUILDFLAGS := -buildvcs=auto -trimpath
 
-.PHONY: help run build install test redis-server chromium helm lint proto proto-check bench cluster screenshots
+.PHONY: help run build install test soak redis-server chromium helm lint proto proto-check bench cluster screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -34,6 +34,11 @@ test: redis-server chromium helm lint ## the whole test suite (installs redis-se
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAcquireReply$$' -fuzztime $(FUZZTIME) ./algorithms
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeGossip$$' -fuzztime $(FUZZTIME) ./node
+
+SOAK ?= 60s
+
+soak: redis-server ## issue 10's soak, SOAK (60s) a phase: 3 nodes, legit load, then every attack on node 1 (no -race; QUOTAD_SOAK_QUIET=1 also asserts the p99)
+	QUOTAD_SOAK=$(SOAK) $(GO) test -count=1 -timeout 20m -v -run '^TestSoakAttacksOnOneNode$$' ./cmd/quotad
 
 CLUSTER_REDIS_PORT ?= 6390
 CLUSTER_API_PORT   ?= 8080

@@ -47,8 +47,9 @@ type soakAttacks struct {
 }
 
 // newSoakAttacks makes the attacks on target that only names; gentle makes
-// them send about a quarter as much (for a race-detector build, which
-// spends several times more on each request, on both sides).
+// them (but the idle connections) send a quarter as often, the key flood
+// in smaller batches too (for a race-detector build, which spends several
+// times more on each request, on both sides).
 func newSoakAttacks(t *testing.T, target *proc, tap *attack.Tap, gossipKey []byte, gentle bool, only map[string]bool) *soakAttacks {
 	t.Helper()
 	// every is d, or four times d when gentle.
