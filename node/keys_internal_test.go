@@ -145,17 +145,6 @@ func TestKeyBaseOfPlainKeysIsUnchanged(t *testing.T) {
 	}
 }
 
-// hashTag is what Redis Cluster hashes of key: the bytes between the first
-// '{' and the first '}' after it, when there are any; else the whole key.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
-}
-
 func ExampleNode_keyBase() {
 	n := &Node{cfg: Config{KeyPrefix: "quotad"}, policies: map[string]Policy{}}
 	api := Policy{Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 100, Period: time.Minute}}
