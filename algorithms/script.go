@@ -231,9 +231,10 @@ CHECK_SCRIPT
 end
 
 local nk, na = NKEYS, NARGS
-local out = {}
+-- One keys and one argv table for all the checks: a check script only
+-- reads them.
+local out, keys, argv = {}, {}, {}
 for i = 0, #ARGV / na - 1 do
-  local keys, argv = {}, {}
   for j = 1, nk do keys[j] = KEYS[i * nk + j] end
   for j = 1, na do argv[j] = ARGV[i * na + j] end
   local ok, reply = pcall(check, keys, argv)
