@@ -20,8 +20,9 @@ import (
 //
 //	go test -run '^$' -bench LeaseOffHotKey -benchtime 20000x ./node
 //
-// It reports checks/s, the 99th percentile latency of a check in ms, and
-// EVALSHAs per check.
+// It reports checks/s, the 99th percentile latency of a check in ms,
+// EVALSHAs per check, and the share of checks answered by the failure mode
+// (a call that missed the timeout, on a loaded machine).
 func BenchmarkLeaseOffHotKey(b *testing.B) {
 	r := redistest.Start(b)
 	store, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL()})
@@ -35,7 +36,7 @@ func BenchmarkLeaseOffHotKey(b *testing.B) {
 	b.Cleanup(func() { n.Close() })
 	p := node.Policy{Name: "direct", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1_000_000_000, Period: time.Minute}, Lease: node.LeaseOff}
 	const clients = 16
-	var next atomic.Int64
+	var next, failed atomic.Int64
 	lat := make([][]time.Duration, clients)
 	evals0, _ := r.Info("INFO commandstats", "cmdstat_evalsha")
 	b.ResetTimer()
@@ -49,9 +50,12 @@ func BenchmarkLeaseOffHotKey(b *testing.B) {
 				t0 := time.Now()
 				res, err := n.Check(context.Background(), p, "hot", 1)
 				lat[c] = append(lat[c], time.Since(t0))
-				if err != nil || res.Source != node.SourceStore {
-					b.Errorf("check: %+v, %v", res, err)
+				if err != nil {
+					b.Error(err)
 					return
+				}
+				if res.Source != node.SourceStore {
+					failed.Add(1) // a call that missed --redis-timeout on a loaded machine
 				}
 			}
 		}()
@@ -65,6 +69,7 @@ func BenchmarkLeaseOffHotKey(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "checks/s")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(evalshaCalls(evals1)-evalshaCalls(evals0))/float64(b.N), "evalsha/check")
+	b.ReportMetric(float64(failed.Load())/float64(b.N), "failmode/check")
 }
 
 // evalshaCalls reads calls=N from an INFO commandstats value.

@@ -222,10 +222,10 @@ func (p *pipeline) loop() {
 			}
 		}
 		start := time.Now()
-		// A round trip its callers gave up on (a stalled Redis) may last
-		// up to netTimeout: meanwhile it does not hold back the calls
-		// behind it.
-		overdue := time.AfterFunc(p.callTimeout, p.grow)
+		// A round trip that takes longer than a call should wait for a
+		// pipeliner (a stalled Redis, a starved process) does not hold
+		// back the calls behind it: it lets one more pipeliner take them.
+		overdue := time.AfterFunc(p.callTimeout/activeShare, p.grow)
 		sent := p.send(batch)
 		overdue.Stop()
 		p.adapt(sent, time.Since(start))
