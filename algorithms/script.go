@@ -4,6 +4,8 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -209,4 +211,86 @@ func replyInts(reply any, want int) ([]int64, error) {
 		n[i] = v
 	}
 	return n, nil
+}
+
+// argsPerCheck is the length of AcquireArgs: the ARGV of one check.
+const argsPerCheck = 9
+
+// MaxBatchChecks bounds the checks one batch script call decides, so that
+// one call blocks Redis for well under a millisecond.
+const MaxBatchChecks = 64
+
+// batchDriver runs a check script's exact source (at CHECK_SCRIPT) once
+// per check of a batch, in order. KEYS are the checks' keys, NKEYS per
+// check; ARGV their arguments, argsPerCheck per check. Each check is
+// protected on its own: a check that raises an error (a key of the wrong
+// type) puts that error in its place of the reply, and the others are
+// still decided.
+const batchDriver = `
+local function check(KEYS, ARGV)
+CHECK_SCRIPT
+end
+
+local nk, na = NKEYS, NARGS
+-- One keys and one argv table for all the checks: a check script only
+-- reads them.
+local out, keys, argv = {}, {}, {}
+for i = 0, #ARGV / na - 1 do
+  for j = 1, nk do keys[j] = KEYS[i * nk + j] end
+  for j = 1, na do argv[j] = ARGV[i * na + j] end
+  local ok, reply = pcall(check, keys, argv)
+  if not ok and not (type(reply) == 'table' and reply.err) then
+    reply = redis.error_reply(tostring(reply))
+  end
+  out[i + 1] = reply
+end
+return out
+`
+
+// BatchCheckScript returns the Lua source of algorithm a's batch check
+// script, or "" for an invalid algorithm. One call decides several checks,
+// in order, each exactly as one call of CheckScript(a) would, except that
+// Redis TIME is read once for all of them: so Redis pays once for the
+// script call and the clock, not once per check.
+//
+// Its keys are the checks' Keys one after another (every check's keys
+// must be in one Redis Cluster slot for the call to run there); its
+// arguments are the checks' AcquireArgs one after another. SplitBatchReply reads its reply. A check that fails (a
+// key of the wrong type) fails alone.
+func BatchCheckScript(a Algorithm) string {
+	src := embedded(scriptFile, a)
+	if src == "" {
+		return ""
+	}
+	prelude, body, ok := splitPrelude(src)
+	if !ok {
+		return ""
+	}
+	driver := strings.NewReplacer("NKEYS", strconv.Itoa(len(keySuffixes[a])), "NARGS", strconv.Itoa(argsPerCheck)).Replace(batchDriver)
+	return prelude + strings.Replace(driver, "CHECK_SCRIPT", body, 1)
+}
+
+// splitPrelude splits an embedded script into the prelude, which must stay
+// at the chunk's top level, and the script's own body.
+func splitPrelude(src string) (prelude, body string, ok bool) {
+	p, err := scriptFiles.ReadFile("scripts/prelude.lua")
+	if err != nil || !strings.HasPrefix(src, string(p)) {
+		return "", "", false
+	}
+	return string(p), src[len(p):], true
+}
+
+// SplitBatchReply splits the reply of a batch script call that decided n
+// checks into each check's own reply, in order: what DecodeAcquireReply
+// reads, or, for a check that failed, the error Redis reported for it (an
+// error value). A reply of another shape is an error wrapping ErrBadReply.
+func SplitBatchReply(reply any, n int) ([]any, error) {
+	items, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: batch reply is %T, want an array", ErrBadReply, reply)
+	}
+	if len(items) != n {
+		return nil, fmt.Errorf("%w: batch reply has %d items, want %d", ErrBadReply, len(items), n)
+	}
+	return items, nil
 }

@@ -154,17 +154,6 @@ func keysNode(prefix string, ps ...Policy) *Node {
 	return n
 }
 
-// hashTag is what Redis Cluster hashes of key: the bytes between the first
-// '{' and the first '}' after it, when there are any; else the whole key.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
-}
-
 func ExampleNode_keyBase() {
 	api := Policy{Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 100, Period: time.Minute}}
 	n := keysNode("quotad", api)

@@ -133,7 +133,9 @@ type lease struct {
 
 	mu sync.Mutex // guards the fields below; never held on the hit path
 	// refilling is the store call in flight for the key, if any.
-	refilling   *fetch
+	refilling *fetch
+	// beside counts the plain calls in flight beside refilling.
+	beside      int
 	sampleStart int64   // node clock (ns) when the current demand sample began
 	rate        float64 // units per second, smoothed over past samples
 	// dead marks a lease Reset removed from the table: a store call still
@@ -144,7 +146,19 @@ type lease struct {
 	// that waited on a coalesced store call need not repeat it (the
 	// denied cache's writes become visible asynchronously).
 	denial atomic.Pointer[denial]
+	// quick says that the key's last store call succeeded within
+	// quickCall of the call timeout: a key that cannot lease may then
+	// have several calls in flight (refill).
+	quick atomic.Bool
 }
+
+// A key that cannot lease may have up to maxBeside calls in flight beside
+// its refill while its calls are quick: those that finish within
+// 1/quickCall of the store's call timeout.
+const (
+	maxBeside = 64
+	quickCall = 10
+)
 
 // grant is units taken from the store in one call, spent locally until
 // expiresAt. Everything but units is fixed when the grant is installed.
@@ -468,7 +482,18 @@ const fetchTimeout = 10 * time.Second
 // when a lease is not worthwhile. At most one refill per key is in flight
 // on this node: concurrent misses wait for it (coalescing), then try the
 // new grant or the denial it brought back before calling again, so a flood
-// on a denied key costs one call per retry_after. Waiting is bounded:
+// on a denied key costs one call per retry_after.
+//
+// Except on a key whose policy has leases off, while its store calls are
+// quick (lease.quick): there a check that finds a call in flight makes its
+// own plain call at once, beside it (up to maxBeside of them), and the
+// store pipelines them (the Redis store decides them in one batch script
+// call, in order, each atomically). Waiting would only serialise the key
+// at one round trip per check: no grant can come back, and a denial that
+// does is remembered for the checks that arrive after it. A slow or
+// failing call makes the next checks wait and share its outcome again.
+//
+// Waiting is bounded:
 //   - the call in flight when a check arrives started earlier, and its own
 //     deadline ends it: the check waits for its outcome, and if it failed
 //     takes its failure mode with the same error, without a call of its
@@ -495,6 +520,9 @@ func (n *Node) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost 
 	}()
 	l.mu.Lock()
 	for l.refilling != nil {
+		if p.Lease == LeaseOff && l.beside < maxBeside && l.quick.Load() {
+			return n.call(ctx, k, l, p, cost)
+		}
 		f := l.refilling
 		l.mu.Unlock()
 		if budget != nil {
@@ -538,6 +566,8 @@ func (n *Node) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost in
 	if l.refilling == nil {
 		want, hold = n.leaseWant(l, p, cost, start)
 		l.refilling = f
+	} else {
+		l.beside++
 	}
 	l.mu.Unlock()
 
@@ -556,9 +586,12 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
 	defer func() {
+		l.quick.Store(f.failed == nil && n.clock()-start < int64(n.coalesceFor/quickCall))
 		l.mu.Lock()
 		if l.refilling == f {
 			l.refilling = nil
+		} else {
+			l.beside--
 		}
 		l.mu.Unlock()
 		close(f.done)

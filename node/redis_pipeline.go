@@ -8,14 +8,20 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotad/quotad/algorithms"
 )
 
 // Natural batching of script calls. Checks that miss locally become script
 // calls on a queue; a few pipeliners each take whatever has queued up while
 // their previous round trip was in flight and send it as one pipeline. A
 // lone call goes at once (no timer, so no added latency when idle); under
-// load, calls for different keys share round trips. Calls for the same key
-// are already coalesced by the node before they get here.
+// load, calls share round trips. Checks queued together are also decided
+// together: the checks of one algorithm in a batch go to Redis as one call
+// of its batch script (algorithms.BatchCheckScript), which pays once for
+// EVALSHA and Redis TIME; on Redis Cluster only checks whose keys share a
+// hash tag (so a slot) go in one call. Calls for one key run in the order
+// they queued, each its own atomic decision.
 
 const (
 	// pipeliners is how many round trips may be in flight at once. A call
@@ -23,8 +29,19 @@ const (
 	// one: with Redis 18ms away and 4 pipeliners, that queueing alone made
 	// a busy node miss the 50ms deadline on a third of its calls. Idle
 	// pipeliners cost nothing, and under load each still takes everything
-	// queued, so batches stay large where round trips are short.
+	// queued.
 	pipeliners = 16
+	// minActive is the fewest pipeliners that take calls. How many do
+	// adapts to the round trip (see pipeline.wantActive): where round
+	// trips are short, a call waits little for a busy pipeliner, and the
+	// fewer round trips in flight, the more calls each batches, and the
+	// less Redis spends per call (one read and one write for many calls,
+	// one batch script call for many checks).
+	minActive = 2
+	// activeShare is the fraction of the call timeout that a call may wait
+	// for a busy pipeliner: with a round trip of rtt, about
+	// pipeliners × rtt / (timeout / activeShare) pipeliners take calls.
+	activeShare = 5
 	// poolSize is the connections a client keeps: one per pipeliner of the
 	// check and release pipelines, and a few for pings, resets and script
 	// loads, so no batch waits for a connection.
@@ -41,11 +58,26 @@ const (
 type scriptCall struct {
 	ctx    context.Context
 	script *redis.Script
-	keys   []string
-	args   []any
-	done   chan struct{}
-	reply  any
-	err    error
+	// batch is script's batch form, which decides several calls of script
+	// in one (nil: the call goes alone). group is what calls must share to
+	// go in one batch call: "" on a single server, the keys' hash tag on
+	// Redis Cluster.
+	batch *redis.Script
+	group string
+	keys  []string
+	args  []any
+	done  chan struct{}
+	reply any
+	err   error
+}
+
+// wireCall is one EVALSHA a pipeline sends: one queued call, or several
+// calls of one batch script (members, in queue order).
+type wireCall struct {
+	script  *redis.Script
+	keys    []string
+	args    []any
+	members []*scriptCall
 }
 
 // pipeline sends queued script calls to Redis in batches.
@@ -79,18 +111,36 @@ type pipeline struct {
 	// running it twice at once.
 	reload    func(context.Context) error
 	reloading atomic.Bool
+	// cluster groups batch calls by hash tag.
+	cluster bool
+	// callTimeout is how long a caller waits for its call
+	// (RedisConfig.Timeout): how many pipeliners take calls adapts to it.
+	callTimeout time.Duration
+	// tokens gate the pipeliners: one takes calls off the queue only while
+	// it holds a token, so at most active round trips are in flight.
+	tokens chan struct{}
+	mu     sync.Mutex // guards active and rtt
+	active int        // tokens in circulation, minActive..pipeliners
+	rtt    time.Duration
 
-	roundTrips, calls atomic.Int64
+	roundTrips, calls, scripts atomic.Int64
 }
 
-func newPipeline(client, follow redis.UniversalClient, netTimeout time.Duration, reload func(context.Context) error) *pipeline {
+func newPipeline(client, follow redis.UniversalClient, callTimeout, netTimeout time.Duration, reload func(context.Context) error) *pipeline {
 	p := &pipeline{
-		client:     client,
-		follow:     follow,
-		netTimeout: netTimeout,
-		queue:      make(chan *scriptCall, queueLen),
-		stop:       make(chan struct{}),
-		reload:     reload,
+		client:      client,
+		follow:      follow,
+		netTimeout:  netTimeout,
+		callTimeout: callTimeout,
+		queue:       make(chan *scriptCall, queueLen),
+		stop:        make(chan struct{}),
+		reload:      reload,
+		tokens:      make(chan struct{}, pipeliners),
+		active:      pipeliners,
+	}
+	_, p.cluster = client.(*redis.ClusterClient)
+	for range pipeliners {
+		p.tokens <- struct{}{}
 	}
 	for range pipeliners {
 		p.wg.Add(1)
@@ -100,9 +150,14 @@ func newPipeline(client, follow redis.UniversalClient, netTimeout time.Duration,
 }
 
 // run queues one script call and waits for its reply, at most until ctx is
-// done. A call abandoned by its caller may still reach Redis.
-func (p *pipeline) run(ctx context.Context, sc *redis.Script, keys []string, args []any) (any, error) {
-	c := &scriptCall{ctx: ctx, script: sc, keys: keys, args: args, done: make(chan struct{})}
+// done. batch, if not nil, is sc's batch form (algorithms.BatchCheckScript):
+// the call may then be decided in one call of it with others queued beside
+// it. A call abandoned by its caller may still reach Redis.
+func (p *pipeline) run(ctx context.Context, sc, batch *redis.Script, keys []string, args []any) (any, error) {
+	c := &scriptCall{ctx: ctx, script: sc, batch: batch, keys: keys, args: args, done: make(chan struct{})}
+	if batch != nil && p.cluster && len(keys) > 0 {
+		c.group = hashTag(keys[0])
+	}
 	select {
 	case <-p.stop:
 		return nil, redis.ErrClosed
@@ -149,6 +204,11 @@ func (p *pipeline) loop() {
 		select {
 		case <-p.stop:
 			return
+		case <-p.tokens:
+		}
+		select {
+		case <-p.stop:
+			return
 		case c := <-p.queue:
 			batch = append(batch[:0], c)
 		}
@@ -161,15 +221,73 @@ func (p *pipeline) loop() {
 				break fill
 			}
 		}
-		p.send(batch)
+		start := time.Now()
+		// A round trip that takes longer than a call should wait for a
+		// pipeliner (a stalled Redis, a starved process) does not hold
+		// back the calls behind it: it lets one more pipeliner take them.
+		overdue := time.AfterFunc(p.callTimeout/activeShare, p.grow)
+		sent := p.send(batch)
+		overdue.Stop()
+		p.adapt(sent, time.Since(start))
 		clear(batch) // drop references so finished calls can be collected
 	}
 }
 
-// send runs batch as one pipeline of EVALSHAs, resends the calls it got a
-// Cluster redirection for, then runs the calls that met NOSCRIPT again as
-// EVALs (which load their script), and delivers every outcome.
-func (p *pipeline) send(batch []*scriptCall) {
+// wantActive is how many pipeliners should take calls when round trips
+// take rtt: enough that a call waits for a busy one at most about
+// 1/activeShare of its timeout.
+func (p *pipeline) wantActive(rtt time.Duration) int {
+	share := max(p.callTimeout/activeShare, time.Millisecond)
+	return min(pipeliners, max(minActive, int((pipeliners*rtt+share-1)/share)))
+}
+
+// adapt hands back the token of a pipeliner that finished a round trip of
+// rtt (sent: it reached Redis) and sets the tokens in circulation to what
+// the smoothed round trip calls for, one fewer at a time.
+func (p *pipeline) adapt(sent bool, rtt time.Duration) {
+	give := 1
+	p.mu.Lock()
+	if sent {
+		if p.rtt == 0 {
+			p.rtt = rtt
+		} else {
+			p.rtt += (rtt - p.rtt) / 4
+		}
+		switch want := p.wantActive(p.rtt); {
+		case p.active > want:
+			p.active--
+			give = 0
+		case p.active < want:
+			give += want - p.active
+			p.active = want
+		}
+	}
+	p.mu.Unlock()
+	// Never blocks: at most pipeliners tokens exist.
+	for range give {
+		p.tokens <- struct{}{}
+	}
+}
+
+// grow lets one more pipeliner take calls, if one is left.
+func (p *pipeline) grow() {
+	p.mu.Lock()
+	more := p.active < pipeliners
+	if more {
+		p.active++
+	}
+	p.mu.Unlock()
+	if more {
+		p.tokens <- struct{}{}
+	}
+}
+
+// send runs batch as one pipeline of EVALSHAs (calls that may share a
+// batch script call share one), resends the calls it got a Cluster
+// redirection for, then runs the calls that met NOSCRIPT again as EVALs
+// (which load their script), and delivers every outcome. It reports
+// whether anything went to Redis.
+func (p *pipeline) send(batch []*scriptCall) bool {
 	live := batch[:0:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
@@ -180,40 +298,115 @@ func (p *pipeline) send(batch []*scriptCall) {
 		live = append(live, c)
 	}
 	if len(live) == 0 {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.netTimeout)
 	defer cancel()
 	p.calls.Add(int64(len(live)))
-	cmds := p.exec(ctx, live, func(s redis.Scripter, c *scriptCall) *redis.Cmd {
-		return c.script.EvalSha(ctx, s, c.keys, c.args...)
+	wire := wireCalls(live)
+	p.scripts.Add(int64(len(wire)))
+	cmds := p.exec(ctx, wire, func(s redis.Scripter, w *wireCall) *redis.Cmd {
+		return w.script.EvalSha(ctx, s, w.keys, w.args...)
 	})
-	var missing []*scriptCall
-	for i, c := range live {
+	var missing []*wireCall
+	for i, w := range wire {
 		if err := cmds[i].Err(); err != nil && isNoScript(err) {
-			missing = append(missing, c)
+			missing = append(missing, w)
 			continue
 		}
-		c.reply, c.err = cmds[i].Val(), cmds[i].Err()
-		close(c.done)
+		w.deliver(cmds[i])
 	}
 	if len(missing) == 0 {
-		return
+		return true
 	}
 	p.reloadInBackground()
-	cmds = p.exec(ctx, missing, func(s redis.Scripter, c *scriptCall) *redis.Cmd {
-		return c.script.Eval(ctx, s, c.keys, c.args...)
+	cmds = p.exec(ctx, missing, func(s redis.Scripter, w *wireCall) *redis.Cmd {
+		return w.script.Eval(ctx, s, w.keys, w.args...)
 	})
-	for i, c := range missing {
-		c.reply, c.err = cmds[i].Val(), cmds[i].Err()
+	for i, w := range missing {
+		w.deliver(cmds[i])
+	}
+	return true
+}
+
+// wireCalls groups calls into the EVALSHAs that send them: calls of one
+// batch script and group share one call of it (up to
+// algorithms.MaxBatchChecks each, in queue order); a call left alone, or
+// without a batch form, goes as itself.
+func wireCalls(calls []*scriptCall) []*wireCall {
+	type groupKey struct {
+		batch *redis.Script
+		group string
+	}
+	wire := make([]*wireCall, 0, len(calls))
+	var open map[groupKey]*wireCall
+	for _, c := range calls {
+		if c.batch == nil {
+			wire = append(wire, &wireCall{script: c.script, keys: c.keys, args: c.args, members: []*scriptCall{c}})
+			continue
+		}
+		if open == nil {
+			open = make(map[groupKey]*wireCall)
+		}
+		k := groupKey{c.batch, c.group}
+		w := open[k]
+		if w == nil || len(w.members) == algorithms.MaxBatchChecks {
+			w = &wireCall{}
+			open[k] = w
+			wire = append(wire, w)
+		}
+		w.members = append(w.members, c)
+	}
+	for _, w := range wire {
+		switch c := w.members[0]; {
+		case w.script != nil:
+		case len(w.members) == 1:
+			w.script, w.keys, w.args = c.script, c.keys, c.args
+		default:
+			w.script = c.batch
+			for _, m := range w.members {
+				w.keys = append(w.keys, m.keys...)
+				w.args = append(w.args, m.args...)
+			}
+		}
+	}
+	return wire
+}
+
+// deliver hands cmd's outcome to w's members: a lone call gets it as it
+// is; the calls of a batch script each get their own reply or error, and
+// all of them the call's error if it failed as a whole.
+func (w *wireCall) deliver(cmd *redis.Cmd) {
+	if len(w.members) == 1 {
+		c := w.members[0]
+		c.reply, c.err = cmd.Val(), cmd.Err()
+		close(c.done)
+		return
+	}
+	items, err := cmd.Val(), cmd.Err()
+	var replies []any
+	if err == nil {
+		replies, err = algorithms.SplitBatchReply(items, len(w.members))
+	}
+	for i, c := range w.members {
+		switch {
+		case err != nil:
+			c.err = err
+		default:
+			if e, ok := replies[i].(error); ok {
+				c.err = e
+			} else {
+				c.reply = replies[i]
+			}
+		}
 		close(c.done)
 	}
 }
 
-// exec sends one command per call in one pipeline (a lone call is a
+// exec sends one command per wire call in one pipeline (a lone call is a
 // pipeline of one: the same single round trip), then resends the calls
 // Redis Cluster redirected, each on its own and all at once.
-func (p *pipeline) exec(ctx context.Context, calls []*scriptCall, cmd func(redis.Scripter, *scriptCall) *redis.Cmd) []*redis.Cmd {
+func (p *pipeline) exec(ctx context.Context, calls []*wireCall, cmd func(redis.Scripter, *wireCall) *redis.Cmd) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	p.roundTrips.Add(1)
 	// Exec's own error repeats the first failed command's; each command
@@ -279,4 +472,16 @@ func isNoScript(err error) bool {
 func isRedirect(err error) bool {
 	s := err.Error()
 	return strings.HasPrefix(s, "MOVED ") || strings.HasPrefix(s, "ASK ") || strings.HasPrefix(s, "TRYAGAIN ")
+}
+
+// hashTag returns the part of a Redis key that decides its Cluster slot:
+// the text between the first "{" and the first "}" after it, if not empty,
+// else the whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
 }

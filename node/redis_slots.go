@@ -30,7 +30,7 @@ func (s slotScripts) all() []*redis.Script { return []*redis.Script{s.acquire, s
 func (s *RedisStore) AcquireSlot(ctx context.Context, base string, l algorithms.Limit, id string, cost int64) (algorithms.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	reply, err := s.checkPipe.run(ctx, s.slots.acquire, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, cost, 0))
+	reply, err := s.checkPipe.run(ctx, s.slots.acquire, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, cost, 0))
 	if err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis acquire slot: %w", err)
 	}
@@ -56,7 +56,7 @@ func (s *RedisStore) ReleaseSlot(ctx context.Context, base string, l algorithms.
 func (s *RedisStore) slotCall(ctx context.Context, op string, p *pipeline, sc *redis.Script, base string, l algorithms.Limit, id string) (algorithms.Decision, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	reply, err := p.run(ctx, sc, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, 0, 0))
+	reply, err := p.run(ctx, sc, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, 0, 0))
 	if err != nil {
 		return algorithms.Decision{}, false, fmt.Errorf("redis %s slot: %w", op, err)
 	}

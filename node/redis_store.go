@@ -155,11 +155,13 @@ type RedisStore struct {
 	cfg              RedisConfig
 	describe         string
 	check            map[algorithms.Algorithm]*redis.Script
-	release          map[algorithms.Algorithm]*redis.Script
-	slots            slotScripts
-	checkPipe        *pipeline
-	releasePipe      *pipeline
-	closed           sync.Once
+	// batch decides several checks of one algorithm in one call.
+	batch       map[algorithms.Algorithm]*redis.Script
+	release     map[algorithms.Algorithm]*redis.Script
+	slots       slotScripts
+	checkPipe   *pipeline
+	releasePipe *pipeline
+	closed      sync.Once
 }
 
 // NewRedisStore connects to Redis, checks that it answers, loads every
@@ -182,11 +184,13 @@ func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
 		cfg:      cfg,
 		describe: describe,
 		check:    make(map[algorithms.Algorithm]*redis.Script),
+		batch:    make(map[algorithms.Algorithm]*redis.Script),
 		release:  make(map[algorithms.Algorithm]*redis.Script),
 		slots:    newSlotScripts(),
 	}
 	for _, a := range algorithms.Algorithms() {
 		s.check[a] = redis.NewScript(algorithms.CheckScript(a))
+		s.batch[a] = redis.NewScript(algorithms.BatchCheckScript(a))
 		s.release[a] = redis.NewScript(algorithms.ReleaseScript(a))
 	}
 	if err := s.loadScripts(ctx); err != nil {
@@ -200,8 +204,8 @@ func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
 	// redis_pipeline.go for why, on Redis Cluster); checks a slot move
 	// redirected are resent through the one that follows redirections.
 	// Releases that meet a slot move fail (see newRedisClients).
-	s.checkPipe = newPipeline(releases, client, cfg.netTimeout(), s.loadScripts)
-	s.releasePipe = newPipeline(releases, nil, cfg.netTimeout(), s.loadScripts)
+	s.checkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), s.loadScripts)
+	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, cfg.netTimeout(), s.loadScripts)
 	return s, nil
 }
 
@@ -310,7 +314,7 @@ func withCAFile(tlsConfig *tls.Config, path string) error {
 func (s *RedisStore) loadScripts(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	for _, scripts := range []map[algorithms.Algorithm]*redis.Script{s.check, s.release} {
+	for _, scripts := range []map[algorithms.Algorithm]*redis.Script{s.check, s.batch, s.release} {
 		for a, sc := range scripts {
 			if err := sc.Load(ctx, s.client).Err(); err != nil {
 				return fmt.Errorf("load scripts on %s (%s failed first): %w", s.describe, a, err)
@@ -333,7 +337,7 @@ func (s *RedisStore) Acquire(ctx context.Context, base string, l algorithms.Limi
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	reply, err := s.checkPipe.run(ctx, sc, algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
+	reply, err := s.checkPipe.run(ctx, sc, s.batch[l.Algorithm], algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
 	if err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
@@ -352,7 +356,7 @@ func (s *RedisStore) Release(ctx context.Context, base string, l algorithms.Limi
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	reply, err := s.releasePipe.run(ctx, sc, algorithms.Keys(l.Algorithm, base), algorithms.ReleaseArgs(l, units, g, 0))
+	reply, err := s.releasePipe.run(ctx, sc, nil, algorithms.Keys(l.Algorithm, base), algorithms.ReleaseArgs(l, units, g, 0))
 	if err != nil {
 		return 0, fmt.Errorf("redis release %s: %w", l.Algorithm, err)
 	}
@@ -372,9 +376,17 @@ func (s *RedisStore) Remote() bool { return true }
 
 // PipelineStats reports how many script calls the store made and in how
 // many round trips (a retry after NOSCRIPT counts as one more, and so
-// does each call resent after a Redis Cluster redirection).
+// does each call resent after a Redis Cluster redirection). Several checks
+// decided in one batch script call count as that many calls.
 func (s *RedisStore) PipelineStats() (calls, roundTrips int64) {
 	return s.checkPipe.calls.Load() + s.releasePipe.calls.Load(), s.checkPipe.roundTrips.Load() + s.releasePipe.roundTrips.Load()
+}
+
+// ScriptCalls reports how many EVALSHAs the store sent (retries after
+// NOSCRIPT and Cluster redirections not counted): fewer than the calls
+// PipelineStats counts when batch script calls decided several checks.
+func (s *RedisStore) ScriptCalls() int64 {
+	return s.checkPipe.scripts.Load() + s.releasePipe.scripts.Load()
 }
 
 // Reset implements Store. All keys of one base share a hash tag, so one DEL

@@ -3,12 +3,18 @@
 -- these locals are in scope for the script that follows.
 
 -- now_ms returns the test-only `now` argument, or Redis TIME in whole ms:
--- one clock for every node.
+-- one clock for every node. TIME is read once per script call: the checks
+-- one batch script decides (script.go, BatchCheckScript) all happen at the
+-- same millisecond, one Redis TIME could have given each of them.
+local time_ms
 local function now_ms(arg)
   local now = tonumber(arg)
   if now then return now end
-  local t = redis.call("TIME")
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not time_ms then
+    local t = redis.call("TIME")
+    time_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return time_ms
 end
 
 -- ceil(x / y) for integers x and y > 0, exact while |x| < 2^53.
