@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/node"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
@@ -43,6 +44,9 @@ func TestJSONCheck(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ts := startServer(t, store(t), Config{})
 			c := http1Client(t)
+			// demo is 5 per minute in a fixed window: the eight checks
+			// must land in one window.
+			quotadtest.AwayFromWindowEnd(t, time.Minute, 15*time.Second)
 			for i := range 5 {
 				status, body := postJSON(t, c, ts.URL, "/quotad.v1.QuotaService/Check", "application/json", demoJSON)
 				if status != http.StatusOK || !strings.Contains(body, `"allowed":true`) || !strings.Contains(body, `"retryAfter":"0s"`) {

@@ -156,6 +156,9 @@ func TestStockClient(t *testing.T) {
 		return res
 	}
 
+	// per-ip is 3 per minute in a fixed window: the sequences below must
+	// not straddle two windows.
+	quotadtest.AwayFromWindowEnd(t, time.Minute, 20*time.Second)
 	// Three descriptors in one request: limited, unlimited, unmatched.
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{
 		descriptor("remote_address", "192.0.2.1"),
