@@ -141,7 +141,14 @@ func TestLeasesNeverAdmitMoreThanTheLimit(t *testing.T) {
 			share := checkNoOverAdmission(t, a, limit, period, start, run, allowed)
 			t.Logf("%s: %d checks, %d allowed, %d store calls, %d leases; allowed %.1f%% of what the limit permits",
 				a, total, len(allowed), calls, leased, 100*share)
-			if share < 0.85 {
+			// The floor is about leases hoarding units, so it needs demand
+			// far above the limit; a machine too loaded to produce that
+			// (under -race, beside other builds) proves nothing either way.
+			permitted := limit * int64(run/period)
+			switch {
+			case total < 3*permitted:
+				t.Logf("demand was only %.1f× what the limit permits: too low to judge under-admission", float64(total)/float64(permitted))
+			case share < 0.85:
 				t.Errorf("allowed only %.1f%% of the limit under demand far above it", 100*share)
 			}
 		})
