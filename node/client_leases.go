@@ -56,64 +56,101 @@ type ClientGrant struct {
 	UseWithin time.Duration
 }
 
+// LeaseReturn names a client lease and the unspent units to give back.
+type LeaseReturn struct {
+	ID    string
+	Units int64
+}
+
 // clientGrant is a ClientGrant as the node remembers it.
 type clientGrant struct {
-	k        leaseKey
-	units    int64
-	forgetAt int64 // node clock (ns)
-	g        *grant
+	id        string
+	k         leaseKey
+	units     int64
+	expiresAt int64 // node clock (ns): no unit is spent from then on
+	forgetAt  int64 // node clock (ns): a return no longer finds it
+	g         *grant
 }
 
 // clientLeases is the client grants a node remembers. The zero value is
 // empty and ready. Its lock is never taken on the check path.
 type clientLeases struct {
-	mu   sync.Mutex
-	byID map[string]*clientGrant
-	// held is the units granted per key, including reservations of grants
-	// whose store call is in flight; holders counts those grants.
-	held    map[leaseKey]int64
-	holders map[leaseKey]int
+	mu    sync.Mutex
+	byID  map[string]*clientGrant
+	byKey map[leaseKey]*keyGrants
 }
 
-// reserve sets aside up to want units of k for a new grant: at most the
-// node's share less what its own lease and the clients already hold, and
-// at most an equal split of the share among the key's client holders, this
-// one included. It returns the units reserved (maybe 0).
-func (c *clientLeases) reserve(k leaseKey, want, share, nodeHeld int64) int64 {
+// keyGrants is one key's client grants, and the reservations of grants
+// whose store call is in flight.
+type keyGrants struct {
+	grants              map[string]*clientGrant
+	reserved, reserving int64
+}
+
+// reserve sets aside up to want units of k for a new grant at now (node
+// clock): at most the node's share less what its own lease and the
+// clients' grants in force hold, and at most an equal split of the share
+// among the key's client holders, this one included. It returns the units
+// reserved (maybe 0); settle ends the reservation.
+func (c *clientLeases) reserve(k leaseKey, want, share, nodeHeld, now int64) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.held == nil {
-		c.byID, c.held, c.holders = map[string]*clientGrant{}, map[leaseKey]int64{}, map[leaseKey]int{}
+	if c.byKey == nil {
+		c.byID, c.byKey = map[string]*clientGrant{}, map[leaseKey]*keyGrants{}
 	}
-	room := share - nodeHeld - c.held[k]
-	got := min(want, room, share/int64(c.holders[k]+1))
+	kg := c.byKey[k]
+	if kg == nil {
+		kg = &keyGrants{grants: map[string]*clientGrant{}}
+		c.byKey[k] = kg
+	}
+	held, holders := kg.reserved, kg.reserving+1
+	for _, cg := range kg.grants {
+		if now < cg.expiresAt {
+			held += cg.units
+			holders++
+		}
+	}
+	got := min(want, share-nodeHeld-held, share/holders)
 	if got <= 0 {
+		c.cleanLocked(k, kg)
 		return 0
 	}
-	c.held[k] += got
-	c.holders[k]++
+	kg.reserved += got
+	kg.reserving++
 	return got
 }
 
-// settle ends a reservation of reserved units of k: when cg is not nil it
-// becomes that grant (of cg.units ≤ reserved), otherwise it is dropped.
-func (c *clientLeases) settle(k leaseKey, reserved int64, id string, cg *clientGrant) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cg == nil {
-		c.dropLocked(k, reserved)
+// settle ends a reservation of reserved units of k (0 for none): when cg
+// is not nil the grant cg (of at most reserved units) takes its place.
+func (c *clientLeases) settle(k leaseKey, reserved int64, cg *clientGrant) {
+	if reserved == 0 && cg == nil {
 		return
 	}
-	c.held[k] -= reserved - cg.units
-	c.byID[id] = cg
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kg := c.byKey[k]
+	kg.reserved -= reserved
+	kg.reserving--
+	if cg != nil {
+		kg.grants[cg.id] = cg
+		c.byID[cg.id] = cg
+	}
+	c.cleanLocked(k, kg)
 }
 
-// dropLocked forgets units of one grant of k. c.mu must be held.
-func (c *clientLeases) dropLocked(k leaseKey, units int64) {
-	c.held[k] -= units
-	if c.holders[k]--; c.holders[k] <= 0 {
-		delete(c.holders, k)
-		delete(c.held, k)
+// cleanLocked forgets kg, k's entry, when it holds nothing. c.mu held.
+func (c *clientLeases) cleanLocked(k leaseKey, kg *keyGrants) {
+	if len(kg.grants) == 0 && kg.reserving == 0 {
+		delete(c.byKey, k)
+	}
+}
+
+// dropLocked forgets the grant cg. c.mu held.
+func (c *clientLeases) dropLocked(cg *clientGrant) {
+	delete(c.byID, cg.id)
+	if kg := c.byKey[cg.k]; kg != nil {
+		delete(kg.grants, cg.id)
+		c.cleanLocked(cg.k, kg)
 	}
 }
 
@@ -123,8 +160,7 @@ func (c *clientLeases) take(id string) *clientGrant {
 	defer c.mu.Unlock()
 	cg := c.byID[id]
 	if cg != nil {
-		delete(c.byID, id)
-		c.dropLocked(cg.k, cg.units)
+		c.dropLocked(cg)
 	}
 	return cg
 }
@@ -133,10 +169,9 @@ func (c *clientLeases) take(id string) *clientGrant {
 func (c *clientLeases) forget(drop func(*clientGrant) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for id, cg := range c.byID {
+	for _, cg := range c.byID {
 		if drop(cg) {
-			delete(c.byID, id)
-			c.dropLocked(cg.k, cg.units)
+			c.dropLocked(cg)
 		}
 	}
 }
@@ -182,7 +217,12 @@ func (n *Node) ClientLeaseStats() ClientLeaseStats {
 // negative want). A store failure is not an error: the policy's failure
 // mode decides and nothing is granted. It may block on the store until ctx
 // is done.
-func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want int64) (Result, ClientGrant, error) {
+//
+// previous, when its ID is not empty, is the client's lease of the key
+// that this one replaces: it is returned first (ReturnLease), so that its
+// unspent units are back and it no longer counts against the cap; a lease
+// this node does not hold is ignored.
+func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want int64, previous LeaseReturn) (Result, ClientGrant, error) {
 	if err := p.Validate(); err != nil {
 		return Result{}, ClientGrant{}, err
 	}
@@ -197,6 +237,11 @@ func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want 
 	}
 	if p.Limit.Algorithm == algorithms.Concurrency {
 		return Result{}, ClientGrant{}, fmt.Errorf("policy %s: %w", p.Name, ErrConcurrencyLease)
+	}
+	if previous.ID != "" {
+		if _, err := n.ReturnLease(ctx, previous.ID, previous.Units); err != nil && !errors.Is(err, ErrLeaseNotHeld) {
+			return Result{}, ClientGrant{}, fmt.Errorf("previous %w", err)
+		}
 	}
 	hold := n.leaseHold(p)
 	if !n.store.Remote() || p.Lease == LeaseOff || hold <= 0 || cost == 0 {
@@ -231,17 +276,15 @@ func (n *Node) grantLease(ctx context.Context, p Policy, key string, cost, want 
 			nodeHeld = g.units.Load()
 		}
 	}
-	extra := n.clients.reserve(k, want, n.leaseShare(p), nodeHeld)
+	extra := n.clients.reserve(k, want, n.leaseShare(p), nodeHeld, start)
 	if extra < minLeaseChecks*cost {
-		n.clients.settle(k, extra, "", nil)
+		n.clients.settle(k, extra, nil)
 		extra = 0
 	}
 	base := n.keyBase(p, key)
 	d, taken, err := n.acquire(context.WithoutCancel(ctx), base, p.Limit, cost, cost+extra, hold)
 	if err != nil {
-		if extra > 0 {
-			n.clients.settle(k, extra, "", nil)
-		}
+		n.clients.settle(k, extra, nil)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return Result{}, ClientGrant{}, fmt.Errorf("lease %s: %w", p.Name, ctxErr)
 		}
@@ -260,7 +303,7 @@ func (n *Node) grantLease(ctx context.Context, p Policy, key string, cost, want 
 	case got > 0 && life > 0:
 		id := rand.Text()
 		g := &grant{taken: taken, limit: p.Limit, base: base}
-		n.clients.settle(k, extra, id, &clientGrant{k: k, units: got, forgetAt: start + int64(life+clientGrantGrace), g: g})
+		n.clients.settle(k, extra, &clientGrant{id: id, k: k, units: got, expiresAt: start + int64(life), forgetAt: start + int64(life+clientGrantGrace), g: g})
 		n.stats.unitsLeased.Add(got)
 		// What the store has left plus what the client now holds, as on a
 		// lease of the node's own.
@@ -268,12 +311,10 @@ func (n *Node) grantLease(ctx context.Context, p Policy, key string, cost, want 
 		return res, ClientGrant{ID: id, Units: got, UseWithin: life}, nil
 	case got > 0:
 		// Granted as its window closed: give it back.
-		n.clients.settle(k, extra, "", nil)
+		n.clients.settle(k, extra, nil)
 		_, _ = n.releaseCounted(ctx, k, nil, &grant{taken: taken, limit: p.Limit, base: base}, got) // logged
 	default:
-		if extra > 0 {
-			n.clients.settle(k, extra, "", nil)
-		}
+		n.clients.settle(k, extra, nil)
 		if !d.Allowed && d.RetryAfter > 0 {
 			n.rememberDenial(k, p.Limit, cost, d, start)
 		}
@@ -299,14 +340,14 @@ func (n *Node) rememberDenial(k leaseKey, lim algorithms.Limit, cost int64, d al
 // block on the store for up to a second.
 func (n *Node) ReturnLease(ctx context.Context, id string, units int64) (int64, error) {
 	if id == "" || len(id) > MaxLeaseIDLen {
-		return 0, fmt.Errorf("lease_id: %w: %d bytes (want 1 to %d)", ErrInvalidLease, len(id), MaxLeaseIDLen)
+		return 0, fmt.Errorf("lease id: %w: %d bytes (want 1 to %d)", ErrInvalidLease, len(id), MaxLeaseIDLen)
 	}
 	if units < 0 {
 		return 0, fmt.Errorf("units: %w: %d must not be negative", ErrInvalidLease, units)
 	}
 	cg := n.clients.take(id)
 	if cg == nil {
-		return 0, fmt.Errorf("lease_id: %w: %q was not granted by this node, was returned already, or expired more than %s ago",
+		return 0, fmt.Errorf("lease id: %w: %q was not granted by this node, was returned already, or expired more than %s ago",
 			ErrLeaseNotHeld, id, clientGrantGrace)
 	}
 	units = min(units, cg.units)

@@ -1223,9 +1223,15 @@ type AcquireLeaseRequest struct {
 	// most its cap (the policy's share of lease.max_fraction split among the
 	// holders of the key on the answering node), and nothing when that cap is
 	// under four requests' worth; >= 0.
-	Want          int64 `protobuf:"varint,5,opt,name=want,proto3" json:"want,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Want int64 `protobuf:"varint,5,opt,name=want,proto3" json:"want,omitempty"`
+	// The client's previous lease of this key, if any, which this one
+	// replaces: its previous_units unspent units go back first (as
+	// ReturnLease would give them back), and it no longer counts against the
+	// cap. Empty for none; an id the server does not hold is ignored.
+	PreviousLeaseId string `protobuf:"bytes,6,opt,name=previous_lease_id,json=previousLeaseId,proto3" json:"previous_lease_id,omitempty"`
+	PreviousUnits   int64  `protobuf:"varint,7,opt,name=previous_units,json=previousUnits,proto3" json:"previous_units,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AcquireLeaseRequest) Reset() {
@@ -1289,6 +1295,20 @@ func (x *AcquireLeaseRequest) GetLimit() *Limit {
 func (x *AcquireLeaseRequest) GetWant() int64 {
 	if x != nil {
 		return x.Want
+	}
+	return 0
+}
+
+func (x *AcquireLeaseRequest) GetPreviousLeaseId() string {
+	if x != nil {
+		return x.PreviousLeaseId
+	}
+	return ""
+}
+
+func (x *AcquireLeaseRequest) GetPreviousUnits() int64 {
+	if x != nil {
+		return x.PreviousUnits
 	}
 	return 0
 }
@@ -1536,13 +1556,15 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limit\"I\n" +
 	"\x13ReleaseSlotResponse\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x1c\n" +
-	"\tremaining\x18\x02 \x01(\x03R\tremaining\"\x9d\x01\n" +
+	"\tremaining\x18\x02 \x01(\x03R\tremaining\"\xf0\x01\n" +
 	"\x13AcquireLeaseRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12&\n" +
 	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limit\x12\x12\n" +
-	"\x04want\x18\x05 \x01(\x03R\x04wantB\a\n" +
+	"\x04want\x18\x05 \x01(\x03R\x04want\x12*\n" +
+	"\x11previous_lease_id\x18\x06 \x01(\tR\x0fpreviousLeaseId\x12%\n" +
+	"\x0eprevious_units\x18\a \x01(\x03R\rpreviousUnitsB\a\n" +
 	"\x05_cost\"\xb7\x01\n" +
 	"\x14AcquireLeaseResponse\x124\n" +
 	"\bdecision\x18\x01 \x01(\v2\x18.quotad.v1.CheckResponseR\bdecision\x12\x14\n" +
