@@ -176,6 +176,24 @@ func (c *clientLeases) forget(drop func(*clientGrant) bool) {
 	}
 }
 
+// held is the units of k's client grants in force at now (node clock),
+// reservations included.
+func (c *clientLeases) held(k leaseKey, now int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kg := c.byKey[k]
+	if kg == nil {
+		return 0
+	}
+	held := kg.reserved
+	for _, cg := range kg.grants {
+		if now < cg.expiresAt {
+			held += cg.units
+		}
+	}
+	return held
+}
+
 // unitsHeld is the units granted to clients and not yet returned or
 // forgotten.
 func (c *clientLeases) unitsHeld() (grants int, units int64) {

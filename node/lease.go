@@ -369,7 +369,7 @@ const minLeaseChecks = 4
 // below, so a key that turns hot leases within its first horizon while two
 // checks a microsecond apart never look like a hot key.
 // Called with l.mu held.
-func (n *Node) leaseWant(l *lease, p Policy, cost int64, now int64) (want int64, hold time.Duration) {
+func (n *Node) leaseWant(k leaseKey, l *lease, p Policy, cost int64, now int64) (want int64, hold time.Duration) {
 	if p.Lease == LeaseOff {
 		return cost, 0
 	}
@@ -390,7 +390,8 @@ func (n *Node) leaseWant(l *lease, p Policy, cost int64, now int64) (want int64,
 		l.sampleStart, demand = now, 0
 	}
 	rate := max(l.rate, float64(demand)/horizon.Seconds())
-	want = min(int64(rate*horizon.Seconds()), n.leaseShare(p))
+	// Client leases of the key granted by this node draw on the same share.
+	want = min(int64(rate*horizon.Seconds()), n.leaseShare(p)-n.clients.held(k, now))
 	if want < minLeaseChecks*max(cost, 1) {
 		return cost, 0
 	}
@@ -549,7 +550,7 @@ func (n *Node) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost in
 	f := &fetch{done: make(chan struct{})}
 	want, hold := cost, time.Duration(0)
 	if l.refilling == nil {
-		want, hold = n.leaseWant(l, p, cost, start)
+		want, hold = n.leaseWant(k, l, p, cost, start)
 		l.refilling = f
 	}
 	l.mu.Unlock()
