@@ -383,16 +383,11 @@ const minLeaseChecks = 4
 // below, so a key that turns hot leases within its first horizon while two
 // checks a microsecond apart never look like a hot key.
 // Called with l.mu held.
-func (n *Node) leaseWant(l *lease, p Policy, cost int64, now int64) (want int64, hold time.Duration) {
+func (n *Node) leaseWant(k leaseKey, l *lease, p Policy, cost int64, now int64) (want int64, hold time.Duration) {
 	if p.Lease == LeaseOff {
 		return cost, 0
 	}
-	// Units in a lease are spent at the authority but not yet admitted, so
-	// a lease held for a large part of the period under-admits: the sliding
-	// log, which records a leased unit at the lease's end, would keep each
-	// unit in its window for period + hold. Holding a lease at most
-	// MaxFraction of the period bounds that to the same fraction.
-	hold = min(n.lcfg.Hold, time.Duration(n.lcfg.MaxFraction*float64(p.Limit.Period))).Truncate(time.Millisecond)
+	hold = n.leaseHold(p)
 	if hold <= 0 {
 		return cost, 0
 	}
@@ -409,12 +404,31 @@ func (n *Node) leaseWant(l *lease, p Policy, cost int64, now int64) (want int64,
 		l.sampleStart, demand = now, 0
 	}
 	rate := max(l.rate, float64(demand)/horizon.Seconds())
-	share := int64(n.lcfg.MaxFraction * float64(p.Limit.Capacity()) / float64(max(1, n.clusterSize())))
-	want = min(int64(rate*horizon.Seconds()), share)
+	// Client leases of the key granted by this node draw on the same share.
+	want = min(int64(rate*horizon.Seconds()), n.leaseShare(p)-n.clients.held(k, now))
 	if want < minLeaseChecks*max(cost, 1) {
 		return cost, 0
 	}
 	return want, hold
+}
+
+// leaseHold is the longest a lease of p may be spent.
+//
+// Units in a lease are spent at the authority but not yet admitted, so a
+// lease held for a large part of the period under-admits: the sliding log,
+// which records a leased unit at the lease's end, would keep each unit in
+// its window for period + hold. Holding a lease at most MaxFraction of the
+// period bounds that to the same fraction.
+func (n *Node) leaseHold(p Policy) time.Duration {
+	return min(n.lcfg.Hold, time.Duration(n.lcfg.MaxFraction*float64(p.Limit.Period))).Truncate(time.Millisecond)
+}
+
+// leaseShare is the most units of one key of p this node may hold in
+// leases: MaxFraction of the capacity split across the cluster's nodes.
+// The node's own lease and the client leases it grants share it
+// (client_leases.go).
+func (n *Node) leaseShare(p Policy) int64 {
+	return int64(n.lcfg.MaxFraction * float64(p.Limit.Capacity()) / float64(max(1, n.clusterSize())))
 }
 
 // checkLeased is the check path of a remote store: the key's lease, its
@@ -564,7 +578,7 @@ func (n *Node) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost in
 	f := &fetch{done: make(chan struct{})}
 	want, hold := cost, time.Duration(0)
 	if l.refilling == nil {
-		want, hold = n.leaseWant(l, p, cost, start)
+		want, hold = n.leaseWant(k, l, p, cost, start)
 		l.refilling = f
 	} else {
 		l.beside++
@@ -677,19 +691,28 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 // went back may make room that the key's remembered denial no longer
 // reflects, so that denial is dropped.
 func (n *Node) release(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) error {
+	_, err := n.releaseCounted(ctx, k, l, g, units)
+	return err
+}
+
+// releaseCounted is release that also reports how many units made a
+// difference at the store. l may be nil (no lease of this node's for k).
+func (n *Node) releaseCounted(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	returned, err := n.releaseUnits(ctx, g.base, g.limit, units, g.taken)
 	if err != nil {
 		n.log.Warn("lease release failed; units return when the window or refill restores them", "units", units, "err", err)
-		return err
+		return 0, err
 	}
 	n.stats.unitsReturned.Add(returned)
 	if returned > 0 {
-		l.denial.Store(nil)
+		if l != nil {
+			l.denial.Store(nil)
+		}
 		n.denied.Forget(cache.Key{Policy: k.policy, Key: k.key})
 	}
-	return nil
+	return returned, nil
 }
 
 // sweepLeases returns the unused units of expired grants and forgets keys

@@ -145,8 +145,10 @@ type Node struct {
 	// memory store is as fast as a lease.
 	leases *leaseTable
 	denied *cache.Denied
-	stats  stats
-	tel    *telemetry
+	// clients is the client leases this node granted (client_leases.go).
+	clients clientLeases
+	stats   stats
+	tel     *telemetry
 	// looks shares all-or-nothing batches' reads (batch.go).
 	looks lookFlights
 
@@ -354,6 +356,7 @@ func (n *Node) janitor(ctx context.Context) {
 			// a few horizons has nothing worth keeping once its grant has
 			// expired; its denial, if any, lives on in the denied cache.
 			n.sweepLeases(ctx, max(time.Second, 4*n.lcfg.Horizon))
+			n.sweepClientLeases(n.clock())
 		}
 	}
 }
@@ -507,6 +510,7 @@ func (n *Node) forgetLocal(policy, key string) {
 	if l := n.leases.remove(leaseKey{policy, key}); l != nil {
 		l.kill()
 	}
+	n.forgetClientLeases(func(p, k string) bool { return p == policy && k == key })
 	n.denied.Forget(cache.Key{Policy: policy, Key: key})
 }
 
@@ -567,6 +571,7 @@ func (n *Node) Close() error {
 func IsInvalidInput(err error) bool {
 	for _, s := range []error{
 		ErrInvalidPolicyName, ErrInvalidKey, ErrInvalidFailureMode, ErrInvalidSlot, ErrNotConcurrency, ErrConcurrencyInBatch,
+		ErrInvalidLease, ErrConcurrencyLease,
 		algorithms.ErrUnknownAlgorithm, algorithms.ErrInvalidLimit, algorithms.ErrInvalidPeriod,
 		algorithms.ErrInvalidBurst, algorithms.ErrInvalidCost, algorithms.ErrTooLarge,
 	} {

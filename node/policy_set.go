@@ -126,6 +126,7 @@ func (n *Node) forgetPolicies(ctx context.Context, names map[string]bool) {
 			drop = append(drop, pending{k, l})
 		}
 	})
+	n.forgetClientLeases(func(policy, _ string) bool { return names[policy] })
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -114,6 +114,7 @@ func (n *Node) storeStateLost(from, to string) {
 		}
 	}
 	n.denied.ForgetAll()
+	n.forgetClientLeases(func(string, string) bool { return true })
 	n.stats.storeStateLosses.Add(1)
 	n.log.Warn("the store's state changed (Redis restarted, failed over or was flushed): dropped every lease and cached denial; "+
 		"counters lost with the old state start again, so a key may admit up to its limit once more",

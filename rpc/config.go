@@ -35,6 +35,10 @@ type Config struct {
 	// Default false: inline limits are allowed. (The field is negative so
 	// that the zero Config has the documented default.)
 	DisableInlineLimits bool
+	// DisableClientLeases answers AcquireLease as Check, granting no units,
+	// so that clients check every request with the server. Default false:
+	// client leases are granted (node.GrantLease).
+	DisableClientLeases bool
 	// MaxBatch is the most checks one CheckBatch may carry, 1 to
 	// MaxBatchLimit. 0 means MaxBatchLimit (1000).
 	MaxBatch int

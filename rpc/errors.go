@@ -43,7 +43,8 @@ var (
 // is ctx. It is the only place in quotad that does: input problems are
 // InvalidArgument, an unknown policy or Envoy domain, and a concurrency
 // slot that is not held (never taken, released or expired), are NotFound,
-// inline limits on a server that forbids them are PermissionDenied, so is an
+// a client lease that is not held (returned, expired, granted elsewhere) is
+// NotFound too, inline limits on a server that forbids them are PermissionDenied, so is an
 // admin call with the wrong token (without one it is Unauthenticated), the
 // caller's context ending is Canceled or DeadlineExceeded, a full memory store
 // is ResourceExhausted, a failed store (on Reset; checks take the failure mode
@@ -59,7 +60,7 @@ func code(ctx context.Context, err error) connect.Code {
 		return connect.CodeUnauthenticated
 	case errors.Is(err, node.ErrUnknownPolicy), errors.Is(err, errUnknownDomain):
 		return connect.CodeNotFound
-	case errors.Is(err, node.ErrSlotNotHeld):
+	case errors.Is(err, node.ErrSlotNotHeld), errors.Is(err, node.ErrLeaseNotHeld):
 		// The slot is an entity that no longer exists, as etcd answers a
 		// keep-alive or revoke of an expired lease. Not FailedPrecondition:
 		// no change of state makes the same renew or release succeed, and

@@ -76,8 +76,10 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 		node:     n,
 		policies: policyResolver{inlineAllowed: !cfg.DisableInlineLimits, maxInlinePeriod: cfg.MaxInlinePeriod},
 		maxBatch: cfg.MaxBatch,
-		log:      log,
-		tracer:   cfg.Telemetry.tracer(),
+		// Client leases: lease_rpc.go.
+		noClientLeases: cfg.DisableClientLeases,
+		log:            log,
+		tracer:         cfg.Telemetry.tracer(),
 	}
 	mux := http.NewServeMux()
 	interceptors = append(interceptors, errorInterceptor(log))

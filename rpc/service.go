@@ -21,8 +21,10 @@ type service struct {
 	node     *node.Node
 	policies policyResolver
 	maxBatch int
-	log      *slog.Logger
-	tracer   trace.Tracer // never nil
+	// noClientLeases answers AcquireLease without granting (lease_rpc.go).
+	noClientLeases bool
+	log            *slog.Logger
+	tracer         trace.Tracer // never nil
 }
 
 var _ quotadv1connect.QuotaServiceHandler = (*service)(nil)

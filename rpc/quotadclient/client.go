@@ -96,6 +96,13 @@ type Options struct {
 	// (Reset) when it has --admin-token-file. Give it only to clients that
 	// need it, and prefer https:// URLs: the header is a credential.
 	AdminToken string
+	// Local, when set, turns on local mode: checks of keys that are hot in
+	// this process are answered from client-side leases, remembered
+	// denials answer until their retry_after, and other checks go to
+	// quotad batched (see LocalOptions and the README's "Local mode").
+	// Close then returns the leases' unused units. Nil: every check is a
+	// Check call.
+	Local *LocalOptions
 }
 
 // Client calls one quotad address (a node, or a load balancer in front of
@@ -105,6 +112,8 @@ type Client struct {
 	// own is the transport New made, closed by Close; nil when the caller
 	// supplied the HTTP client.
 	own *http.Transport
+	// local is local mode; nil when off.
+	local *local
 }
 
 // New returns a client of the quotad at baseURL, e.g.
@@ -136,6 +145,11 @@ func New(baseURL string, opts Options) (*Client, error) {
 		}
 		protocolOption = append(protocolOption, connect.WithInterceptors(bearer(opts.AdminToken)))
 	}
+	if opts.Local != nil {
+		if err := opts.Local.validate(); err != nil {
+			return nil, err
+		}
+	}
 	c := &Client{}
 	hc := opts.HTTPClient
 	if hc == nil {
@@ -143,6 +157,9 @@ func New(baseURL string, opts Options) (*Client, error) {
 		hc = &http.Client{Transport: c.own}
 	}
 	c.svc = quotadv1connect.NewQuotaServiceClient(hc, strings.TrimSuffix(baseURL, "/"), append(protocolOption, opts.ClientOptions...)...)
+	if opts.Local != nil {
+		c.local = newLocal(c.svc, opts.Local.withDefaults())
+	}
 	return c, nil
 }
 
@@ -168,14 +185,23 @@ func newTransport(p Protocol, tc *tls.Config) *http.Transport {
 	return t
 }
 
-// Close releases the idle connections of the transport New made. It does
-// nothing to an HTTP client the caller supplied. Calls after Close still
-// work (they open new connections).
+// Close ends local mode, if on: every lease stops being spent and its
+// unused units go back to quotad (Close waits for that, at most
+// returnTimeout); checks should have stopped. Then it releases the idle
+// connections of the transport New made. It does nothing to an HTTP
+// client the caller supplied. Calls after Close still work (they open new
+// connections; in local mode, leases taken then are not returned).
 func (c *Client) Close() error {
+	var err error
+	if c.local != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), returnTimeout)
+		err = c.local.close(ctx)
+		cancel()
+	}
 	if c.own != nil {
 		c.own.CloseIdleConnections()
 	}
-	return nil
+	return err
 }
 
 // Reset clears key's state of policy (a configured policy or an inline
@@ -207,8 +233,10 @@ func (c *Client) Service() quotadv1connect.QuotaServiceClient { return c.svc }
 
 // Source says which part of quotad made a decision: "store", "lease",
 // "denied_cache", "fail_open" or "fail_closed" (quotad's store failed and
-// the policy's failure mode decided). A source this package does not know
-// (a newer server) is quotad's enum name or number in lower case.
+// the policy's failure mode decided); in local mode also "client_lease" and
+// "client_denied_cache" (decided in this process). A source this package
+// does not know (a newer server) is quotad's enum name or number in lower
+// case.
 type Source string
 
 // The sources quotad reports.
@@ -244,8 +272,15 @@ type Decision struct {
 // unknown policy as NotFound, an unreachable quotad as Unavailable (or the
 // context's DeadlineExceeded/Canceled). It blocks until quotad answers or
 // ctx ends.
+//
+// In local mode (Options.Local) a check answered in this process blocks
+// on nothing and allocates nothing; Source then says SourceClientLease or
+// SourceClientDeniedCache.
 func (c *Client) Check(ctx context.Context, policy, key string, cost int64) (Decision, error) {
-	return c.check(ctx, &quotadv1.CheckRequest{Policy: policy, Key: key, Cost: &cost})
+	if c.local != nil {
+		return c.local.check(ctx, leaseKey{policy: policy, key: key}, false, cost)
+	}
+	return c.check(ctx, policy, key, cost, nil)
 }
 
 // CheckLimit is Check with an inline limit instead of a configured policy:
@@ -254,22 +289,36 @@ func (c *Client) Check(ctx context.Context, policy, key string, cost int64) (Dec
 // The server must allow inline limits (quotad --inline-limits, the default);
 // otherwise the error's code is PermissionDenied.
 func (c *Client) CheckLimit(ctx context.Context, namespace string, limit algorithms.Limit, key string, cost int64) (Decision, error) {
-	pl := &quotadv1.Limit{
+	if c.local != nil {
+		return c.local.check(ctx, leaseKey{policy: namespace, key: key, limit: limit}, true, cost)
+	}
+	return c.check(ctx, namespace, key, cost, limitToProto(limit))
+}
+
+// limitToProto is an inline limit as the API sends it.
+func limitToProto(limit algorithms.Limit) *quotadv1.Limit {
+	return &quotadv1.Limit{
 		Algorithm: algorithmToProto(limit.Algorithm),
 		Limit:     limit.Limit,
 		Period:    durationpb.New(limit.Period),
 		Burst:     limit.Burst,
 	}
-	return c.check(ctx, &quotadv1.CheckRequest{Policy: namespace, Key: key, Cost: &cost, Limit: pl})
 }
 
-func (c *Client) check(ctx context.Context, req *quotadv1.CheckRequest) (Decision, error) {
+// check is one Check call. (cost is a parameter of its own so that the
+// pointer taken here does not make Check's cost escape on local hits.)
+func (c *Client) check(ctx context.Context, policy, key string, cost int64, limit *quotadv1.Limit) (Decision, error) {
+	req := &quotadv1.CheckRequest{Policy: policy, Key: key, Cost: &cost, Limit: limit}
 	res, err := c.svc.Check(ctx, connect.NewRequest(req))
 	if err != nil {
 		// The key is left out: it may be a credential (an API key).
 		return Decision{}, fmt.Errorf("check of policy %q: %w", req.GetPolicy(), err)
 	}
-	m := res.Msg
+	return decisionFromProto(res.Msg), nil
+}
+
+// decisionFromProto is a response as a Decision.
+func decisionFromProto(m *quotadv1.CheckResponse) Decision {
 	return Decision{
 		Decision: algorithms.Decision{
 			Allowed:    m.GetAllowed(),
@@ -281,7 +330,7 @@ func (c *Client) check(ctx context.Context, req *quotadv1.CheckRequest) (Decisio
 		Source:           sourceFromProto(m.GetSource()),
 		Slot:             m.GetSlotId(),
 		SlotExpiresAfter: m.GetSlotExpiresAfter().AsDuration(),
-	}, nil
+	}
 }
 
 // The API's enum names are algorithms' and Source's names upper-cased with

@@ -166,6 +166,13 @@ const (
 	Source_SOURCE_FAIL_OPEN Source = 4
 	// The store failed and the policy fails closed.
 	Source_SOURCE_FAIL_CLOSED Source = 5
+	// Units a client had taken in a client-side lease (AcquireLease), spent in
+	// the client's process. Set by clients, never sent by the server.
+	Source_SOURCE_CLIENT_LEASE Source = 6
+	// A denial the server gave the client earlier that still holds,
+	// remembered in the client's process. Set by clients, never sent by the
+	// server.
+	Source_SOURCE_CLIENT_DENIED_CACHE Source = 7
 )
 
 // Enum value maps for Source.
@@ -177,14 +184,18 @@ var (
 		3: "SOURCE_DENIED_CACHE",
 		4: "SOURCE_FAIL_OPEN",
 		5: "SOURCE_FAIL_CLOSED",
+		6: "SOURCE_CLIENT_LEASE",
+		7: "SOURCE_CLIENT_DENIED_CACHE",
 	}
 	Source_value = map[string]int32{
-		"SOURCE_UNSPECIFIED":  0,
-		"SOURCE_STORE":        1,
-		"SOURCE_LEASE":        2,
-		"SOURCE_DENIED_CACHE": 3,
-		"SOURCE_FAIL_OPEN":    4,
-		"SOURCE_FAIL_CLOSED":  5,
+		"SOURCE_UNSPECIFIED":         0,
+		"SOURCE_STORE":               1,
+		"SOURCE_LEASE":               2,
+		"SOURCE_DENIED_CACHE":        3,
+		"SOURCE_FAIL_OPEN":           4,
+		"SOURCE_FAIL_CLOSED":         5,
+		"SOURCE_CLIENT_LEASE":        6,
+		"SOURCE_CLIENT_DENIED_CACHE": 7,
 	}
 )
 
@@ -1199,6 +1210,283 @@ func (x *ReleaseSlotResponse) GetRemaining() int64 {
 	return 0
 }
 
+type AcquireLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As in CheckRequest.
+	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Units the request spends now, as in CheckRequest. Omitted means 1.
+	Cost *int64 `protobuf:"varint,3,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	// An inline limit, used instead of a configured policy.
+	Limit *Limit `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Units the client would like to hold beyond cost. The server grants at
+	// most its cap (the policy's share of lease.max_fraction split among the
+	// holders of the key on the answering node), and nothing when that cap is
+	// under four requests' worth; >= 0.
+	Want int64 `protobuf:"varint,5,opt,name=want,proto3" json:"want,omitempty"`
+	// The client's previous lease of this key, if any, which this one
+	// replaces: its previous_units unspent units go back first (as
+	// ReturnLease would give them back), and it no longer counts against the
+	// cap. Empty for none; an id the server does not hold is ignored.
+	PreviousLeaseId string `protobuf:"bytes,6,opt,name=previous_lease_id,json=previousLeaseId,proto3" json:"previous_lease_id,omitempty"`
+	PreviousUnits   int64  `protobuf:"varint,7,opt,name=previous_units,json=previousUnits,proto3" json:"previous_units,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AcquireLeaseRequest) Reset() {
+	*x = AcquireLeaseRequest{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireLeaseRequest) ProtoMessage() {}
+
+func (x *AcquireLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireLeaseRequest.ProtoReflect.Descriptor instead.
+func (*AcquireLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AcquireLeaseRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *AcquireLeaseRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *AcquireLeaseRequest) GetCost() int64 {
+	if x != nil && x.Cost != nil {
+		return *x.Cost
+	}
+	return 0
+}
+
+func (x *AcquireLeaseRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *AcquireLeaseRequest) GetWant() int64 {
+	if x != nil {
+		return x.Want
+	}
+	return 0
+}
+
+func (x *AcquireLeaseRequest) GetPreviousLeaseId() string {
+	if x != nil {
+		return x.PreviousLeaseId
+	}
+	return ""
+}
+
+func (x *AcquireLeaseRequest) GetPreviousUnits() int64 {
+	if x != nil {
+		return x.PreviousUnits
+	}
+	return 0
+}
+
+type AcquireLeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The decision on the request's own cost, as Check would give it.
+	Decision *CheckResponse `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	// Units granted beyond cost, spent at the authority already; 0 when no
+	// lease was granted (denied, leases off, a small limit, the store failed).
+	Units int64 `protobuf:"varint,2,opt,name=units,proto3" json:"units,omitempty"`
+	// How long, from when the client sent the request, the units may be
+	// spent. Absent when units is 0.
+	UseWithin *durationpb.Duration `protobuf:"bytes,3,opt,name=use_within,json=useWithin,proto3" json:"use_within,omitempty"`
+	// Names the lease for ReturnLease; empty when units is 0.
+	LeaseId       string `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireLeaseResponse) Reset() {
+	*x = AcquireLeaseResponse{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireLeaseResponse) ProtoMessage() {}
+
+func (x *AcquireLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireLeaseResponse.ProtoReflect.Descriptor instead.
+func (*AcquireLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AcquireLeaseResponse) GetDecision() *CheckResponse {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+func (x *AcquireLeaseResponse) GetUnits() int64 {
+	if x != nil {
+		return x.Units
+	}
+	return 0
+}
+
+func (x *AcquireLeaseResponse) GetUseWithin() *durationpb.Duration {
+	if x != nil {
+		return x.UseWithin
+	}
+	return nil
+}
+
+func (x *AcquireLeaseResponse) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+type ReturnLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease_id AcquireLease returned; 1 to 64 bytes.
+	LeaseId string `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// Unspent units to give back, 0 to the units granted.
+	Units         int64 `protobuf:"varint,2,opt,name=units,proto3" json:"units,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReturnLeaseRequest) Reset() {
+	*x = ReturnLeaseRequest{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReturnLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReturnLeaseRequest) ProtoMessage() {}
+
+func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
+func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReturnLeaseRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *ReturnLeaseRequest) GetUnits() int64 {
+	if x != nil {
+		return x.Units
+	}
+	return 0
+}
+
+type ReturnLeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Units the authority took back: fewer than given when the window has
+	// turned or the bucket refilled meanwhile.
+	Returned      int64 `protobuf:"varint,1,opt,name=returned,proto3" json:"returned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReturnLeaseResponse) Reset() {
+	*x = ReturnLeaseResponse{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReturnLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReturnLeaseResponse) ProtoMessage() {}
+
+func (x *ReturnLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReturnLeaseResponse.ProtoReflect.Descriptor instead.
+func (*ReturnLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReturnLeaseResponse) GetReturned() int64 {
+	if x != nil {
+		return x.Returned
+	}
+	return 0
+}
+
 var File_quotad_v1_quota_proto protoreflect.FileDescriptor
 
 const file_quotad_v1_quota_proto_rawDesc = "" +
@@ -1268,7 +1556,27 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limit\"I\n" +
 	"\x13ReleaseSlotResponse\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x1c\n" +
-	"\tremaining\x18\x02 \x01(\x03R\tremaining*\xf1\x01\n" +
+	"\tremaining\x18\x02 \x01(\x03R\tremaining\"\xf0\x01\n" +
+	"\x13AcquireLeaseRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
+	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12&\n" +
+	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limit\x12\x12\n" +
+	"\x04want\x18\x05 \x01(\x03R\x04want\x12*\n" +
+	"\x11previous_lease_id\x18\x06 \x01(\tR\x0fpreviousLeaseId\x12%\n" +
+	"\x0eprevious_units\x18\a \x01(\x03R\rpreviousUnitsB\a\n" +
+	"\x05_cost\"\xb7\x01\n" +
+	"\x14AcquireLeaseResponse\x124\n" +
+	"\bdecision\x18\x01 \x01(\v2\x18.quotad.v1.CheckResponseR\bdecision\x12\x14\n" +
+	"\x05units\x18\x02 \x01(\x03R\x05units\x128\n" +
+	"\n" +
+	"use_within\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\tuseWithin\x12\x19\n" +
+	"\blease_id\x18\x04 \x01(\tR\aleaseId\"E\n" +
+	"\x12ReturnLeaseRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
+	"\x05units\x18\x02 \x01(\x03R\x05units\"1\n" +
+	"\x13ReturnLeaseResponse\x12\x1a\n" +
+	"\breturned\x18\x01 \x01(\x03R\breturned*\xf1\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12 \n" +
@@ -1281,14 +1589,16 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\vFailureMode\x12\x1c\n" +
 	"\x18FAILURE_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FAILURE_MODE_OPEN\x10\x01\x12\x17\n" +
-	"\x13FAILURE_MODE_CLOSED\x10\x02*\x8b\x01\n" +
+	"\x13FAILURE_MODE_CLOSED\x10\x02*\xc4\x01\n" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSOURCE_STORE\x10\x01\x12\x10\n" +
 	"\fSOURCE_LEASE\x10\x02\x12\x17\n" +
 	"\x13SOURCE_DENIED_CACHE\x10\x03\x12\x14\n" +
 	"\x10SOURCE_FAIL_OPEN\x10\x04\x12\x16\n" +
-	"\x12SOURCE_FAIL_CLOSED\x10\x052\xc4\x03\n" +
+	"\x12SOURCE_FAIL_CLOSED\x10\x05\x12\x17\n" +
+	"\x13SOURCE_CLIENT_LEASE\x10\x06\x12\x1e\n" +
+	"\x1aSOURCE_CLIENT_DENIED_CACHE\x10\a2\xe7\x04\n" +
 	"\fQuotaService\x12<\n" +
 	"\x05Check\x12\x17.quotad.v1.CheckRequest\x1a\x18.quotad.v1.CheckResponse\"\x00\x12K\n" +
 	"\n" +
@@ -1296,7 +1606,9 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\x05Reset\x12\x17.quotad.v1.ResetRequest\x1a\x18.quotad.v1.ResetResponse\"\x00\x12Q\n" +
 	"\fListPolicies\x12\x1e.quotad.v1.ListPoliciesRequest\x1a\x1f.quotad.v1.ListPoliciesResponse\"\x00\x12H\n" +
 	"\tRenewSlot\x12\x1b.quotad.v1.RenewSlotRequest\x1a\x1c.quotad.v1.RenewSlotResponse\"\x00\x12N\n" +
-	"\vReleaseSlot\x12\x1d.quotad.v1.ReleaseSlotRequest\x1a\x1e.quotad.v1.ReleaseSlotResponse\"\x00B3Z1github.com/quotad/quotad/proto/quotad/v1;quotadv1b\x06proto3"
+	"\vReleaseSlot\x12\x1d.quotad.v1.ReleaseSlotRequest\x1a\x1e.quotad.v1.ReleaseSlotResponse\"\x00\x12Q\n" +
+	"\fAcquireLease\x12\x1e.quotad.v1.AcquireLeaseRequest\x1a\x1f.quotad.v1.AcquireLeaseResponse\"\x00\x12N\n" +
+	"\vReturnLease\x12\x1d.quotad.v1.ReturnLeaseRequest\x1a\x1e.quotad.v1.ReturnLeaseResponse\"\x00B3Z1github.com/quotad/quotad/proto/quotad/v1;quotadv1b\x06proto3"
 
 var (
 	file_quotad_v1_quota_proto_rawDescOnce sync.Once
@@ -1311,7 +1623,7 @@ func file_quotad_v1_quota_proto_rawDescGZIP() []byte {
 }
 
 var file_quotad_v1_quota_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_quotad_v1_quota_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_quotad_v1_quota_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_quotad_v1_quota_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: quotad.v1.Algorithm
 	(FailureMode)(0),             // 1: quotad.v1.FailureMode
@@ -1332,17 +1644,21 @@ var file_quotad_v1_quota_proto_goTypes = []any{
 	(*RenewSlotResponse)(nil),    // 16: quotad.v1.RenewSlotResponse
 	(*ReleaseSlotRequest)(nil),   // 17: quotad.v1.ReleaseSlotRequest
 	(*ReleaseSlotResponse)(nil),  // 18: quotad.v1.ReleaseSlotResponse
-	(*durationpb.Duration)(nil),  // 19: google.protobuf.Duration
+	(*AcquireLeaseRequest)(nil),  // 19: quotad.v1.AcquireLeaseRequest
+	(*AcquireLeaseResponse)(nil), // 20: quotad.v1.AcquireLeaseResponse
+	(*ReturnLeaseRequest)(nil),   // 21: quotad.v1.ReturnLeaseRequest
+	(*ReturnLeaseResponse)(nil),  // 22: quotad.v1.ReturnLeaseResponse
+	(*durationpb.Duration)(nil),  // 23: google.protobuf.Duration
 }
 var file_quotad_v1_quota_proto_depIdxs = []int32{
 	0,  // 0: quotad.v1.Limit.algorithm:type_name -> quotad.v1.Algorithm
-	19, // 1: quotad.v1.Limit.period:type_name -> google.protobuf.Duration
+	23, // 1: quotad.v1.Limit.period:type_name -> google.protobuf.Duration
 	1,  // 2: quotad.v1.Limit.on_store_error:type_name -> quotad.v1.FailureMode
 	3,  // 3: quotad.v1.CheckRequest.limit:type_name -> quotad.v1.Limit
-	19, // 4: quotad.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	19, // 5: quotad.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	23, // 4: quotad.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	23, // 5: quotad.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
 	2,  // 6: quotad.v1.CheckResponse.source:type_name -> quotad.v1.Source
-	19, // 7: quotad.v1.CheckResponse.slot_expires_after:type_name -> google.protobuf.Duration
+	23, // 7: quotad.v1.CheckResponse.slot_expires_after:type_name -> google.protobuf.Duration
 	4,  // 8: quotad.v1.CheckBatchRequest.requests:type_name -> quotad.v1.CheckRequest
 	8,  // 9: quotad.v1.CheckBatchResponse.results:type_name -> quotad.v1.CheckBatchResult
 	5,  // 10: quotad.v1.CheckBatchResult.response:type_name -> quotad.v1.CheckResponse
@@ -1350,25 +1666,32 @@ var file_quotad_v1_quota_proto_depIdxs = []int32{
 	14, // 12: quotad.v1.ListPoliciesResponse.policies:type_name -> quotad.v1.Policy
 	3,  // 13: quotad.v1.Policy.limit:type_name -> quotad.v1.Limit
 	3,  // 14: quotad.v1.RenewSlotRequest.limit:type_name -> quotad.v1.Limit
-	19, // 15: quotad.v1.RenewSlotResponse.expires_after:type_name -> google.protobuf.Duration
+	23, // 15: quotad.v1.RenewSlotResponse.expires_after:type_name -> google.protobuf.Duration
 	3,  // 16: quotad.v1.ReleaseSlotRequest.limit:type_name -> quotad.v1.Limit
-	4,  // 17: quotad.v1.QuotaService.Check:input_type -> quotad.v1.CheckRequest
-	6,  // 18: quotad.v1.QuotaService.CheckBatch:input_type -> quotad.v1.CheckBatchRequest
-	10, // 19: quotad.v1.QuotaService.Reset:input_type -> quotad.v1.ResetRequest
-	12, // 20: quotad.v1.QuotaService.ListPolicies:input_type -> quotad.v1.ListPoliciesRequest
-	15, // 21: quotad.v1.QuotaService.RenewSlot:input_type -> quotad.v1.RenewSlotRequest
-	17, // 22: quotad.v1.QuotaService.ReleaseSlot:input_type -> quotad.v1.ReleaseSlotRequest
-	5,  // 23: quotad.v1.QuotaService.Check:output_type -> quotad.v1.CheckResponse
-	7,  // 24: quotad.v1.QuotaService.CheckBatch:output_type -> quotad.v1.CheckBatchResponse
-	11, // 25: quotad.v1.QuotaService.Reset:output_type -> quotad.v1.ResetResponse
-	13, // 26: quotad.v1.QuotaService.ListPolicies:output_type -> quotad.v1.ListPoliciesResponse
-	16, // 27: quotad.v1.QuotaService.RenewSlot:output_type -> quotad.v1.RenewSlotResponse
-	18, // 28: quotad.v1.QuotaService.ReleaseSlot:output_type -> quotad.v1.ReleaseSlotResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	3,  // 17: quotad.v1.AcquireLeaseRequest.limit:type_name -> quotad.v1.Limit
+	5,  // 18: quotad.v1.AcquireLeaseResponse.decision:type_name -> quotad.v1.CheckResponse
+	23, // 19: quotad.v1.AcquireLeaseResponse.use_within:type_name -> google.protobuf.Duration
+	4,  // 20: quotad.v1.QuotaService.Check:input_type -> quotad.v1.CheckRequest
+	6,  // 21: quotad.v1.QuotaService.CheckBatch:input_type -> quotad.v1.CheckBatchRequest
+	10, // 22: quotad.v1.QuotaService.Reset:input_type -> quotad.v1.ResetRequest
+	12, // 23: quotad.v1.QuotaService.ListPolicies:input_type -> quotad.v1.ListPoliciesRequest
+	15, // 24: quotad.v1.QuotaService.RenewSlot:input_type -> quotad.v1.RenewSlotRequest
+	17, // 25: quotad.v1.QuotaService.ReleaseSlot:input_type -> quotad.v1.ReleaseSlotRequest
+	19, // 26: quotad.v1.QuotaService.AcquireLease:input_type -> quotad.v1.AcquireLeaseRequest
+	21, // 27: quotad.v1.QuotaService.ReturnLease:input_type -> quotad.v1.ReturnLeaseRequest
+	5,  // 28: quotad.v1.QuotaService.Check:output_type -> quotad.v1.CheckResponse
+	7,  // 29: quotad.v1.QuotaService.CheckBatch:output_type -> quotad.v1.CheckBatchResponse
+	11, // 30: quotad.v1.QuotaService.Reset:output_type -> quotad.v1.ResetResponse
+	13, // 31: quotad.v1.QuotaService.ListPolicies:output_type -> quotad.v1.ListPoliciesResponse
+	16, // 32: quotad.v1.QuotaService.RenewSlot:output_type -> quotad.v1.RenewSlotResponse
+	18, // 33: quotad.v1.QuotaService.ReleaseSlot:output_type -> quotad.v1.ReleaseSlotResponse
+	20, // 34: quotad.v1.QuotaService.AcquireLease:output_type -> quotad.v1.AcquireLeaseResponse
+	22, // 35: quotad.v1.QuotaService.ReturnLease:output_type -> quotad.v1.ReturnLeaseResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_quotad_v1_quota_proto_init() }
@@ -1382,13 +1705,14 @@ func file_quotad_v1_quota_proto_init() {
 		(*CheckBatchResult_Response)(nil),
 		(*CheckBatchResult_Error)(nil),
 	}
+	file_quotad_v1_quota_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quotad_v1_quota_proto_rawDesc), len(file_quotad_v1_quota_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

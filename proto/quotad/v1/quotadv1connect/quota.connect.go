@@ -47,6 +47,12 @@ const (
 	// QuotaServiceReleaseSlotProcedure is the fully-qualified name of the QuotaService's ReleaseSlot
 	// RPC.
 	QuotaServiceReleaseSlotProcedure = "/quotad.v1.QuotaService/ReleaseSlot"
+	// QuotaServiceAcquireLeaseProcedure is the fully-qualified name of the QuotaService's AcquireLease
+	// RPC.
+	QuotaServiceAcquireLeaseProcedure = "/quotad.v1.QuotaService/AcquireLease"
+	// QuotaServiceReturnLeaseProcedure is the fully-qualified name of the QuotaService's ReturnLease
+	// RPC.
+	QuotaServiceReturnLeaseProcedure = "/quotad.v1.QuotaService/ReturnLease"
 )
 
 // QuotaServiceClient is a client for the quotad.v1.QuotaService service.
@@ -70,6 +76,17 @@ type QuotaServiceClient interface {
 	// once: NotFound when it is not held (never taken, already released, or
 	// expired).
 	ReleaseSlot(context.Context, *connect.Request[v1.ReleaseSlotRequest]) (*connect.Response[v1.ReleaseSlotResponse], error)
+	// AcquireLease decides one request as Check does and, when it is allowed,
+	// may also take units ahead for the client to spend in its own process
+	// (a client-side lease). The units are spent at the authority when they
+	// are granted, as a node's lease is, so the limit holds whatever the
+	// client does with them. The server may grant fewer units than wanted, or
+	// none; a concurrency limit is never leased (InvalidArgument).
+	AcquireLease(context.Context, *connect.Request[v1.AcquireLeaseRequest]) (*connect.Response[v1.AcquireLeaseResponse], error)
+	// ReturnLease gives a client lease's unspent units back. Units go back
+	// once: NotFound when the lease is not known to the answering node (already
+	// returned, forgotten after it expired, reset, or granted by another node).
+	ReturnLease(context.Context, *connect.Request[v1.ReturnLeaseRequest]) (*connect.Response[v1.ReturnLeaseResponse], error)
 }
 
 // NewQuotaServiceClient constructs a client for the quotad.v1.QuotaService service. By default, it
@@ -119,6 +136,18 @@ func NewQuotaServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(quotaServiceMethods.ByName("ReleaseSlot")),
 			connect.WithClientOptions(opts...),
 		),
+		acquireLease: connect.NewClient[v1.AcquireLeaseRequest, v1.AcquireLeaseResponse](
+			httpClient,
+			baseURL+QuotaServiceAcquireLeaseProcedure,
+			connect.WithSchema(quotaServiceMethods.ByName("AcquireLease")),
+			connect.WithClientOptions(opts...),
+		),
+		returnLease: connect.NewClient[v1.ReturnLeaseRequest, v1.ReturnLeaseResponse](
+			httpClient,
+			baseURL+QuotaServiceReturnLeaseProcedure,
+			connect.WithSchema(quotaServiceMethods.ByName("ReturnLease")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -130,6 +159,8 @@ type quotaServiceClient struct {
 	listPolicies *connect.Client[v1.ListPoliciesRequest, v1.ListPoliciesResponse]
 	renewSlot    *connect.Client[v1.RenewSlotRequest, v1.RenewSlotResponse]
 	releaseSlot  *connect.Client[v1.ReleaseSlotRequest, v1.ReleaseSlotResponse]
+	acquireLease *connect.Client[v1.AcquireLeaseRequest, v1.AcquireLeaseResponse]
+	returnLease  *connect.Client[v1.ReturnLeaseRequest, v1.ReturnLeaseResponse]
 }
 
 // Check calls quotad.v1.QuotaService.Check.
@@ -162,6 +193,16 @@ func (c *quotaServiceClient) ReleaseSlot(ctx context.Context, req *connect.Reque
 	return c.releaseSlot.CallUnary(ctx, req)
 }
 
+// AcquireLease calls quotad.v1.QuotaService.AcquireLease.
+func (c *quotaServiceClient) AcquireLease(ctx context.Context, req *connect.Request[v1.AcquireLeaseRequest]) (*connect.Response[v1.AcquireLeaseResponse], error) {
+	return c.acquireLease.CallUnary(ctx, req)
+}
+
+// ReturnLease calls quotad.v1.QuotaService.ReturnLease.
+func (c *quotaServiceClient) ReturnLease(ctx context.Context, req *connect.Request[v1.ReturnLeaseRequest]) (*connect.Response[v1.ReturnLeaseResponse], error) {
+	return c.returnLease.CallUnary(ctx, req)
+}
+
 // QuotaServiceHandler is an implementation of the quotad.v1.QuotaService service.
 type QuotaServiceHandler interface {
 	// Check decides one request and, when allowed, spends its cost.
@@ -183,6 +224,17 @@ type QuotaServiceHandler interface {
 	// once: NotFound when it is not held (never taken, already released, or
 	// expired).
 	ReleaseSlot(context.Context, *connect.Request[v1.ReleaseSlotRequest]) (*connect.Response[v1.ReleaseSlotResponse], error)
+	// AcquireLease decides one request as Check does and, when it is allowed,
+	// may also take units ahead for the client to spend in its own process
+	// (a client-side lease). The units are spent at the authority when they
+	// are granted, as a node's lease is, so the limit holds whatever the
+	// client does with them. The server may grant fewer units than wanted, or
+	// none; a concurrency limit is never leased (InvalidArgument).
+	AcquireLease(context.Context, *connect.Request[v1.AcquireLeaseRequest]) (*connect.Response[v1.AcquireLeaseResponse], error)
+	// ReturnLease gives a client lease's unspent units back. Units go back
+	// once: NotFound when the lease is not known to the answering node (already
+	// returned, forgotten after it expired, reset, or granted by another node).
+	ReturnLease(context.Context, *connect.Request[v1.ReturnLeaseRequest]) (*connect.Response[v1.ReturnLeaseResponse], error)
 }
 
 // NewQuotaServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -228,6 +280,18 @@ func NewQuotaServiceHandler(svc QuotaServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(quotaServiceMethods.ByName("ReleaseSlot")),
 		connect.WithHandlerOptions(opts...),
 	)
+	quotaServiceAcquireLeaseHandler := connect.NewUnaryHandler(
+		QuotaServiceAcquireLeaseProcedure,
+		svc.AcquireLease,
+		connect.WithSchema(quotaServiceMethods.ByName("AcquireLease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	quotaServiceReturnLeaseHandler := connect.NewUnaryHandler(
+		QuotaServiceReturnLeaseProcedure,
+		svc.ReturnLease,
+		connect.WithSchema(quotaServiceMethods.ByName("ReturnLease")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quotad.v1.QuotaService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case QuotaServiceCheckProcedure:
@@ -242,6 +306,10 @@ func NewQuotaServiceHandler(svc QuotaServiceHandler, opts ...connect.HandlerOpti
 			quotaServiceRenewSlotHandler.ServeHTTP(w, r)
 		case QuotaServiceReleaseSlotProcedure:
 			quotaServiceReleaseSlotHandler.ServeHTTP(w, r)
+		case QuotaServiceAcquireLeaseProcedure:
+			quotaServiceAcquireLeaseHandler.ServeHTTP(w, r)
+		case QuotaServiceReturnLeaseProcedure:
+			quotaServiceReturnLeaseHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -273,4 +341,12 @@ func (UnimplementedQuotaServiceHandler) RenewSlot(context.Context, *connect.Requ
 
 func (UnimplementedQuotaServiceHandler) ReleaseSlot(context.Context, *connect.Request[v1.ReleaseSlotRequest]) (*connect.Response[v1.ReleaseSlotResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quotad.v1.QuotaService.ReleaseSlot is not implemented"))
+}
+
+func (UnimplementedQuotaServiceHandler) AcquireLease(context.Context, *connect.Request[v1.AcquireLeaseRequest]) (*connect.Response[v1.AcquireLeaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quotad.v1.QuotaService.AcquireLease is not implemented"))
+}
+
+func (UnimplementedQuotaServiceHandler) ReturnLease(context.Context, *connect.Request[v1.ReturnLeaseRequest]) (*connect.Response[v1.ReturnLeaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quotad.v1.QuotaService.ReturnLease is not implemented"))
 }

@@ -1,0 +1,391 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/quotad/quotad/algorithms"
+)
+
+// Client leases: units a client takes from the store through this node, to
+// spend in its own process (the API's AcquireLease and ReturnLease). They
+// follow the node's own lease rules (lease.go): the same store call spends
+// them at the authority, with the same hold (leaseHold), out of the same
+// per-node cap (leaseShare), and the unused units go back through the same
+// release. The node cannot see a client spend, so it only remembers what it
+// granted, to cap what clients hold and to take each grant's units back
+// once.
+
+// Errors of client leases; each is wrapped with the field or operation.
+var (
+	// ErrLeaseNotHeld: a return named a lease this node does not hold: never
+	// granted here (another node may have), already returned, forgotten
+	// after it expired, or dropped by a Reset, a policy change or a loss of
+	// the store's state. Nothing was returned.
+	ErrLeaseNotHeld = errors.New("lease not held")
+	// ErrInvalidLease: a lease id that is empty or too long, a negative
+	// want or a negative number of units to return.
+	ErrInvalidLease = errors.New("invalid lease request")
+	// ErrConcurrencyLease: a lease of a concurrency limit, whose slots are
+	// taken one by one with Check.
+	ErrConcurrencyLease = errors.New("a concurrency limit cannot be leased; check it with Check")
+)
+
+// MaxLeaseIDLen is the longest lease id ReturnLease accepts; the ids the
+// node makes are 26 bytes.
+const MaxLeaseIDLen = 64
+
+// clientGrantGrace is how long past its expiry the node remembers a client
+// grant, so that a return sent as the lease ended still finds it.
+const clientGrantGrace = time.Second
+
+// ClientGrant is what GrantLease gave a client beyond the check's own cost.
+// The zero value is no lease.
+type ClientGrant struct {
+	// ID names the grant for ReturnLease; "" when Units is 0.
+	ID string
+	// Units were spent at the store for the client to spend in its process.
+	Units int64
+	// UseWithin is how long the units may be spent, measured by the client
+	// from before it sent its request: the node measured it from before its
+	// store call and took a millisecond off, as for its own leases.
+	UseWithin time.Duration
+}
+
+// LeaseReturn names a client lease and the unspent units to give back.
+type LeaseReturn struct {
+	ID    string
+	Units int64
+}
+
+// clientGrant is a ClientGrant as the node remembers it.
+type clientGrant struct {
+	id        string
+	k         leaseKey
+	units     int64
+	expiresAt int64 // node clock (ns): no unit is spent from then on
+	forgetAt  int64 // node clock (ns): a return no longer finds it
+	g         *grant
+}
+
+// clientLeases is the client grants a node remembers. The zero value is
+// empty and ready. Its lock is never taken on the check path.
+type clientLeases struct {
+	mu    sync.Mutex
+	byID  map[string]*clientGrant
+	byKey map[leaseKey]*keyGrants
+}
+
+// keyGrants is one key's client grants, and the reservations of grants
+// whose store call is in flight.
+type keyGrants struct {
+	grants              map[string]*clientGrant
+	reserved, reserving int64
+}
+
+// reserve sets aside up to want units of k for a new grant at now (node
+// clock): at most the node's share less what its own lease and the
+// clients' grants in force hold, and at most an equal split of the share
+// among the key's client holders, this one included. It returns the units
+// reserved (maybe 0); settle ends the reservation.
+func (c *clientLeases) reserve(k leaseKey, want, share, nodeHeld, now int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byKey == nil {
+		c.byID, c.byKey = map[string]*clientGrant{}, map[leaseKey]*keyGrants{}
+	}
+	kg := c.byKey[k]
+	if kg == nil {
+		kg = &keyGrants{grants: map[string]*clientGrant{}}
+		c.byKey[k] = kg
+	}
+	held, holders := kg.reserved, kg.reserving+1
+	for _, cg := range kg.grants {
+		if now < cg.expiresAt {
+			held += cg.units
+			holders++
+		}
+	}
+	got := min(want, share-nodeHeld-held, share/holders)
+	if got <= 0 {
+		c.cleanLocked(k, kg)
+		return 0
+	}
+	kg.reserved += got
+	kg.reserving++
+	return got
+}
+
+// settle ends a reservation of reserved units of k (0 for none): when cg
+// is not nil the grant cg (of at most reserved units) takes its place.
+func (c *clientLeases) settle(k leaseKey, reserved int64, cg *clientGrant) {
+	if reserved == 0 && cg == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kg := c.byKey[k]
+	kg.reserved -= reserved
+	kg.reserving--
+	if cg != nil {
+		kg.grants[cg.id] = cg
+		c.byID[cg.id] = cg
+	}
+	c.cleanLocked(k, kg)
+}
+
+// cleanLocked forgets kg, k's entry, when it holds nothing. c.mu held.
+func (c *clientLeases) cleanLocked(k leaseKey, kg *keyGrants) {
+	if len(kg.grants) == 0 && kg.reserving == 0 {
+		delete(c.byKey, k)
+	}
+}
+
+// dropLocked forgets the grant cg. c.mu held.
+func (c *clientLeases) dropLocked(cg *clientGrant) {
+	delete(c.byID, cg.id)
+	if kg := c.byKey[cg.k]; kg != nil {
+		delete(kg.grants, cg.id)
+		c.cleanLocked(cg.k, kg)
+	}
+}
+
+// take removes the grant named id and returns it; nil if there is none.
+func (c *clientLeases) take(id string) *clientGrant {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cg := c.byID[id]
+	if cg != nil {
+		c.dropLocked(cg)
+	}
+	return cg
+}
+
+// forget drops every grant drop picks; their units stay spent at the store.
+func (c *clientLeases) forget(drop func(*clientGrant) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cg := range c.byID {
+		if drop(cg) {
+			c.dropLocked(cg)
+		}
+	}
+}
+
+// held is the units of k's client grants in force at now (node clock),
+// reservations included.
+func (c *clientLeases) held(k leaseKey, now int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kg := c.byKey[k]
+	if kg == nil {
+		return 0
+	}
+	held := kg.reserved
+	for _, cg := range kg.grants {
+		if now < cg.expiresAt {
+			held += cg.units
+		}
+	}
+	return held
+}
+
+// unitsHeld is the units granted to clients and not yet returned or
+// forgotten.
+func (c *clientLeases) unitsHeld() (grants int, units int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cg := range c.byID {
+		units += cg.units
+	}
+	return len(c.byID), units
+}
+
+// ClientLeaseStats are a node's client-lease figures.
+type ClientLeaseStats struct {
+	// Grants and UnitsHeld are the client grants the node remembers now
+	// and their units (spent or not: the node cannot tell).
+	Grants    int
+	UnitsHeld int64
+}
+
+// ClientLeaseStats returns the node's client-lease figures.
+func (n *Node) ClientLeaseStats() ClientLeaseStats {
+	g, u := n.clients.unitsHeld()
+	return ClientLeaseStats{Grants: g, UnitsHeld: u}
+}
+
+// GrantLease decides whether key may spend cost units of policy p now, as
+// Check does, and when it may, takes up to want more units from the store
+// in the same call for a client to spend in its own process. The units
+// granted are capped as the node's own leases are: together with the
+// node's lease of the key and the other client grants of the key on this
+// node, at most leaseShare(p); split equally among the key's client
+// holders; nothing when that leaves fewer than four checks' worth
+// (minLeaseChecks), for a policy with lease off, and on the memory store
+// (which needs no lease). A remembered denial answers without a store
+// call, and a denial the store gives is remembered and gossiped like a
+// check's.
+//
+// Errors are Check's, plus ErrConcurrencyLease and ErrInvalidLease (a
+// negative want). A store failure is not an error: the policy's failure
+// mode decides and nothing is granted. It may block on the store until ctx
+// is done.
+//
+// previous, when its ID is not empty, is the client's lease of the key
+// that this one replaces: it is returned first (ReturnLease), so that its
+// unspent units are back and it no longer counts against the cap; a lease
+// this node does not hold is ignored.
+func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want int64, previous LeaseReturn) (Result, ClientGrant, error) {
+	if err := p.Validate(); err != nil {
+		return Result{}, ClientGrant{}, err
+	}
+	if err := ValidateKey(key); err != nil {
+		return Result{}, ClientGrant{}, err
+	}
+	if err := p.Limit.ValidateCost(cost); err != nil {
+		return Result{}, ClientGrant{}, err
+	}
+	if want < 0 {
+		return Result{}, ClientGrant{}, fmt.Errorf("want: %w: %d must not be negative", ErrInvalidLease, want)
+	}
+	if p.Limit.Algorithm == algorithms.Concurrency {
+		return Result{}, ClientGrant{}, fmt.Errorf("policy %s: %w", p.Name, ErrConcurrencyLease)
+	}
+	if previous.ID != "" {
+		if _, err := n.ReturnLease(ctx, previous.ID, previous.Units); err != nil && !errors.Is(err, ErrLeaseNotHeld) {
+			return Result{}, ClientGrant{}, fmt.Errorf("previous %w", err)
+		}
+	}
+	hold := n.leaseHold(p)
+	if !n.store.Remote() || p.Lease == LeaseOff || hold <= 0 || cost == 0 {
+		res, err := n.Check(ctx, p, key, cost)
+		return res, ClientGrant{}, err
+	}
+	res, cg, err := n.grantLease(ctx, p, key, cost, want, hold)
+	if err == nil {
+		n.count(p.Name, key, res)
+	}
+	return res, cg, err
+}
+
+// grantLease is GrantLease on a remote store, for a leasable policy.
+func (n *Node) grantLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration) (Result, ClientGrant, error) {
+	k := leaseKey{p.Name, key}
+	start := n.clock()
+	l := n.leases.get(k)
+	if l != nil {
+		if d, ok := l.deniedFor(p.Limit, cost, start); ok {
+			n.stats.deniedCacheHits.Add(1)
+			return Result{Decision: d, Source: SourceDeniedCache}, ClientGrant{}, nil
+		}
+	}
+	if d, ok := n.denied.Lookup(n.cacheKey(k, p.Limit), cost, start/int64(time.Millisecond)); ok {
+		n.stats.deniedCacheHits.Add(1)
+		return Result{Decision: d, Source: SourceDeniedCache}, ClientGrant{}, nil
+	}
+	var nodeHeld int64
+	if l != nil {
+		if g := l.cur.Load(); g != nil && g.limit == p.Limit {
+			nodeHeld = g.units.Load()
+		}
+	}
+	extra := n.clients.reserve(k, want, n.leaseShare(p), nodeHeld, start)
+	if extra < minLeaseChecks*cost {
+		n.clients.settle(k, extra, nil)
+		extra = 0
+	}
+	base := n.keyBase(p, key)
+	d, taken, err := n.acquire(context.WithoutCancel(ctx), base, p.Limit, cost, cost+extra, hold)
+	if err != nil {
+		n.clients.settle(k, extra, nil)
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return Result{}, ClientGrant{}, fmt.Errorf("lease %s: %w", p.Name, ctxErr)
+		}
+		return n.storeFailed(p, err), ClientGrant{}, nil
+	}
+	// As for the node's own leases (fetch): measured from before the call,
+	// one millisecond short of what the store assumes.
+	life := hold
+	if taken.UseWithin > 0 {
+		life = min(life, taken.UseWithin)
+	}
+	life -= time.Millisecond
+	got := taken.Units - cost // > 0 only when allowed with a lease
+	res := Result{Decision: d, Source: SourceStore}
+	switch {
+	case got > 0 && life > 0:
+		id := rand.Text()
+		g := &grant{taken: taken, limit: p.Limit, base: base}
+		n.clients.settle(k, extra, &clientGrant{id: id, k: k, units: got, expiresAt: start + int64(life), forgetAt: start + int64(life+clientGrantGrace), g: g})
+		n.stats.unitsLeased.Add(got)
+		// What the store has left plus what the client now holds, as on a
+		// lease of the node's own.
+		res.Remaining = min(d.Limit, d.Remaining+got)
+		return res, ClientGrant{ID: id, Units: got, UseWithin: life}, nil
+	case got > 0:
+		// Granted as its window closed: give it back.
+		n.clients.settle(k, extra, nil)
+		_, _ = n.releaseCounted(ctx, k, nil, &grant{taken: taken, limit: p.Limit, base: base}, got) // logged
+	default:
+		n.clients.settle(k, extra, nil)
+		if !d.Allowed && d.RetryAfter > 0 {
+			n.rememberDenial(k, p.Limit, cost, d, start)
+		}
+	}
+	return res, ClientGrant{}, nil
+}
+
+// rememberDenial keeps a store denial of cost under lim, given at start
+// (node clock), in the denied cache and tells the cluster, as a check's
+// denial is (fetch).
+func (n *Node) rememberDenial(k leaseKey, lim algorithms.Limit, cost int64, d algorithms.Decision, start int64) {
+	n.denied.Add(n.cacheKey(k, lim), max(cost, 1), d, start/int64(time.Millisecond))
+	n.stats.denialsCached.Add(1)
+	n.gossipDenial(k, lim, max(cost, 1), d, start)
+}
+
+// ReturnLease gives back up to units unspent units of the client grant
+// named id, once, and reports how many made a difference at the store
+// (fewer when its window has turned or its bucket refilled meanwhile; 0
+// also when the store failed, which is logged: the units stay spent until
+// the window or refill restores them). units above the grant's count as
+// the grant's. A grant this node does not hold is ErrLeaseNotHeld. It may
+// block on the store for up to a second.
+func (n *Node) ReturnLease(ctx context.Context, id string, units int64) (int64, error) {
+	if id == "" || len(id) > MaxLeaseIDLen {
+		return 0, fmt.Errorf("lease id: %w: %d bytes (want 1 to %d)", ErrInvalidLease, len(id), MaxLeaseIDLen)
+	}
+	if units < 0 {
+		return 0, fmt.Errorf("units: %w: %d must not be negative", ErrInvalidLease, units)
+	}
+	cg := n.clients.take(id)
+	if cg == nil {
+		return 0, fmt.Errorf("lease id: %w: %q was not granted by this node, was returned already, or expired more than %s ago",
+			ErrLeaseNotHeld, id, clientGrantGrace)
+	}
+	units = min(units, cg.units)
+	if units == 0 {
+		return 0, nil
+	}
+	returned, _ := n.releaseCounted(ctx, cg.k, n.leases.get(cg.k), cg.g, units) // a failure is logged
+	return returned, nil
+}
+
+// sweepClientLeases forgets client grants past their expiry and grace; a
+// client that did not return them has spent them or lost them.
+func (n *Node) sweepClientLeases(now int64) {
+	n.clients.forget(func(cg *clientGrant) bool { return now >= cg.forgetAt })
+}
+
+// forgetClientLeases forgets the client grants drop picks, by policy and
+// key: a Reset, a policy change or a loss of the store's state makes
+// giving them back wrong (units would return to a state that never counted
+// them, or under another limit).
+func (n *Node) forgetClientLeases(drop func(policy, key string) bool) {
+	n.clients.forget(func(cg *clientGrant) bool { return drop(cg.k.policy, cg.k.key) })
+}

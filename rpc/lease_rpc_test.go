@@ -1,0 +1,78 @@
+package rpc
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/node"
+	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+)
+
+// AcquireLease grants units on Redis and ReturnLease gives them back once;
+// bad lease requests get their codes (docs/errors.md).
+func TestLeasesOverTheAPI(t *testing.T) {
+	big := node.Policy{Name: "big", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000, Period: time.Hour}}
+	ts := startServer(t, redisStore(t), Config{}, big)
+	c := ts.client(t, "connect")
+	ctx := context.Background()
+
+	res, err := c.AcquireLease(ctx, connect.NewRequest(&quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k", Want: 100}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Msg
+	// 5 % of 10,000 on one node: up to 500, so all 100 wanted.
+	if !m.GetDecision().GetAllowed() || m.GetUnits() != 100 || m.GetLeaseId() == "" || m.GetUseWithin().AsDuration() <= 0 {
+		t.Fatalf("AcquireLease: %v", m)
+	}
+	if got := m.GetDecision().GetRemaining(); got != 10_000-1 {
+		t.Errorf("remaining %d, want 9999 (what Redis has left plus what the client holds)", got)
+	}
+	ret, err := c.ReturnLease(ctx, connect.NewRequest(&quotadv1.ReturnLeaseRequest{LeaseId: m.GetLeaseId(), Units: 60}))
+	if err != nil || ret.Msg.GetReturned() != 60 {
+		t.Fatalf("ReturnLease: %v %v", ret, err)
+	}
+	again, err := c.ReturnLease(ctx, connect.NewRequest(&quotadv1.ReturnLeaseRequest{LeaseId: m.GetLeaseId(), Units: 40}))
+	assertError(t, again, err, connect.CodeNotFound, "lease id: lease not held: ")
+
+	ia := connect.CodeInvalidArgument
+	for _, tc := range []struct {
+		name    string
+		req     *quotadv1.AcquireLeaseRequest
+		code    connect.Code
+		message string
+	}{
+		{"negative want", &quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k", Want: -1}, ia, "want: invalid lease request: -1 must not be negative"},
+		{"a concurrency limit", &quotadv1.AcquireLeaseRequest{Policy: "jobs", Key: "k", Want: 10, Limit: oneSlot()}, ia, "policy jobs: a concurrency limit cannot be leased; check it with Check"},
+		{"empty key", &quotadv1.AcquireLeaseRequest{Policy: "big", Want: 10}, ia, "key: invalid key: must not be empty"},
+		{"unknown policy", &quotadv1.AcquireLeaseRequest{Policy: "nope", Key: "k", Want: 10}, connect.CodeNotFound, `policy: unknown policy "nope"`},
+		{"cost above the capacity", &quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k", Cost: proto.Int64(10_001)}, ia, "cost: invalid cost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := c.AcquireLease(ctx, connect.NewRequest(tc.req))
+			assertError(t, res, err, tc.code, tc.message)
+		})
+	}
+	for _, tc := range []struct {
+		name    string
+		req     *quotadv1.ReturnLeaseRequest
+		code    connect.Code
+		message string
+	}{
+		{"empty lease id", &quotadv1.ReturnLeaseRequest{}, ia, "lease id: invalid lease request: 0 bytes (want 1 to 64)"},
+		{"lease id over 64 bytes", &quotadv1.ReturnLeaseRequest{LeaseId: strings.Repeat("x", 65)}, ia, "lease id: invalid lease request: 65 bytes (want 1 to 64)"},
+		{"negative units", &quotadv1.ReturnLeaseRequest{LeaseId: "x", Units: -1}, ia, "units: invalid lease request: -1 must not be negative"},
+		{"a lease never granted", &quotadv1.ReturnLeaseRequest{LeaseId: "x", Units: 1}, connect.CodeNotFound, `lease id: lease not held: "x" was not granted by this node, was returned already, or expired more than 1s ago`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := c.ReturnLease(ctx, connect.NewRequest(tc.req))
+			assertError(t, res, err, tc.code, tc.message)
+		})
+	}
+}
