@@ -67,6 +67,9 @@ type config struct {
 	// Cluster makes the node a cluster member; the zero value runs
 	// standalone.
 	Cluster clusterConfig
+	// PprofAddr is where Go's profiler is served (host:port); empty, the
+	// default, serves none.
+	PprofAddr string
 }
 
 func defaultConfig() config {
@@ -116,6 +119,9 @@ func (c config) validate() error {
 	if err := c.Telemetry.validate(); err != nil {
 		return err
 	}
+	if err := validatePprofAddr(c.PprofAddr); err != nil {
+		return err
+	}
 	if c.usesRedis() {
 		if err := c.Redis.Validate(); err != nil {
 			return err
@@ -151,6 +157,7 @@ type fileConfig struct {
 	Tracing             *fileTracing   `yaml:"tracing"`
 	Metrics             *bool          `yaml:"metrics"`
 	Cluster             *fileCluster   `yaml:"cluster"`
+	PprofAddr           *string        `yaml:"pprof_addr"`
 }
 
 type fileLease struct {
@@ -296,6 +303,7 @@ func (f fileConfig) apply(c *config) error {
 	setIf(&c.LogLevel, f.LogLevel)
 	setIf(&c.MaxBatch, f.MaxBatch)
 	setIf(&c.MaxRequestBytes, f.MaxRequestBytes)
+	setIf(&c.PprofAddr, f.PprofAddr)
 	f.Cluster.apply(&c.Cluster)
 	if f.ShutdownTimeout != nil {
 		c.ShutdownTimeout = time.Duration(*f.ShutdownTimeout)

@@ -72,7 +72,7 @@ func settings() []setting {
 		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
-	}, append(append(telemetrySettings(), clusterSettings()...), envoySettings()...)...)
+	}, append(append(append(telemetrySettings(), clusterSettings()...), envoySettings()...), pprofSettings()...)...)
 }
 
 func parseDurationInto(dst *time.Duration, v string) error {
@@ -229,6 +229,7 @@ Config file (YAML; unknown fields are errors):
   default_on_store_error: open      # open | closed
   shutdown_timeout: 10s
   log_level: info
+  pprof_addr: "127.0.0.1:6060"      # Go's profiler; default off
   tracing: {exporter: otlp-grpc, endpoint: "http://localhost:4317", sample_ratio: 0.1}
   metrics: true                     # Prometheus text at GET /metrics
   cluster:                          # optional; needs redis
@@ -345,6 +346,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if line := describeEnvoy(cfg, envoy); line != "" {
 		fmt.Fprintln(stdout, line)
+	}
+	if cfg.PprofAddr != "" {
+		prof, err := startProfiler(cfg.PprofAddr, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer prof.stop()
+		fmt.Fprintf(stdout, "pprof: %s/debug/pprof/\n", displayURL(prof.addr))
 	}
 	if cfg.EnvoyDir != "" {
 		pollCtx, stopPolling := context.WithCancel(ctx)

@@ -229,6 +229,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "second yaml document", file: "listen: :1\n---\nlisten: :2\n", want: []string{"q.yaml", "line 2", "second YAML document"}},
 		{name: "sentinel password without sentinel", args: []string{"--redis", "redis://a:1/0", "--redis-sentinel-password", "x"}, want: []string{"sentinel credentials"}},
 		{name: "sentinel password without redis", env: map[string]string{"QUOTAD_REDIS_SENTINEL_PASSWORD": "x"}, want: []string{"no Redis"}},
+		{name: "bad pprof addr", args: []string{"--pprof-addr", "6060"}, want: []string{"pprof addr", "6060", "host:port"}},
 		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"lissten"}},
 		{name: "stray argument", args: []string{"serve"}, want: []string{"serve"}},
 	}
