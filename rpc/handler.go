@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
 
@@ -54,11 +55,15 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 		jsonCodecs(),
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 	)
-	// Telemetry's interceptors go first, around errorInterceptor, so that
-	// spans and metrics see the codes clients get.
-	interceptors, err := cfg.Telemetry.interceptors()
+	// Telemetry goes first, around errorInterceptor, so that spans and
+	// metrics see the codes clients get.
+	tel, err := newCallTelemetry(cfg.Telemetry, apiProcedures)
 	if err != nil {
 		return nil, err
+	}
+	var interceptors []connect.Interceptor
+	if tel != nil {
+		interceptors = append(interceptors, tel.connectInterceptor())
 	}
 	svc := &service{
 		node:     n,
@@ -83,4 +88,13 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /cluster", clusterPage(n))
 	return mux, nil
+}
+
+// apiProcedures are the unary procedures that telemetry observes.
+var apiProcedures = []string{
+	quotadv1connect.QuotaServiceCheckProcedure,
+	quotadv1connect.QuotaServiceCheckBatchProcedure,
+	quotadv1connect.QuotaServiceResetProcedure,
+	quotadv1connect.QuotaServiceListPoliciesProcedure,
+	ratelimitv3connect.RateLimitServiceShouldRateLimitProcedure,
 }
