@@ -15,14 +15,21 @@ import (
 // reader.
 func meteredCalls(t testing.TB) (*callTelemetry, *sdkmetric.ManualReader) {
 	t.Helper()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	mp, reader := manualMeter(t)
 	tel, err := newCallTelemetry(Telemetry{MeterProvider: mp}, apiProcedures)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tel, reader
+}
+
+// manualMeter is a meter provider read by hand.
+func manualMeter(t testing.TB) (*sdkmetric.MeterProvider, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return mp, reader
 }
 
 // callDurations returns the recorded rpc.server.call.duration points by

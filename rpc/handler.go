@@ -29,11 +29,12 @@ import (
 //   - GET /cluster, the node's view of its cluster and its lease and
 //     denied-cache figures, as JSON.
 //
-// gRPC needs HTTP/2: serve the handler with an http.Server whose Protocols
-// enable HTTP/1 and unencrypted HTTP/2 (h2c), or over TLS. cfg is defaulted
-// and validated; log may be nil (discard). The handler is safe for
-// concurrent use.
-func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error) {
+// Serve the handler with NewServer, which also serves gRPC connections on
+// grpc-go's faster transport (the same services, the same core), or alone
+// with an http.Server whose Protocols enable HTTP/1 and unencrypted HTTP/2
+// (h2c), or over TLS. cfg is defaulted and validated; log may be nil
+// (discard). The handler is safe for concurrent use.
+func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -75,11 +76,12 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 	mux := http.NewServeMux()
 	rpcInterceptors := connect.WithInterceptors(append(interceptors, errorInterceptor(log))...)
 	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, rpcInterceptors))
-	envoyServices, err := mountRLS(mux, n, cfg, common, rpcInterceptors)
+	rls, envoyServices, err := mountRLS(mux, n, cfg, common, rpcInterceptors)
 	if err != nil {
 		return nil, err
 	}
-	reflector := grpcreflect.NewStaticReflector(append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)...)
+	reflected := append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)
+	reflector := grpcreflect.NewStaticReflector(reflected...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, common))
 	// Many tools (grpcurl among them) still ask v1alpha first.
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, common))
@@ -87,8 +89,29 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (http.Handler, error
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /cluster", clusterPage(n))
-	return mux, nil
+	return &Handler{
+		mux: mux, svc: svc, rls: rls, health: h, reflected: reflected,
+		tel: tel, log: log, maxRequestBytes: cfg.MaxRequestBytes,
+	}, nil
 }
+
+// Handler is a node's API as NewHandler describes it: net/http's handler,
+// and what NewServer needs to serve the same services on grpc-go.
+type Handler struct {
+	mux http.Handler
+	// The service core, shared with the gRPC front end.
+	svc *service
+	rls *rlsService // nil when Envoy's service is not mounted
+	// health and reflected (the services reflection lists) are shared too.
+	health          *Health
+	reflected       []string
+	tel             *callTelemetry // nil: no telemetry
+	log             *slog.Logger
+	maxRequestBytes int
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // apiProcedures are the unary procedures that telemetry observes.
 var apiProcedures = []string{

@@ -27,29 +27,29 @@ import (
 var errUnknownDomain = errors.New("unknown domain")
 
 // mountRLS serves Envoy's rate limit service on mux when cfg configures it,
-// with the handler options opts, and returns the names of the services it
-// mounted (for reflection): none when there is no cfg.EnvoyRules and
-// cfg.Envoy has no domains and is not DropIn. cfg is defaulted and
-// validated.
-func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) ([]string, error) {
+// with the handler options opts, and returns the service and the names of
+// the services it mounted (for reflection): none, and a nil service, when
+// there is no cfg.EnvoyRules and cfg.Envoy has no domains and is not
+// DropIn. cfg is defaulted and validated.
+func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) (*rlsService, []string, error) {
 	rules := cfg.EnvoyRules
 	if rules == nil {
 		if len(cfg.Envoy.Domains) == 0 && !cfg.Envoy.DropIn {
-			return nil, nil
+			return nil, nil, nil
 		}
 		t, err := compileRLS(cfg.Envoy, n.Policy)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rules = NewEnvoySwitch(&EnvoyRules{table: t})
 	}
 	stats, err := newRLSStats(cfg.Telemetry.MeterProvider)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	svc := &rlsService{node: n, rules: rules, maxDescriptors: cfg.MaxBatch, stats: stats, now: time.Now}
 	mux.Handle(ratelimitv3connect.NewRateLimitServiceHandler(svc, opts...))
-	return []string{ratelimitv3connect.RateLimitServiceName}, nil
+	return svc, []string{ratelimitv3connect.RateLimitServiceName}, nil
 }
 
 // rlsService implements envoy.service.ratelimit.v3.RateLimitService on a
