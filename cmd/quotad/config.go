@@ -70,6 +70,9 @@ type config struct {
 	// PprofAddr is where Go's profiler is served (host:port); empty, the
 	// default, serves none.
 	PprofAddr string
+	// GRPCTransport is grpc-go (the default) or connect: what serves gRPC
+	// on the API's port.
+	GRPCTransport string
 }
 
 func defaultConfig() config {
@@ -82,6 +85,7 @@ func defaultConfig() config {
 		ShutdownTimeout:     10 * time.Second,
 		LogLevel:            "info",
 		Telemetry:           defaultTelemetryConfig(),
+		GRPCTransport:       grpcTransportGRPCGo,
 	}
 }
 
@@ -122,6 +126,9 @@ func (c config) validate() error {
 	if err := validatePprofAddr(c.PprofAddr); err != nil {
 		return err
 	}
+	if err := validateGRPCTransport(c.GRPCTransport); err != nil {
+		return err
+	}
 	if c.usesRedis() {
 		if err := c.Redis.Validate(); err != nil {
 			return err
@@ -158,6 +165,7 @@ type fileConfig struct {
 	Metrics             *bool          `yaml:"metrics"`
 	Cluster             *fileCluster   `yaml:"cluster"`
 	PprofAddr           *string        `yaml:"pprof_addr"`
+	GRPCTransport       *string        `yaml:"grpc_transport"`
 }
 
 type fileLease struct {
@@ -304,6 +312,7 @@ func (f fileConfig) apply(c *config) error {
 	setIf(&c.MaxBatch, f.MaxBatch)
 	setIf(&c.MaxRequestBytes, f.MaxRequestBytes)
 	setIf(&c.PprofAddr, f.PprofAddr)
+	setIf(&c.GRPCTransport, f.GRPCTransport)
 	f.Cluster.apply(&c.Cluster)
 	if f.ShutdownTimeout != nil {
 		c.ShutdownTimeout = time.Duration(*f.ShutdownTimeout)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,7 +73,7 @@ func settings() []setting {
 		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
-	}, append(append(append(telemetrySettings(), clusterSettings()...), envoySettings()...), pprofSettings()...)...)
+	}, slices.Concat(telemetrySettings(), clusterSettings(), envoySettings(), pprofSettings(), transportSettings())...)
 }
 
 func parseDurationInto(dst *time.Duration, v string) error {
@@ -212,7 +213,7 @@ variables, then flags. Flags:
 	fs.PrintDefaults()
 	fmt.Fprintf(w, `
 Defaults: listen %s, redis-timeout %s, key-prefix %s, inline-limits %t,
-default-on-store-error %s, shutdown-timeout %s, log-level %s.
+default-on-store-error %s, shutdown-timeout %s, log-level %s, grpc-transport %s.
 
 Config file (YAML; unknown fields are errors):
   listen: ":8080"
@@ -230,6 +231,7 @@ Config file (YAML; unknown fields are errors):
   shutdown_timeout: 10s
   log_level: info
   pprof_addr: "127.0.0.1:6060"      # Go's profiler; default off
+  grpc_transport: grpc-go           # or connect: gRPC on net/http too
   tracing: {exporter: otlp-grpc, endpoint: "http://localhost:4317", sample_ratio: 0.1}
   metrics: true                     # Prometheus text at GET /metrics
   cluster:                          # optional; needs redis
@@ -252,7 +254,7 @@ Config file (YAML; unknown fields are errors):
 Try it:
   curl -s -H 'Content-Type: application/json' localhost:8080/quotad.v1.QuotaService/Check \
     -d '{"policy":"demo","key":"u1","limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"60s"}}'
-`, d.Listen, d.Redis.Timeout, d.KeyPrefix, d.InlineLimits, d.DefaultOnStoreError, d.ShutdownTimeout, d.LogLevel)
+`, d.Listen, d.Redis.Timeout, d.KeyPrefix, d.InlineLimits, d.DefaultOnStoreError, d.ShutdownTimeout, d.LogLevel, d.GRPCTransport)
 }
 
 func parseLogLevel(s string) (slog.Level, error) {
@@ -331,12 +333,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{
 		Handler:           tel.handler(handler),
 		ReadHeaderTimeout: 10 * time.Second,
-		Protocols:         new(http.Protocols),
 	}
-	// One port for every protocol: HTTP/1.1 for Connect and JSON, cleartext
-	// HTTP/2 (h2c) for gRPC.
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
+	// One port for every protocol: gRPC connections on grpc-go's transport,
+	// the rest (HTTP/1.1 and h2c: Connect, gRPC-Web, JSON, pages) on srv.
+	api, err := rpc.NewServer(handler, srv, cfg.transportConfig(srv.ReadHeaderTimeout))
+	if err != nil {
+		ln.Close()
+		return err
+	}
 
 	fmt.Fprintf(stdout, "quotad listening on %s (Connect, gRPC, gRPC-Web, HTTP/JSON)\nstore: %s\npolicies: %d configured, inline limits %s\n",
 		displayURL(ln.Addr()), n.Store(), len(cfg.Policies), map[bool]string{true: "on", false: "off"}[cfg.InlineLimits])
@@ -367,7 +371,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- api.Serve(ln) }()
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
@@ -378,11 +382,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	health.Drain()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := api.Shutdown(shutdownCtx); err != nil {
 		// Streams such as a health Watch never finish on their own; what is
 		// still open at the deadline is cut so the rest of the order runs.
 		log.Warn("shutdown: requests still running at the deadline were cut", "err", err)
-		srv.Close()
+		api.Close()
 	}
 	held := n.Stats().UnitsHeld
 	if err := n.Close(); err != nil {
