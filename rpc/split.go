@@ -18,10 +18,13 @@ import (
 // a connection whose first request is gRPC goes to grpc-go's transport,
 // every other connection to net/http. It is the connection-level sniff of
 // cmux (github.com/soheilhy/cmux), written small for exactly this one
-// decision: cmux matches on a prefix of the bytes, so over HTTP/2 it needs
-// its own reading of frames and HPACK anyway, and it would be a dependency
-// for about 200 lines. The decision is per connection, and gRPC clients
-// keep to one protocol per connection.
+// decision rather than taken from cmux: cmux's HTTP/2 matcher that sends
+// the SETTINGS gRPC clients wait for leaves the client's acknowledgement
+// of it in the stream, which net/http's HTTP/2 server answers with a
+// protocol error (soheilhy/cmux#96, unmerged since 2022), and a whole
+// multiplexer would be a dependency for one decision. HPACK is x/net's.
+// The decision is per connection, and gRPC clients keep to one protocol
+// per connection.
 //
 // An HTTP/2 connection opens with the client's preface and SETTINGS; the
 // content-type of its first request is in the first HEADERS frame after
