@@ -11,7 +11,10 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	grpcstatus "google.golang.org/grpc/status"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
@@ -26,13 +29,21 @@ import (
 // Every protocol answers on the one port of a quotad binary, each from a
 // stock client: Connect (HTTP/1.1 and h2c), gRPC (grpc-go's client, and
 // connect-go's), gRPC-Web, HTTP/JSON, reflection v1 and v1alpha, gRPC
-// health and the HTTP probes, and Envoy's rate limit service.
+// health and the HTTP probes, and Envoy's rate limit service; admin calls
+// need the admin token over gRPC (grpc-go's front end) as over Connect,
+// and concurrency slots work over gRPC. (Over TLS and mutual TLS,
+// TestTLSServesEveryProtocolAndReloadsItsCertificate and
+// TestMutualTLSAndAdminToken.)
 func TestEveryProtocolOnOnePort(t *testing.T) {
 	cfg := writeFile(t, "q.yaml", `policies:
   - name: api
     algorithm: fixed_window
     limit: 1000
     period: 1h
+  - name: jobs
+    algorithm: concurrency
+    limit: 1
+    period: 1m
 envoy:
   domains:
     - domain: edge
@@ -40,7 +51,8 @@ envoy:
         - key: remote_address
           policy: api
 `)
-	p := startProcess(t, "--config", cfg)
+	token := writeFile(t, "token", "s3cret\n")
+	p := startProcess(t, "--config", cfg, "--admin-token-file", token)
 	addr := strings.TrimPrefix(p.URL, "http://")
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -144,6 +156,47 @@ envoy:
 		c := ratelimitv3connect.NewRateLimitServiceClient(http.DefaultClient, p.URL)
 		if r, err := c.ShouldRateLimit(ctx, connect.NewRequest(req)); err != nil || r.Msg.GetStatuses()[0].GetLimitRemaining() != 998 {
 			t.Fatalf("ShouldRateLimit over Connect: %v, %v", r, err)
+		}
+	})
+	t.Run("admin token", func(t *testing.T) {
+		reset := &quotadv1.ResetRequest{Policy: "api", Key: "k"}
+		for _, tc := range []struct {
+			md   []string
+			want codes.Code
+		}{
+			{nil, codes.Unauthenticated},
+			{[]string{"authorization", "Bearer wrong"}, codes.PermissionDenied},
+			{[]string{"authorization", "Bearer s3cret"}, codes.OK},
+		} {
+			err := conn.Invoke(metadata.AppendToOutgoingContext(ctx, tc.md...), quotadv1connect.QuotaServiceResetProcedure, reset, &quotadv1.ResetResponse{})
+			if grpcstatus.Code(err) != tc.want {
+				t.Errorf("gRPC Reset with %q: %v, want %v", tc.md, err, tc.want)
+			}
+			req := connect.NewRequest(reset)
+			if len(tc.md) > 0 {
+				req.Header().Set(tc.md[0], tc.md[1])
+			}
+			_, err = quotadv1connect.NewQuotaServiceClient(http.DefaultClient, p.URL).Reset(ctx, req)
+			if got := connect.CodeOf(err); err != nil && int(got) != int(tc.want) || err == nil && tc.want != codes.OK {
+				t.Errorf("Connect Reset with %q: %v, want %v", tc.md, err, tc.want)
+			}
+		}
+	})
+	t.Run("slots over grpc", func(t *testing.T) {
+		res := &quotadv1.CheckResponse{}
+		if err := conn.Invoke(ctx, quotadv1connect.QuotaServiceCheckProcedure, &quotadv1.CheckRequest{Policy: "jobs", Key: "j"}, res); err != nil || res.GetSlotId() == "" {
+			t.Fatalf("Check of a concurrency policy: %v, %v", res, err)
+		}
+		slot := res.GetSlotId()
+		if err := conn.Invoke(ctx, quotadv1connect.QuotaServiceRenewSlotProcedure, &quotadv1.RenewSlotRequest{Policy: "jobs", Key: "j", SlotId: slot}, &quotadv1.RenewSlotResponse{}); err != nil {
+			t.Fatalf("RenewSlot: %v", err)
+		}
+		if err := conn.Invoke(ctx, quotadv1connect.QuotaServiceReleaseSlotProcedure, &quotadv1.ReleaseSlotRequest{Policy: "jobs", Key: "j", SlotId: slot}, &quotadv1.ReleaseSlotResponse{}); err != nil {
+			t.Fatalf("ReleaseSlot: %v", err)
+		}
+		err := conn.Invoke(ctx, quotadv1connect.QuotaServiceReleaseSlotProcedure, &quotadv1.ReleaseSlotRequest{Policy: "jobs", Key: "j", SlotId: slot}, &quotadv1.ReleaseSlotResponse{})
+		if grpcstatus.Code(err) != codes.NotFound {
+			t.Fatalf("ReleaseSlot of a released slot: %v, want NotFound", err)
 		}
 	})
 	t.Run("metrics see both front ends", func(t *testing.T) {
