@@ -388,6 +388,9 @@ type haproxyConfig struct {
 	bindPort int
 	servers  map[string]int // host → port
 	h2, hc   bool           // servers speak h2c; health check on /readyz
+	// grpcApart: gRPC requests go to a backend of their own (quotad serves
+	// a gRPC-first connection with grpc-go, which answers nothing else).
+	grpcApart bool
 }
 
 func readHAProxy(t *testing.T, path string) haproxyConfig {
@@ -410,6 +413,8 @@ func readHAProxy(t *testing.T, path string) haproxyConfig {
 			h.h2 = strings.Contains(line, "proto h2")
 		case f[0] == "option" && f[1] == "httpchk":
 			h.hc = slices.Contains(f, "/readyz")
+		case f[0] == "acl" && strings.Contains(line, "req.hdr(content-type)") && strings.Contains(line, "application/grpc"):
+			h.grpcApart = true
 		}
 	}
 	return h
@@ -438,8 +443,8 @@ func TestComposeFile(t *testing.T) {
 	if !slices.ContainsFunc(lb.Volumes, func(v string) bool { return strings.HasPrefix(v, "./haproxy.cfg:") }) || hp.bindPort != 8080 {
 		t.Errorf("lb mounts %v, HAProxy binds %d; want ./haproxy.cfg and 8080", lb.Volumes, hp.bindPort)
 	}
-	if !hp.h2 || !hp.hc {
-		t.Errorf("HAProxy servers: proto h2 %t, /readyz checks %t; want both (checks on /readyz)", hp.h2, hp.hc)
+	if !hp.h2 || !hp.hc || !hp.grpcApart {
+		t.Errorf("HAProxy servers: proto h2 %t, /readyz checks %t, gRPC on a backend of its own %t; want all three", hp.h2, hp.hc, hp.grpcApart)
 	}
 	names := map[string]bool{}
 	for _, n := range nodes {

@@ -2,12 +2,18 @@ package rpc
 
 import (
 	"container/list"
+	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 )
 
 // connLimiter caps the server's open connections. At the cap a new
@@ -18,8 +24,9 @@ import (
 // a request to make. When every connection is busy the new one is closed
 // at once, so a flood of connections never exhausts file descriptors.
 //
-// It learns which connections are idle from http.Server's ConnState hook.
-// Safe for concurrent use.
+// It learns which connections are idle from http.Server's ConnState hook
+// on the HTTP front end, and from the calls themselves on the gRPC front
+// end (serverConn.begin and end). Safe for concurrent use.
 type connLimiter struct {
 	max int
 	log *slog.Logger
@@ -44,27 +51,36 @@ func newConnLimiter(max int, log *slog.Logger) *connLimiter {
 	return &connLimiter{max: max, log: log}
 }
 
-// limitListener accepts connections for the server within its limiter.
+// limitListener accepts connections for the server within its limiter,
+// ends TLS on them when tls is set, and guards them against rapid reset.
 type limitListener struct {
 	net.Listener
 	lim    *connLimiter
 	resets *resetStats
 	log    *slog.Logger
+	tls    *tls.Config // nil: cleartext
 }
 
 // Accept returns the next connection admitted by the limiter; connections
-// it refuses are closed here and never reach the server.
+// it refuses are closed here and never reach the server. A TLS connection
+// shakes hands on its first Read, under the deadline its reader sets.
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
 		raw, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		c := &serverConn{Conn: raw, lim: l.lim, guard: newResetGuard(l.resets, l.log)}
-		if l.lim.admit(c) {
-			return c, nil
+		c := &serverConn{Conn: raw, lim: l.lim}
+		if !l.lim.admit(c) {
+			_ = raw.Close()
+			continue
 		}
-		_ = raw.Close()
+		var plain net.Conn = c
+		if l.tls != nil {
+			plain = tls.Server(c, l.tls)
+		}
+		// Above TLS, so that the guard reads HTTP/2 frames, not ciphertext.
+		return &guardedConn{Conn: plain, guard: newResetGuard(l.resets, l.log)}, nil
 	}
 }
 
@@ -156,8 +172,40 @@ func (l *connLimiter) warn(msg string, args ...any) {
 	l.log.Warn(msg, append(args, "evicted_total", l.evicted.Load(), "refused_total", l.refused.Load())...)
 }
 
+// begin marks a call (a gRPC stream) in flight on c: c is busy until as
+// many calls of end. Only the gRPC front end calls it; net/http's
+// connections are followed by connState. c may be nil (a no-op).
+func (c *serverConn) begin() {
+	if c == nil {
+		return
+	}
+	l := c.lim
+	l.mu.Lock()
+	c.calls++
+	if c.elem != nil {
+		l.idle.Remove(c.elem)
+		c.elem = nil
+	}
+	l.mu.Unlock()
+}
+
+// end ends a call begun on c; with none left c is idle from now.
+func (c *serverConn) end() {
+	if c == nil {
+		return
+	}
+	l := c.lim
+	l.mu.Lock()
+	c.calls--
+	if c.calls == 0 && c.elem == nil && !c.released {
+		c.idleSince = time.Now()
+		c.elem = l.idle.PushBack(c)
+	}
+	l.mu.Unlock()
+}
+
 // asServerConn finds the serverConn under nc: nc itself, or the connection
-// a TLS connection runs on.
+// a wrapper (TLS, the reset guard, the front-end split) runs on.
 func asServerConn(nc net.Conn) *serverConn {
 	for nc != nil {
 		switch c := nc.(type) {
@@ -172,18 +220,17 @@ func asServerConn(nc net.Conn) *serverConn {
 	return nil
 }
 
-// serverConn is an accepted connection: its slot in the limiter and its
-// HTTP/2 reset guard.
+// serverConn is an accepted connection and its slot in the limiter.
 type serverConn struct {
 	net.Conn
 	lim *connLimiter
 	// elem is c's place in lim.idle while idle; released says c no longer
-	// holds a slot. Both are guarded by lim.mu, as is idleSince.
+	// holds a slot; calls counts the gRPC calls in flight on c. All are
+	// guarded by lim.mu, as is idleSince.
 	elem      *list.Element
 	released  bool
+	calls     int
 	idleSince time.Time
-
-	guard *resetGuard
 }
 
 // Close frees c's slot and closes the connection.
@@ -192,9 +239,106 @@ func (c *serverConn) Close() error {
 	return c.Conn.Close()
 }
 
+// guardedConn is a connection (cleartext, or TLS ended) whose HTTP/2
+// frames pass its reset guard.
+type guardedConn struct {
+	net.Conn
+	guard *resetGuard
+}
+
 // Read passes the client's bytes to the server through the reset guard.
-func (c *serverConn) Read(p []byte) (int, error) { return c.guard.read(c.Conn, p) }
+func (c *guardedConn) Read(p []byte) (int, error) { return c.guard.read(c.Conn, p) }
 
 // Write passes the server's bytes to the client through the reset guard,
 // which may slip a GOAWAY in between two frames.
-func (c *serverConn) Write(p []byte) (int, error) { return c.guard.write(c.Conn, p) }
+func (c *guardedConn) Write(p []byte) (int, error) { return c.guard.write(c.Conn, p) }
+
+// NetConn returns the connection under the guard.
+func (c *guardedConn) NetConn() net.Conn { return c.Conn }
+
+// connCredentials are the gRPC front end's transport credentials: no
+// handshake (TLS, if any, ended below the split), only an AuthInfo that
+// carries the connection's serverConn, for its calls to keep the
+// connection cap's idle list, and its TLS state, for a call to see who
+// its client is (peer.FromContext), as grpc-go's own TLS credentials give.
+type connCredentials struct{}
+
+var _ credentials.TransportCredentials = connCredentials{}
+
+// connInfo is connCredentials' AuthInfo.
+type connInfo struct {
+	credentials.TLSInfo // zero without TLS
+	conn                *serverConn
+}
+
+// AuthType implements credentials.AuthInfo.
+func (i connInfo) AuthType() string {
+	if i.State.Version == 0 {
+		return "insecure"
+	}
+	return i.TLSInfo.AuthType()
+}
+
+// ServerHandshake implements credentials.TransportCredentials.
+func (connCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	info := connInfo{conn: asServerConn(c)}
+	info.SecurityLevel = credentials.NoSecurity
+	for nc := c; nc != nil; {
+		if tc, ok := nc.(*tls.Conn); ok {
+			info.State = tc.ConnectionState()
+			info.SecurityLevel = credentials.PrivacyAndIntegrity
+			break
+		}
+		u, ok := nc.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		nc = u.NetConn()
+	}
+	return c, info, nil
+}
+
+// ClientHandshake implements credentials.TransportCredentials; the server
+// never calls it.
+func (connCredentials) ClientHandshake(_ context.Context, _ string, c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return c, connInfo{}, nil
+}
+
+// Info implements credentials.TransportCredentials.
+func (connCredentials) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "quotad"}
+}
+
+// Clone implements credentials.TransportCredentials.
+func (connCredentials) Clone() credentials.TransportCredentials { return connCredentials{} }
+
+// OverrideServerName implements credentials.TransportCredentials.
+func (connCredentials) OverrideServerName(string) error { return nil }
+
+// callConn returns the serverConn a gRPC call came on; nil if unknown.
+func callConn(ctx context.Context) *serverConn {
+	if p, ok := peer.FromContext(ctx); ok {
+		if i, ok := p.AuthInfo.(connInfo); ok {
+			return i.conn
+		}
+	}
+	return nil
+}
+
+// callsInterceptor keeps a unary call's connection busy while it runs,
+// for the gRPC services the front end does not write itself (health).
+func callsInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	c := callConn(ctx)
+	c.begin()
+	defer c.end()
+	return next(ctx, req)
+}
+
+// streamsInterceptor keeps a stream's connection busy while it is open
+// (a health Watch, reflection).
+func streamsInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	c := callConn(ss.Context())
+	c.begin()
+	defer c.end()
+	return next(srv, ss)
+}

@@ -3,11 +3,14 @@ package rpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
 
 	"connectrpc.com/connect"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/quotad/quotad/node"
 )
@@ -48,7 +51,9 @@ var (
 // admin call with the wrong token (without one it is Unauthenticated), the
 // caller's context ending is Canceled or DeadlineExceeded, a full memory store
 // is ResourceExhausted, a failed store (on Reset; checks take the failure mode
-// instead) is Unavailable, and everything else is Internal.
+// instead) is Unavailable, and everything else is Internal. (decodeError,
+// below, is the gRPC front end's copy of what connect-go answers to a request
+// that does not decode.)
 func code(ctx context.Context, err error) connect.Code {
 	var ce *connect.Error
 	switch {
@@ -133,4 +138,16 @@ func recoverPanic(log *slog.Logger) connect.HandlerOption {
 		log.ErrorContext(ctx, "panic in handler", "procedure", spec.Procedure, "panic", panicked, "stack", string(debug.Stack()))
 		return connect.NewError(connect.CodeInternal, errInternal)
 	})
+}
+
+// grpcError is ce as the gRPC front end returns it: a gRPC status of the
+// same code (gRPC and Connect number their codes alike) and message.
+func grpcError(ce *connect.Error) error {
+	return grpcstatus.Error(codes.Code(ce.Code()), ce.Message())
+}
+
+// decodeError is the error of a request message req that did not decode
+// (err), as the Connect front end reports it: the client's fault.
+func decodeError(req any, err error) *connect.Error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("unmarshal message: unmarshal into %T: %w", req, err))
 }

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 	"github.com/quotad/quotad/rpc/console"
 )
@@ -37,10 +38,12 @@ import (
 //   - unless cfg.DisableConsole, the web console: GET / and its assets
 //     under GET /console/ (package console).
 //
-// gRPC needs HTTP/2: serve the handler with an http.Server whose Protocols
-// enable HTTP/1 and unencrypted HTTP/2 (h2c), or over TLS. cfg is defaulted
-// and validated; log may be nil (discard). The handler is safe for
-// concurrent use; SetRules changes the Envoy rules it serves by.
+// Serve the handler with NewServer, which also serves gRPC connections on
+// grpc-go's faster transport (the same services, the same core), or alone
+// with an http.Server whose Protocols enable HTTP/1 and unencrypted HTTP/2
+// (h2c), or over TLS. cfg is defaulted and validated; log may be nil
+// (discard). The handler is safe for concurrent use; SetRules changes the
+// Envoy rules it serves by.
 func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -66,11 +69,15 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 		// inflating there (a gzip bomb costs at most the limit's worth).
 		boundedGzip(cfg.MaxRequestBytes),
 	)
-	// Telemetry's interceptors go first, around errorInterceptor, so that
-	// spans and metrics see the codes clients get.
-	interceptors, err := cfg.Telemetry.interceptors()
+	// Telemetry goes first, around errorInterceptor, so that spans and
+	// metrics see the codes clients get.
+	tel, err := newCallTelemetry(cfg.Telemetry, apiProcedures)
 	if err != nil {
 		return nil, err
+	}
+	var interceptors []connect.Interceptor
+	if tel != nil {
+		interceptors = append(interceptors, tel.connectInterceptor())
 	}
 	svc := &service{
 		node:     n,
@@ -83,9 +90,10 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	}
 	mux := http.NewServeMux()
 	interceptors = append(interceptors, errorInterceptor(log))
-	if cfg.AdminToken != "" {
+	admin := newAdminGuard(cfg.AdminToken, log)
+	if admin != nil {
 		// Inside errorInterceptor, which gives its refusals their codes.
-		interceptors = append(interceptors, adminInterceptor(cfg.AdminToken, log))
+		interceptors = append(interceptors, admin.interceptor())
 	}
 	rpcInterceptors := connect.WithInterceptors(interceptors...)
 	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, rpcInterceptors))
@@ -93,9 +101,13 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	handler := &Handler{rls: rls}
+	reflected := append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)
+	handler := &Handler{
+		svc: svc, rls: rls, health: h, reflected: reflected,
+		tel: tel, log: log, maxRequestBytes: cfg.MaxRequestBytes, admin: admin,
+	}
 	handler.version.Store(&cfg.ConfigVersion)
-	reflector := grpcreflect.NewStaticReflector(append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)...)
+	reflector := grpcreflect.NewStaticReflector(reflected...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, common))
 	// Many tools (grpcurl among them) still ask v1alpha first.
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, common))
@@ -113,11 +125,23 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	return handler, nil
 }
 
-// Handler is the API of one node; NewHandler describes what it serves.
+// Handler is a node's API as NewHandler describes it: net/http's handler,
+// and what NewServer needs to serve the same services on grpc-go.
 type Handler struct {
 	mux http.Handler
+	// The service core, shared with the gRPC front end.
+	svc *service
 	// rls is Envoy's rate limit service; nil when it is not served.
 	rls *rlsService
+	// health and reflected (the services reflection lists) are shared too.
+	health          *Health
+	reflected       []string
+	tel             *callTelemetry // nil: no telemetry
+	log             *slog.Logger
+	maxRequestBytes int
+	// admin guards the admin procedures on both front ends; nil when
+	// Config.AdminToken is empty.
+	admin *adminGuard
 	// version is the config the rules came from, for GET /cluster.
 	version atomic.Pointer[ConfigVersion]
 }
@@ -173,4 +197,15 @@ func (h *Handler) SetRules(r Rules) error {
 	v := r.Version
 	h.version.Store(&v)
 	return nil
+}
+
+// apiProcedures are the unary procedures that telemetry observes.
+var apiProcedures = []string{
+	quotadv1connect.QuotaServiceCheckProcedure,
+	quotadv1connect.QuotaServiceCheckBatchProcedure,
+	quotadv1connect.QuotaServiceResetProcedure,
+	quotadv1connect.QuotaServiceListPoliciesProcedure,
+	quotadv1connect.QuotaServiceRenewSlotProcedure,
+	quotadv1connect.QuotaServiceReleaseSlotProcedure,
+	ratelimitv3connect.RateLimitServiceShouldRateLimitProcedure,
 }

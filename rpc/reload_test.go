@@ -48,7 +48,7 @@ func compiled(t testing.TB, c EnvoyConfig, policies []node.Policy) *EnvoyRules {
 func TestSetRulesReplacesEnvoyRules(t *testing.T) {
 	policies := []node.Policy{minutePolicy("pa", 100), minutePolicy("pb", 100)}
 	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{Envoy: twoRuleEnvoy(), ConfigVersion: ConfigVersion{Generation: 1, Hash: "first"}}, policies...)
-	h := ts.handler.(*Handler)
+	h := ts.handler
 	c := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("a", "1")}}
 	if got := shouldRateLimit(t, c, req).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != 100 {
@@ -83,7 +83,7 @@ func TestSetRulesReplacesEnvoyRules(t *testing.T) {
 // without a restart, but still takes the version.
 func TestSetRulesCannotMountEnvoyLater(t *testing.T) {
 	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, minutePolicy("pa", 1), minutePolicy("pb", 1))
-	h := ts.handler.(*Handler)
+	h := ts.handler
 	err := h.SetRules(Rules{Envoy: compiled(t, twoRuleEnvoy(), []node.Policy{minutePolicy("pa", 1), minutePolicy("pb", 1)}), Version: ConfigVersion{Generation: 4}})
 	if !errors.Is(err, ErrRestartRequired) || !strings.Contains(err.Error(), "envoy") {
 		t.Fatalf("SetRules mounting Envoy's service: %v, want ErrRestartRequired naming envoy", err)
@@ -107,7 +107,7 @@ func TestReloadIsNeverSeenHalfDone(t *testing.T) {
 		return []node.Policy{minutePolicy("pa", limit), minutePolicy("pb", limit)}
 	}
 	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{Envoy: twoRuleEnvoy()}, setOf(1000)...)
-	h := ts.handler.(*Handler)
+	h := ts.handler
 	rls := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 	api := ts.client(t, "grpc")
 	ctx := context.Background()

@@ -93,8 +93,17 @@ type rlsCheck struct {
 // hits if it fits, as in envoyproxy/ratelimit. The whole request is decided
 // by one set of rules, even while a new one is swapped in.
 func (s *rlsService) ShouldRateLimit(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
+	res, err := s.shouldRateLimit(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+// shouldRateLimit is ShouldRateLimit's core, which both front ends call.
+func (s *rlsService) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	t := &s.rules.Rules().table
-	checks, err := s.plan(ctx, t, req.Msg)
+	checks, err := s.plan(ctx, t, req)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +111,7 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *connect.Request[r
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks)),
 	}
-	if t.allOrNothing[req.Msg.GetDomain()] {
+	if t.allOrNothing[req.GetDomain()] {
 		if err := s.decideAll(ctx, t, checks, res.Statuses); err != nil {
 			return nil, err
 		}
@@ -125,7 +134,7 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *connect.Request[r
 		res.OverallCode = rlsv3.RateLimitResponse_OK
 		s.stats.globalShadowMode.Add(ctx, 1)
 	}
-	return connect.NewResponse(res), nil
+	return res, nil
 }
 
 // plan validates req and plans each of its descriptors with the rules t.

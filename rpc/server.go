@@ -12,10 +12,18 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 )
 
 // Defaults of ServerConfig.
@@ -41,46 +49,73 @@ const (
 	http2WriteByteTimeout = 30 * time.Second
 )
 
+// gRPC front end's own bounds.
+const (
+	// maxHeaderListBytes bounds a gRPC request's headers as net/http bounds
+	// an HTTP request's by default (http.DefaultMaxHeaderBytes).
+	maxHeaderListBytes = 1 << 20
+	// keepaliveMinTime: a gRPC client that pings more often than this is
+	// told to go away (GOAWAY too_many_pings). It is the shortest interval
+	// grpc-go's clients allow themselves; grpc-go's server default is 5
+	// minutes, which punishes clients net/http never minded.
+	keepaliveMinTime = 10 * time.Second
+)
+
 // ServerConfig bounds what clients can hold of the API's HTTP server:
 // time, connections and HTTP/2 streams. The zero value is the default.
 // Build it with defaults, apply overrides, then Validate (NewServer does).
 type ServerConfig struct {
 	// ReadHeaderTimeout is how long a connection may take to send a
 	// request's headers (HTTP/1.1), or its HTTP/2 preface, once it starts
-	// one. 0 means DefaultReadHeaderTimeout (10s).
+	// one; a new connection gets as long for its TLS handshake and its
+	// first request's headers together (which decide its front end), and
+	// a gRPC one as long for grpc-go's connection setup. 0 means
+	// DefaultReadHeaderTimeout (10s).
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout is how long a request's body may take to arrive, from
 	// its headers to its last byte; a body still arriving then fails the
 	// request (HTTP/1.1 then closes the connection). It does not apply to
 	// the response, so server streams (a health Watch, whose request ends
 	// at once) last as long as the client wants; a stream whose client
-	// keeps its own side open (gRPC reflection) is cut after it. 0 means
-	// DefaultReadTimeout (30s).
+	// keeps its own side open (gRPC reflection) is cut after it. The gRPC
+	// front end does not apply it: there a request that never ends holds
+	// one of its connection's MaxConcurrentStreams until the connection
+	// goes. 0 means DefaultReadTimeout (30s).
 	ReadTimeout time.Duration
 	// IdleTimeout closes a connection with no request in flight for this
 	// long: an HTTP/1.1 keep-alive connection between requests, an HTTP/2
-	// connection with no open stream (with a GOAWAY). 0 means
-	// DefaultIdleTimeout (2m).
+	// connection (net/http's or grpc-go's) with no open stream (with a
+	// GOAWAY). 0 means DefaultIdleTimeout (2m).
 	IdleTimeout time.Duration
 	// MaxConnections bounds the connections open at once. A connection
 	// that arrives at the bound takes the place of the one idle for the
 	// longest (no request in flight, or none sent yet), which is closed;
-	// when every connection is busy it is closed at once instead. 0 means
-	// DefaultMaxConnections (10,000).
+	// when every connection is busy it is closed at once instead. Both
+	// front ends' connections count. 0 means DefaultMaxConnections
+	// (10,000).
 	MaxConnections int
 	// MaxConcurrentStreams bounds the streams (requests) one HTTP/2
-	// connection may have open. 0 means DefaultMaxConcurrentStreams (250).
+	// connection may have open, on either front end. 0 means
+	// DefaultMaxConcurrentStreams (250).
 	MaxConcurrentStreams int
 	// Telemetry: with a MeterProvider the server reports its connections
 	// and GOAWAYs (docs/observability.md).
 	Telemetry Telemetry
 	// TLS, when not nil, makes the port serve TLS only: HTTP/2 by ALPN and
 	// HTTP/1.1, no cleartext. Its certificates come from its own fields or
-	// callbacks (GetConfigForClient). The rapid-reset guard reads HTTP/2
-	// frames off the connection's bytes, so it cannot see them inside TLS;
-	// there Go's own HTTP/2 mitigation is what applies. nil (the default)
-	// serves cleartext HTTP/1.1 and h2c.
+	// callbacks (GetConfigForClient); NextProtos should offer "h2" and
+	// "http/1.1" (both are offered when it has none). The server ends TLS
+	// itself, before it splits connections between the front ends, so the
+	// rapid-reset guard reads the HTTP/2 frames inside TLS too. nil (the
+	// default) serves cleartext HTTP/1.1 and h2c.
 	TLS *tls.Config
+	// ConnectOnly serves every connection on net/http, gRPC included (on
+	// connect-go, several times the CPU per call). Default false: a
+	// connection whose first request is gRPC (application/grpc, protobuf)
+	// goes to grpc-go. Set it when a proxy in front sends gRPC and other
+	// requests on one HTTP/2 connection, which grpc-go would answer 415
+	// for the others.
+	ConnectOnly bool
 }
 
 // Validate reports the first problem with c. Zero values are valid: they
@@ -122,22 +157,40 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	return c
 }
 
-// Server serves an http.Handler (NewHandler's) on one port for HTTP/1.1
-// and cleartext HTTP/2 (h2c), within the bounds of a ServerConfig: header,
-// body and idle timeouts, a connection cap that makes room by closing idle
-// connections, HTTP/2 stream limits, and a GOAWAY for clients that reset
-// streams in bulk (rapid reset). Its methods are safe for concurrent use.
+// Server serves a node's API on one port with two front ends: connections
+// whose first request is gRPC (application/grpc, protobuf) go to grpc-go's
+// transport, where the API's services are registered over the same service
+// core; every other connection (HTTP/1.1, and HTTP/2 with Connect,
+// gRPC-Web, JSON or gRPC with JSON) goes to net/http and its handler.
+// Health, reflection and Envoy's rate limit service answer on both. A
+// connection stays with the front end of its first request: a client (or
+// proxy) that mixes gRPC with other requests on one HTTP/2 connection
+// needs ServerConfig.ConnectOnly.
+//
+// Both front ends serve within the bounds of one ServerConfig: header,
+// body and idle timeouts, one connection cap that makes room by closing
+// idle connections, HTTP/2 stream limits and pings, TLS, and a GOAWAY for
+// clients that reset streams in bulk (rapid reset). Its methods are safe
+// for concurrent use.
 type Server struct {
 	http   *http.Server
+	grpc   *grpc.Server // nil: net/http serves every connection
+	cfg    ServerConfig
 	conns  *connLimiter
 	resets *resetStats
 	log    *slog.Logger
 	reg    metric.Registration
+
+	mu    sync.Mutex
+	split *splitListener // set by Serve
 }
 
-// NewServer returns a server for h. cfg is defaulted and validated; log may
-// be nil (discard).
-func NewServer(h http.Handler, cfg ServerConfig, log *slog.Logger) (*Server, error) {
+// NewServer returns a server of api, the HTTP front end's handler: NewHandler's
+// h, possibly wrapped (e.g. with more pages). h's services are served on
+// grpc-go too, unless cfg.ConnectOnly; h nil serves api alone, every
+// connection on net/http. cfg is defaulted and validated; log may be nil
+// (discard).
+func NewServer(h *Handler, api http.Handler, cfg ServerConfig, log *slog.Logger) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -145,9 +198,13 @@ func NewServer(h http.Handler, cfg ServerConfig, log *slog.Logger) (*Server, err
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{conns: newConnLimiter(cfg.MaxConnections, log), resets: &resetStats{}, log: log}
+	if cfg.TLS != nil && len(cfg.TLS.NextProtos) == 0 {
+		cfg.TLS = cfg.TLS.Clone()
+		cfg.TLS.NextProtos = []string{"h2", "http/1.1"}
+	}
+	s := &Server{cfg: cfg, conns: newConnLimiter(cfg.MaxConnections, log), resets: &resetStats{}, log: log}
 	s.http = &http.Server{
-		Handler:           bodyDeadline(h, cfg.ReadTimeout),
+		Handler:           bodyDeadline(api, cfg.ReadTimeout),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		// ReadTimeout and WriteTimeout stay unset: they would end long
@@ -162,18 +219,22 @@ func NewServer(h http.Handler, cfg ServerConfig, log *slog.Logger) (*Server, err
 			PingTimeout:          http2PingTimeout,
 			WriteByteTimeout:     http2WriteByteTimeout,
 		},
-		// net/http's own complaints (accept errors, broken HTTP/2 peers,
-		// failed TLS handshakes) go to the log instead of stderr.
+		// net/http's own complaints (accept errors, broken HTTP/2 peers)
+		// go to the log instead of stderr.
 		ErrorLog: stdlog.New(serverErrorLog{log}, "", 0),
 	}
 	// One port for every protocol: HTTP/1.1 for Connect and JSON, HTTP/2
-	// for gRPC: cleartext (h2c), or by ALPN over TLS.
+	// for gRPC. What reaches net/http is plain: TLS, if any, ends below it
+	// (Serve), so an HTTP/2 connection negotiated by ALPN reaches it as
+	// one with prior knowledge.
 	s.http.Protocols.SetHTTP1(true)
-	if cfg.TLS != nil {
-		s.http.TLSConfig = cfg.TLS
-		s.http.Protocols.SetHTTP2(true)
-	} else {
-		s.http.Protocols.SetUnencryptedHTTP2(true)
+	s.http.Protocols.SetUnencryptedHTTP2(true)
+	if h != nil && !cfg.ConnectOnly {
+		g, err := newGRPCServer(h, cfg, s.conns)
+		if err != nil {
+			return nil, err
+		}
+		s.grpc = g
 	}
 	if err := s.instrument(cfg.Telemetry); err != nil {
 		return nil, err
@@ -181,17 +242,78 @@ func NewServer(h http.Handler, cfg ServerConfig, log *slog.Logger) (*Server, err
 	return s, nil
 }
 
+// newGRPCServer returns the gRPC front end of h: grpc-go with h's services,
+// within cfg's bounds, its calls counted by conns.
+func newGRPCServer(h *Handler, cfg ServerConfig, conns *connLimiter) (*grpc.Server, error) {
+	codec, err := newGRPCCodec()
+	if err != nil {
+		return nil, err
+	}
+	g := grpc.NewServer(
+		grpc.ForceServerCodecV2(codec),
+		// The connections come with TLS ended and their place in the
+		// connection cap (Serve); these credentials hand both to the calls.
+		grpc.Creds(connCredentials{}),
+		// Requests inflate (gzip) to at most this, as on connect-go
+		// (boundedGzip): grpc-go stops decompressing past the limit.
+		grpc.MaxRecvMsgSize(h.maxRequestBytes),
+		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		grpc.ConnectionTimeout(cfg.ReadHeaderTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: cfg.IdleTimeout,
+			Time:              http2PingAfter,
+			Timeout:           http2PingTimeout,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
+		// Health's Check and the streams (health Watch, reflection) pass
+		// these; the API's own methods do the same inline (grpc.go).
+		grpc.UnaryInterceptor(callsInterceptor),
+		grpc.StreamInterceptor(streamsInterceptor),
+		// One write buffer per connection only while it writes: idle
+		// connections hold none.
+		grpc.SharedWriteBuffer(true),
+		// Calls run on long-lived workers whose stacks have already grown,
+		// instead of a new goroutine per call growing its stack again
+		// (about a tenth of a hot check's CPU). At most GOMAXPROCS run at
+		// once, but a call waiting on Redis holds its worker, hence four
+		// each; a call finding none idle gets a goroutine of its own.
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+	)
+	f := grpcFront{tel: h.tel, admin: h.admin, log: h.log}
+	g.RegisterService(f.quotaService(h.svc), nil)
+	if h.rls != nil {
+		g.RegisterService(f.rateLimitService(h.rls), nil)
+	}
+	healthv1.RegisterHealthServer(g, grpcHealth{h: h.health})
+	reflectionv1.RegisterServerReflectionServer(g, reflection.NewServerV1(reflection.ServerOptions{Services: serviceNames(h.reflected)}))
+	// The v1alpha service answers what v1 answers, for older tools.
+	reflectionv1alpha.RegisterServerReflectionServer(g, reflection.NewServer(reflection.ServerOptions{Services: serviceNames(h.reflected)}))
+	return g, nil
+}
+
 // Serve accepts connections on ln until Shutdown or Close, and returns
 // http.ErrServerClosed then; any other error is ln's. Connections beyond
 // the cap are handled as ServerConfig.MaxConnections says.
 func (s *Server) Serve(ln net.Listener) error {
-	limited := &limitListener{Listener: ln, lim: s.conns, resets: s.resets, log: s.log}
-	if s.http.TLSConfig != nil {
-		// The certificate comes from TLSConfig; the connection cap counts
-		// TCP connections, handshakes included.
-		return s.http.ServeTLS(limited, "", "")
+	limited := &limitListener{Listener: ln, lim: s.conns, resets: s.resets, log: s.log, tls: s.cfg.TLS}
+	if s.grpc == nil {
+		return s.http.Serve(limited)
 	}
-	return s.http.Serve(limited)
+	split := newSplitListener(limited, s.cfg.ReadHeaderTimeout, s.cfg.IdleTimeout, s.log)
+	s.mu.Lock()
+	s.split = split
+	s.mu.Unlock()
+	errs := make(chan error, 2)
+	go func() { errs <- s.grpc.Serve(split.grpc) }()
+	go func() { errs <- s.http.Serve(split.http) }()
+	for range 2 {
+		// grpc-go returns nil after a stop; net/http ErrServerClosed.
+		if err := <-errs; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	return http.ErrServerClosed
 }
 
 // serverErrorLog routes net/http's error log into the structured log.
@@ -210,17 +332,52 @@ func (l serverErrorLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Shutdown stops accepting, closes idle connections and waits for
-// requests in flight until ctx ends (http.Server.Shutdown).
+// Shutdown stops accepting connections, closes idle ones and lets the
+// calls in flight on both front ends finish, until ctx is done; then it
+// cuts what is still open (a health Watch stream never ends by itself) and
+// returns ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer s.unregister()
-	return s.http.Shutdown(ctx)
+	if s.grpc == nil {
+		return s.http.Shutdown(ctx)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	err := s.http.Shutdown(ctx)
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-stopped
+		err = errors.Join(err, ctx.Err())
+	}
+	s.closeListener()
+	return err
 }
 
 // Close closes the listener and every connection at once.
 func (s *Server) Close() error {
 	defer s.unregister()
-	return s.http.Close()
+	if s.grpc != nil {
+		s.grpc.Stop()
+	}
+	err := s.http.Close()
+	s.closeListener()
+	return err
+}
+
+// closeListener closes the shared listener, which both front ends' closing
+// their own listeners normally did already.
+func (s *Server) closeListener() {
+	s.mu.Lock()
+	split := s.split
+	s.mu.Unlock()
+	if split != nil {
+		_ = split.close()
+	}
 }
 
 // ServerStats is a snapshot of the server's connection figures.

@@ -28,13 +28,15 @@ import (
 type testServer struct {
 	URL string
 	// handler is NewHandler's handler, for tests that serve it differently.
-	handler http.Handler
+	handler *Handler
 	node    *node.Node
 	health  *Health
 	log     *syncBuffer
-	// lastProto is the HTTP major version of the last request served, so
-	// tests can see that gRPC really ran over HTTP/2.
-	lastProto atomic.Int32
+	// lastProto is the HTTP major version of the last request the HTTP
+	// front end served, and httpRequests how many it served, so tests can
+	// see which front end served a protocol.
+	lastProto    atomic.Int32
+	httpRequests atomic.Int64
 }
 
 // storeFactory makes a fresh store for one test.
@@ -90,22 +92,57 @@ func startNodeServer(t *testing.T, store node.Store, ncfg node.Config, cfg Confi
 		t.Fatal(err)
 	}
 	ts.handler = h
-	ts.URL = serveH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts.URL = serveAPI(t, h, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ts.lastProto.Store(int32(r.ProtoMajor))
+		ts.httpRequests.Add(1)
 		h.ServeHTTP(w, r)
 	}))
 	return ts
 }
 
-// serveH2C serves h on a fresh 127.0.0.1 port with NewServer's server
-// (HTTP/1.1 and cleartext HTTP/2), as cmd/quotad does, until the test ends. It returns the base URL.
+// serveAPI serves h on a fresh 127.0.0.1 port as cmd/quotad does, through
+// NewServer: gRPC connections on grpc-go, the rest on an http.Server whose
+// handler is httpHandler (h, or h wrapped). It returns the base URL; the
+// server stops when the test ends.
+func serveAPI(t testing.TB, h *Handler, httpHandler http.Handler) string {
+	t.Helper()
+	return serveAPIWith(t, h, httpHandler, ServerConfig{})
+}
+
+// serveAPIWith is serveAPI with the transport configured by cfg.
+func serveAPIWith(t testing.TB, h *Handler, httpHandler http.Handler, cfg ServerConfig) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(h, httpHandler, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Serve(ln) // http.ErrServerClosed after Close
+	}()
+	t.Cleanup(func() {
+		s.Close()
+		<-done
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// serveH2C serves h alone on a fresh 127.0.0.1 port with NewServer's
+// server, over HTTP/1.1 and cleartext HTTP/2, gRPC included (connect-go's),
+// until the test ends: the HTTP front end without the gRPC one. It returns
+// the base URL.
 func serveH2C(t testing.TB, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(h, ServerConfig{}, nil)
+	srv, err := NewServer(nil, h, ServerConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,12 @@ import (
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
 
-// service implements quotad.v1.QuotaService on a node. Its methods return
-// plain domain errors; errorInterceptor gives them their Connect codes. It
-// is safe for concurrent use.
+// service implements quotad.v1.QuotaService on a node: the one service
+// core of both front ends. Its lower-case methods take and return plain
+// messages, and the front ends call them: its exported methods for
+// connect-go's handlers, grpc.go's for grpc-go's. They return plain domain
+// errors, which each front end gives their codes with connectError. It is
+// safe for concurrent use.
 type service struct {
 	node     *node.Node
 	policies policyResolver
@@ -59,12 +62,27 @@ func (s *service) check(ctx context.Context, set *node.PolicySet, req *quotadv1.
 	return withSlot(checkResponse(res), res, p), nil
 }
 
-// CheckBatch implements QuotaService.CheckBatch: 1 to maxBatch checks,
-// decided one after another, each with its own result or error. Only a
-// batch of the wrong size, or the caller's context ending, fails the call.
-// With all_or_nothing the checks are decided as one (checkAll).
+// checkNow decides one request with the policies configured now: Check's
+// core, for the gRPC front end.
+func (s *service) checkNow(ctx context.Context, req *quotadv1.CheckRequest) (*quotadv1.CheckResponse, error) {
+	return s.check(ctx, s.node.PolicySet(), req)
+}
+
+// CheckBatch implements QuotaService.CheckBatch.
 func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.CheckBatchRequest]) (*connect.Response[quotadv1.CheckBatchResponse], error) {
-	items := req.Msg.GetRequests()
+	res, err := s.checkBatch(ctx, req.Spec().Procedure, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+// checkBatch decides 1 to maxBatch checks, one after another, each with
+// its own result or error. Only a batch of the wrong size, or the caller's
+// context ending, fails the call. With all_or_nothing the checks are
+// decided as one (checkAll). procedure names the call in the log.
+func (s *service) checkBatch(ctx context.Context, procedure string, req *quotadv1.CheckBatchRequest) (*quotadv1.CheckBatchResponse, error) {
+	items := req.GetRequests()
 	if n := len(items); n == 0 || n > s.maxBatch {
 		return nil, fmt.Errorf("requests: %w: %d checks; send 1 to %d", errInvalidRequest, n, s.maxBatch)
 	}
@@ -73,7 +91,7 @@ func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.
 	// One set for the whole batch: a reload in the middle of it does not
 	// decide some items by the old policies and others by the new.
 	set := s.node.PolicySet()
-	if req.Msg.GetAllOrNothing() {
+	if req.GetAllOrNothing() {
 		return s.checkAll(ctx, set, items)
 	}
 	results := make([]*quotadv1.CheckBatchResult, len(items))
@@ -85,7 +103,7 @@ func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.
 		}
 		res, err := s.check(ctx, set, item)
 		if err != nil {
-			ce := connectError(ctx, s.log, req.Spec().Procedure, err)
+			ce := connectError(ctx, s.log, procedure, err)
 			results[i] = &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Error{
 				Error: &quotadv1.ItemError{Code: ce.Code().String(), Message: ce.Message()},
 			}}
@@ -93,13 +111,13 @@ func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.
 		}
 		results[i] = &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Response{Response: res}}
 	}
-	return connect.NewResponse(&quotadv1.CheckBatchResponse{Results: results}), nil
+	return &quotadv1.CheckBatchResponse{Results: results}, nil
 }
 
 // checkAll decides a batch all or nothing (node.CheckAll). An invalid item
 // fails the whole call, named as requests[i], with that item's code: with
 // nothing decided, there is no result to give the others.
-func (s *service) checkAll(ctx context.Context, set *node.PolicySet, reqs []*quotadv1.CheckRequest) (*connect.Response[quotadv1.CheckBatchResponse], error) {
+func (s *service) checkAll(ctx context.Context, set *node.PolicySet, reqs []*quotadv1.CheckRequest) (*quotadv1.CheckBatchResponse, error) {
 	items := make([]node.Item, len(reqs))
 	for i, req := range reqs {
 		// As in check: a malformed key is InvalidArgument even when the
@@ -124,25 +142,42 @@ func (s *service) checkAll(ctx context.Context, set *node.PolicySet, reqs []*quo
 	for i, r := range res {
 		results[i] = &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Response{Response: checkResponse(r)}}
 	}
-	return connect.NewResponse(&quotadv1.CheckBatchResponse{Results: results}), nil
+	return &quotadv1.CheckBatchResponse{Results: results}, nil
 }
 
-// Reset implements QuotaService.Reset. It accepts any valid name, configured
-// or not, since inline namespaces have state too.
+// Reset implements QuotaService.Reset.
 func (s *service) Reset(ctx context.Context, req *connect.Request[quotadv1.ResetRequest]) (*connect.Response[quotadv1.ResetResponse], error) {
-	if err := s.node.Reset(ctx, req.Msg.GetPolicy(), req.Msg.GetKey()); err != nil {
+	res, err := s.reset(ctx, req.Msg)
+	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&quotadv1.ResetResponse{}), nil
+	return connect.NewResponse(res), nil
 }
 
-// ListPolicies implements QuotaService.ListPolicies: the configured
-// policies, sorted by name.
-func (s *service) ListPolicies(_ context.Context, _ *connect.Request[quotadv1.ListPoliciesRequest]) (*connect.Response[quotadv1.ListPoliciesResponse], error) {
+// reset resets a key's state. It accepts any valid name, configured or
+// not, since inline namespaces have state too.
+func (s *service) reset(ctx context.Context, req *quotadv1.ResetRequest) (*quotadv1.ResetResponse, error) {
+	if err := s.node.Reset(ctx, req.GetPolicy(), req.GetKey()); err != nil {
+		return nil, err
+	}
+	return &quotadv1.ResetResponse{}, nil
+}
+
+// ListPolicies implements QuotaService.ListPolicies.
+func (s *service) ListPolicies(ctx context.Context, req *connect.Request[quotadv1.ListPoliciesRequest]) (*connect.Response[quotadv1.ListPoliciesResponse], error) {
+	res, err := s.listPolicies(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+// listPolicies returns the configured policies, sorted by name.
+func (s *service) listPolicies(_ context.Context, _ *quotadv1.ListPoliciesRequest) (*quotadv1.ListPoliciesResponse, error) {
 	ps := s.node.Policies()
 	out := make([]*quotadv1.Policy, len(ps))
 	for i, p := range ps {
 		out[i] = policyToProto(p)
 	}
-	return connect.NewResponse(&quotadv1.ListPoliciesResponse{Policies: out}), nil
+	return &quotadv1.ListPoliciesResponse{Policies: out}, nil
 }

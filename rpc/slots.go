@@ -11,10 +11,18 @@ import (
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
-// RenewSlot implements QuotaService.RenewSlot: the slot lives another
-// period. Errors are node.RenewSlot's, and the policy resolution's of Check.
+// RenewSlot implements QuotaService.RenewSlot.
 func (s *service) RenewSlot(ctx context.Context, req *connect.Request[quotadv1.RenewSlotRequest]) (*connect.Response[quotadv1.RenewSlotResponse], error) {
-	m := req.Msg
+	res, err := s.renewSlot(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+// renewSlot makes a slot live another period. Errors are node.RenewSlot's,
+// and the policy resolution's of Check.
+func (s *service) renewSlot(ctx context.Context, m *quotadv1.RenewSlotRequest) (*quotadv1.RenewSlotResponse, error) {
 	p, err := s.slotPolicy(m.GetPolicy(), m.GetKey(), m.GetLimit())
 	if err != nil {
 		return nil, err
@@ -23,17 +31,25 @@ func (s *service) RenewSlot(ctx context.Context, req *connect.Request[quotadv1.R
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&quotadv1.RenewSlotResponse{
+	return &quotadv1.RenewSlotResponse{
 		Limit:        res.Limit,
 		Remaining:    res.Remaining,
 		ExpiresAfter: durationpb.New(p.Limit.Period),
-	}), nil
+	}, nil
 }
 
-// ReleaseSlot implements QuotaService.ReleaseSlot: the slot is free again.
-// Errors are node.ReleaseSlot's, and the policy resolution's of Check.
+// ReleaseSlot implements QuotaService.ReleaseSlot.
 func (s *service) ReleaseSlot(ctx context.Context, req *connect.Request[quotadv1.ReleaseSlotRequest]) (*connect.Response[quotadv1.ReleaseSlotResponse], error) {
-	m := req.Msg
+	res, err := s.releaseSlot(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+// releaseSlot frees a slot. Errors are node.ReleaseSlot's, and the policy
+// resolution's of Check.
+func (s *service) releaseSlot(ctx context.Context, m *quotadv1.ReleaseSlotRequest) (*quotadv1.ReleaseSlotResponse, error) {
 	p, err := s.slotPolicy(m.GetPolicy(), m.GetKey(), m.GetLimit())
 	if err != nil {
 		return nil, err
@@ -42,7 +58,7 @@ func (s *service) ReleaseSlot(ctx context.Context, req *connect.Request[quotadv1
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&quotadv1.ReleaseSlotResponse{Limit: res.Limit, Remaining: res.Remaining}), nil
+	return &quotadv1.ReleaseSlotResponse{Limit: res.Limit, Remaining: res.Remaining}, nil
 }
 
 // slotPolicy resolves the policy of a renew or release as Check resolves

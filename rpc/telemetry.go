@@ -1,10 +1,6 @@
 package rpc
 
 import (
-	"fmt"
-
-	"connectrpc.com/connect"
-	"connectrpc.com/otelconnect"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -16,13 +12,14 @@ import (
 // OpenTelemetry API (the SDK and exporters are the caller's). The zero value
 // sends nothing and adds no interceptor.
 //
-// With a TracerProvider, every QuotaService call is a server span named for
-// its procedure (e.g. "quotad.v1.QuotaService/Check", otelconnect's), a
-// child of the caller's span when the request carries trace context: quotad
-// is an internal service and trusts it. CheckBatch adds a span
-// "quotad.check_batch" whose children are its checks' spans. With a
-// MeterProvider, calls are measured as the RPC semantic conventions say
-// (rpc.server.call.duration).
+// With a TracerProvider, every QuotaService and RateLimitService call is a
+// server span named for its procedure (e.g. "quotad.v1.QuotaService/Check",
+// as otelconnect names them), a child of the caller's span when the request
+// carries trace context: quotad is an internal service and trusts it.
+// CheckBatch adds a span "quotad.check_batch" whose children are its
+// checks' spans. With a MeterProvider, calls are measured as the RPC
+// semantic conventions say (rpc.server.call.duration). Both front ends,
+// connect-go's and grpc-go's, are observed alike (call_telemetry.go).
 type Telemetry struct {
 	// TracerProvider makes the wire's tracer; nil means no spans.
 	TracerProvider trace.TracerProvider
@@ -39,30 +36,6 @@ const (
 	// attrBatchSize is how many checks a CheckBatch carries.
 	attrBatchSize = attribute.Key("quotad.batch.size")
 )
-
-// interceptors returns the interceptors that trace and measure calls: none
-// when neither traces nor metrics are wanted.
-func (t Telemetry) interceptors() ([]connect.Interceptor, error) {
-	if t.TracerProvider == nil && t.MeterProvider == nil {
-		return nil, nil
-	}
-	opts := []otelconnect.Option{otelconnect.WithPropagator(t.propagator()), otelconnect.WithTrustRemote()}
-	if t.TracerProvider != nil {
-		opts = append(opts, otelconnect.WithTracerProvider(t.TracerProvider))
-	} else {
-		opts = append(opts, otelconnect.WithoutTracing())
-	}
-	if t.MeterProvider != nil {
-		opts = append(opts, otelconnect.WithMeterProvider(t.MeterProvider))
-	} else {
-		opts = append(opts, otelconnect.WithoutMetrics())
-	}
-	i, err := otelconnect.NewInterceptor(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("telemetry: %w", err)
-	}
-	return []connect.Interceptor{i}, nil
-}
 
 func (t Telemetry) propagator() propagation.TextMapPropagator {
 	if t.Propagator != nil {

@@ -36,7 +36,7 @@ func tracedServer(t *testing.T) (string, *tracetest.SpanRecorder) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serveH2C(t, h), sr
+	return serveAPI(t, h, h), sr
 }
 
 // spanNamed returns the one ended span called name, failing otherwise.

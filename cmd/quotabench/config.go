@@ -372,6 +372,8 @@ is then its namespace).
 
 Usage:
   quotabench [flags]
+  quotabench matrix [flags]     the standard matrix against floors in the same run (matrix -help)
+  quotabench compare a.json [b.json]   two matrix runs, or two targets of one, cell by cell
 
 Flags:
 `)

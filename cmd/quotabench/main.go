@@ -5,7 +5,9 @@
 // uses — how many Redis calls each check cost.
 //
 // It only ever sends checks to the address it is given; `quotabench -help`
-// lists every flag with its default.
+// lists every flag with its default. `quotabench matrix` is the standard
+// measurement of what a check costs against floors measured in the same
+// run, and `quotabench compare` compares two of its runs.
 package main
 
 import (
@@ -22,7 +24,12 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == floorCommand {
+		err = runFloorServer(ctx, os.Args[2:], os.Stdin, os.Stdout)
+	} else {
+		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}
 	stop()
 	if err != nil && !errors.Is(err, errHelp) {
 		fmt.Fprintln(os.Stderr, "quotabench:", err)
@@ -35,6 +42,14 @@ func main() {
 // flags are bad, Redis cannot be read, or no check at all succeeded (the
 // report is printed first in that last case).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "matrix":
+			return runMatrix(ctx, args[1:], stdout, stderr)
+		case "compare":
+			return runCompare(args[1:], stdout)
+		}
+	}
 	cfg, err := parseConfig(args, stdout)
 	if err != nil {
 		return err

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -46,6 +48,40 @@ func (r *redisStats) read(ctx context.Context) (commandStats, error) {
 		return nil, fmt.Errorf("INFO commandstats: %w", err)
 	}
 	return parseCommandStats(text)
+}
+
+// cpu returns the CPU time the Redis server has used, user plus system
+// (INFO cpu: used_cpu_user + used_cpu_sys), every thread included.
+func (r *redisStats) cpu(ctx context.Context) (time.Duration, error) {
+	r.infos++
+	text, err := r.client.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("INFO cpu: %w", err)
+	}
+	return parseRedisCPU(text)
+}
+
+// parseRedisCPU returns used_cpu_sys + used_cpu_user from INFO cpu, whose
+// values are seconds with microsecond digits.
+func parseRedisCPU(text string) (time.Duration, error) {
+	var total time.Duration
+	found := 0
+	for line := range strings.Lines(text) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
+			continue
+		}
+		s, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu: %s %q: %w", k, v, err)
+		}
+		total += time.Duration(math.Round(s*1e6)) * time.Microsecond
+		found++
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("INFO cpu: used_cpu_sys and used_cpu_user not both present")
+	}
+	return total, nil
 }
 
 // parseCommandStats parses lines such as

@@ -86,6 +86,12 @@ type config struct {
 	// AdminTokenFile holds the bearer token admin calls (Reset) require;
 	// empty leaves them open.
 	AdminTokenFile string
+	// PprofAddr is where Go's profiler is served (host:port); empty, the
+	// default, serves none.
+	PprofAddr string
+	// GRPCTransport is grpc-go (the default) or connect: what serves gRPC
+	// on the API's port.
+	GRPCTransport string
 	// File is the config file the settings were read from; the zero value
 	// when there is none.
 	File configFile
@@ -111,6 +117,7 @@ func defaultConfig() config {
 		LogLevel:            "info",
 		Telemetry:           defaultTelemetryConfig(),
 		Console:             defaultConsoleConfig(),
+		GRPCTransport:       grpcTransportGRPCGo,
 	}
 }
 
@@ -156,6 +163,12 @@ func (c config) validate() error {
 		return err
 	}
 	if err := validateAdminToken(c.AdminTokenFile); err != nil {
+		return err
+	}
+	if err := validatePprofAddr(c.PprofAddr); err != nil {
+		return err
+	}
+	if err := validateGRPCTransport(c.GRPCTransport); err != nil {
 		return err
 	}
 	if c.usesRedis() {
@@ -209,6 +222,8 @@ type fileConfig struct {
 	Console             *fileConsole  `yaml:"console"`
 	TLS                 *fileTLS      `yaml:"tls"`
 	AdminTokenFile      *string       `yaml:"admin_token_file"`
+	PprofAddr           *string       `yaml:"pprof_addr"`
+	GRPCTransport       *string       `yaml:"grpc_transport"`
 }
 
 type fileLease struct {
@@ -374,6 +389,8 @@ func (f fileConfig) apply(c *config, d *yamlDoc) error {
 			*d.dst = time.Duration(*d.src)
 		}
 	}
+	setIf(&c.PprofAddr, f.PprofAddr)
+	setIf(&c.GRPCTransport, f.GRPCTransport)
 	f.Cluster.apply(&c.Cluster)
 	f.Console.apply(&c.Console)
 	f.TLS.apply(&c.TLS)

@@ -75,12 +75,12 @@ func settings() []setting {
 		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "max-inline-period", usage: "longest an inline limit's state may live (`duration`): its period, or for buckets and gcra the time to restore a full burst; longer is InvalidArgument; 0 means 24h, 8760h allows every period", apply: func(c *config, v string) error { return parseDurationInto(&c.MaxInlinePeriod, v) }},
 		{name: "memory-max-keys", usage: "most keys the embedded memory store holds (`count`); at the bound, checks of new keys fail with ResourceExhausted; 0 means 250000", apply: func(c *config, v string) error { return parseIntInto32(&c.MemoryMaxKeys, v) }},
-		{name: "read-timeout", usage: "how long a request body may take to arrive (`duration`); 0 means 30s", apply: func(c *config, v string) error { return parseDurationInto(&c.Server.ReadTimeout, v) }},
+		{name: "read-timeout", usage: "how long a request body may take to arrive (`duration`), except gRPC on grpc-go; 0 means 30s", apply: func(c *config, v string) error { return parseDurationInto(&c.Server.ReadTimeout, v) }},
 		{name: "idle-timeout", usage: "a connection with no request in flight for this long is closed (`duration`); 0 means 2m", apply: func(c *config, v string) error { return parseDurationInto(&c.Server.IdleTimeout, v) }},
 		{name: "max-connections", usage: "most API connections open at once (`count`); at the bound a new one replaces the longest idle, or is closed if none is idle; 0 means 10000", apply: func(c *config, v string) error { return parseIntInto32(&c.Server.MaxConnections, v) }},
 		{name: "shutdown-timeout", usage: "how long in-flight requests may take to finish on shutdown (`duration`)", apply: func(c *config, v string) error { return parseDurationInto(&c.ShutdownTimeout, v) }},
 		{name: "log-level", usage: "debug, info, warn or error", apply: func(c *config, v string) error { c.LogLevel = v; return nil }},
-	}, slices.Concat(telemetrySettings(), clusterSettings(), envoySettings(), consoleSettings(), tlsSettings(), adminSettings())...)
+	}, slices.Concat(telemetrySettings(), clusterSettings(), envoySettings(), consoleSettings(), tlsSettings(), adminSettings(), pprofSettings(), transportSettings())...)
 }
 
 func parseDurationInto(dst *time.Duration, v string) error {
@@ -234,7 +234,8 @@ Flags:
 	fs.PrintDefaults()
 	fmt.Fprintf(w, `
 Defaults: listen %s, redis-timeout %s, redis-connect-timeout %s, key-prefix %s,
-inline-limits %t, default-on-store-error %s, shutdown-timeout %s, log-level %s.
+inline-limits %t, default-on-store-error %s, shutdown-timeout %s, log-level %s,
+grpc-transport %s.
 
 Config file (YAML; unknown fields are errors):
   listen: ":8080"
@@ -258,6 +259,8 @@ Config file (YAML; unknown fields are errors):
   default_on_store_error: open      # open | closed
   shutdown_timeout: 10s
   log_level: info
+  pprof_addr: "127.0.0.1:6060"      # Go's profiler; default off
+  grpc_transport: grpc-go           # or connect: gRPC on net/http too
   tracing: {exporter: otlp-grpc, endpoint: "http://localhost:4317", sample_ratio: 0.1}
   metrics: true                     # Prometheus text at GET /metrics
   console: {enabled: true, show_keys: true}  # the web console at GET /
@@ -287,7 +290,7 @@ Config file (YAML; unknown fields are errors):
 Try it:
   curl -s -H 'Content-Type: application/json' localhost:8080/quotad.v1.QuotaService/Check \
     -d '{"policy":"demo","key":"u1","limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"60s"}}'
-`, d.Listen, d.Redis.Timeout, d.Redis.ConnectTimeout, d.KeyPrefix, d.InlineLimits, d.DefaultOnStoreError, d.ShutdownTimeout, d.LogLevel)
+`, d.Listen, d.Redis.Timeout, d.Redis.ConnectTimeout, d.KeyPrefix, d.InlineLimits, d.DefaultOnStoreError, d.ShutdownTimeout, d.LogLevel, d.GRPCTransport)
 }
 
 func parseLogLevel(s string) (slog.Level, error) {
@@ -384,7 +387,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.Server.TLS, err = serverTLS(cfg.TLS, log); err != nil {
 		return err
 	}
-	srv, ln, err := listenAPI(cfg, tel.handler(handler), tel.rpc(), log)
+	srv, ln, err := listenAPI(cfg, handler, tel.handler(handler), tel.rpc(), log)
 	if err != nil {
 		return err
 	}
@@ -401,6 +404,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if line := describeEnvoy(cfg, envoy); line != "" {
 		fmt.Fprintln(stdout, line)
+	}
+	if cfg.PprofAddr != "" {
+		prof, err := startProfiler(cfg.PprofAddr, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer prof.stop()
+		fmt.Fprintf(stdout, "pprof: %s/debug/pprof/\n", displayURL(prof.addr, false))
 	}
 
 	serveErr := make(chan error, 1)
@@ -432,17 +444,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // listenAPI opens the API's listener on cfg.Listen and the server that
 // serves api on it, one port for every protocol (HTTP/1.1 for Connect and
-// JSON, cleartext HTTP/2 for gRPC; with a certificate, TLS only and HTTP/2
+// JSON, cleartext HTTP/2 for gRPC, gRPC connections on grpc-go unless
+// --grpc-transport=connect; with a certificate, TLS only and HTTP/2
 // by ALPN), within cfg's timeouts and connection cap. It is where the
 // API's socket and server are set up.
-func listenAPI(cfg config, api http.Handler, tel rpc.Telemetry, log *slog.Logger) (*rpc.Server, net.Listener, error) {
+func listenAPI(cfg config, h *rpc.Handler, api http.Handler, tel rpc.Telemetry, log *slog.Logger) (*rpc.Server, net.Listener, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	serverCfg := cfg.Server
 	serverCfg.Telemetry = tel
-	srv, err := rpc.NewServer(api, serverCfg, log)
+	serverCfg.ConnectOnly = cfg.GRPCTransport == grpcTransportConnect
+	srv, err := rpc.NewServer(h, api, serverCfg, log)
 	if err != nil {
 		ln.Close()
 		return nil, nil, err

@@ -252,6 +252,9 @@ func TestConfigErrors(t *testing.T) {
 		{name: "merged error a flag overrides", file: "lease:\n  horizon: 1s\n", args: []string{"--lease-hold", "100ms"}, want: []string{"config: lease hold: invalid config: 100ms must be at least the horizon 1s"}},
 		{name: "sentinel password without sentinel", args: []string{"--redis", "redis://a:1/0", "--redis-sentinel-password", "x"}, want: []string{"sentinel credentials"}},
 		{name: "sentinel password without redis", env: map[string]string{"QUOTAD_REDIS_SENTINEL_PASSWORD": "x"}, want: []string{"no Redis"}},
+		{name: "bad pprof addr", args: []string{"--pprof-addr", "6060"}, want: []string{"pprof addr", "6060", "host:port"}},
+		{name: "bad grpc transport", args: []string{"--grpc-transport", "fast"}, want: []string{"grpc transport", "fast", "grpc-go or connect"}},
+		{name: "bad grpc transport in the file", file: "grpc_transport: netty\n", want: []string{"grpc transport", "netty"}},
 		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"lissten"}},
 		{name: "stray argument", args: []string{"serve"}, want: []string{"serve"}},
 	}

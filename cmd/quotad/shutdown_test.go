@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/quotadtest"
@@ -69,7 +71,16 @@ func startProcess(t *testing.T, args ...string) *quotadProcess {
 // units its leases held go back to Redis (the authority ends up counting
 // exactly the allowed checks clients saw), and the process exits 0 within
 // the shutdown timeout.
+//
+// Over Connect (HTTP/1.1, net/http) and over gRPC (grpc-go's transport):
+// both front ends drain.
 func TestSIGTERMUnderLoadReturnsLeasesAndExitsZero(t *testing.T) {
+	for _, protocol := range []string{"connect", "grpc"} {
+		t.Run(protocol, func(t *testing.T) { sigtermUnderLoad(t, protocol) })
+	}
+}
+
+func sigtermUnderLoad(t *testing.T, protocol string) {
 	r := redistest.Start(t)
 	// A one-year fixed window: no window turns during the test, so every
 	// returned unit counts.
@@ -91,7 +102,7 @@ func TestSIGTERMUnderLoadReturnsLeasesAndExitsZero(t *testing.T) {
 		return lim.Limit - d.Remaining
 	}
 
-	client := quotadv1connect.NewQuotaServiceClient(&http.Client{Timeout: 5 * time.Second}, p.URL)
+	check := checker(t, protocol, p.URL)
 	var allowed, answered, failedAfterTerm, failedBeforeTerm atomic.Int64
 	var termed atomic.Bool
 	var wg sync.WaitGroup
@@ -100,7 +111,7 @@ func TestSIGTERMUnderLoadReturnsLeasesAndExitsZero(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				res, err := client.Check(context.Background(), connect.NewRequest(&quotadv1.CheckRequest{Policy: "leased", Key: "k"}))
+				ok, err := check(&quotadv1.CheckRequest{Policy: "leased", Key: "k"})
 				if err != nil {
 					// Once the listener closes, new requests are refused:
 					// that ends this client's load.
@@ -112,7 +123,7 @@ func TestSIGTERMUnderLoadReturnsLeasesAndExitsZero(t *testing.T) {
 					return
 				}
 				answered.Add(1)
-				if res.Msg.GetAllowed() {
+				if ok {
 					allowed.Add(1)
 				}
 			}
@@ -159,4 +170,33 @@ func TestSIGTERMUnderLoadReturnsLeasesAndExitsZero(t *testing.T) {
 		t.Errorf("no shutdown log line in:\n%s", p.stderr.tail())
 	}
 	t.Logf("exit 0 %s after SIGTERM; %d checks answered, %d allowed; authority agrees", took.Round(time.Millisecond), answered.Load(), allowed.Load())
+}
+
+// checker returns a function that sends one check to the quotad at url
+// over protocol, connect (HTTP/1.1) or grpc (grpc-go's client), and says
+// whether it was allowed.
+func checker(t *testing.T, protocol, url string) func(*quotadv1.CheckRequest) (bool, error) {
+	t.Helper()
+	if protocol == "grpc" {
+		conn, err := grpc.NewClient(strings.TrimPrefix(url, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return func(req *quotadv1.CheckRequest) (bool, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			res := &quotadv1.CheckResponse{}
+			err := conn.Invoke(ctx, quotadv1connect.QuotaServiceCheckProcedure, req, res)
+			return res.GetAllowed(), err
+		}
+	}
+	client := quotadv1connect.NewQuotaServiceClient(&http.Client{Timeout: 5 * time.Second}, url)
+	return func(req *quotadv1.CheckRequest) (bool, error) {
+		res, err := client.Check(context.Background(), connect.NewRequest(req))
+		if err != nil {
+			return false, err
+		}
+		return res.Msg.GetAllowed(), nil
+	}
 }

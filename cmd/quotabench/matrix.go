@@ -1,0 +1,650 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// quotabench matrix: the standard measurement of what a check costs. Every
+// scenario runs at every client count over every transport, against every
+// target, back to back, after the same warm-up; the gRPC floor (a bare
+// grpc-go server) and the Redis floor (INCRBY+PEXPIRE pipelined straight to
+// the same Redis) are measured in the same run, next to the rows they are
+// the floor of, so that ratios hold on a machine whose load changes.
+
+// Bounds of the matrix's flags: every run ends by itself.
+const (
+	maxCellDuration  = time.Minute
+	maxMatrixClients = 256
+	maxTargets       = 4
+)
+
+// matrixScenario is one row group of the matrix.
+type matrixScenario struct {
+	name string
+	// policy is the configured policy the checks name; rlsKey the Envoy
+	// descriptor entry that the matrix's rules map to it.
+	policy, rlsKey string
+	// cold: keys drawn from -nkeys distinct keys; else one key.
+	cold bool
+	// batch: -batch checks per call (CheckBatch, or as many descriptors in
+	// one ShouldRateLimit); else one.
+	batch bool
+	// floor is the floor measured next to it: "grpc", "redis" or "".
+	floor string
+	about string
+}
+
+// The matrix's policies, which a quotad it is given must serve (see
+// -print-config). Their limits are far above what a run can spend, except
+// qb-denied's, which admits one check a year.
+var matrixScenarios = []matrixScenario{
+	{name: "hot-allowed", policy: "qb-hot", rlsKey: "hot", floor: "grpc", about: "one key, always allowed: answered from a lease"},
+	{name: "hot-denied", policy: "qb-denied", rlsKey: "denied", about: "one key over its limit: answered from the denied cache"},
+	{name: "cold", policy: "qb-cold", rlsKey: "cold", cold: true, floor: "redis", about: "keys drawn from -nkeys: nearly every check a Redis script call"},
+	{name: "lease-off", policy: "qb-lease-off", rlsKey: "lease-off", about: "one key, policy lease: off: every check a Redis script call"},
+	{name: "batch", policy: "qb-hot", rlsKey: "hot", batch: true, about: "one key, -batch checks per call (CheckBatch, or descriptors of one ShouldRateLimit)"},
+}
+
+// matrixDomain is the Envoy domain of the matrix's rules.
+const matrixDomain = "quotabench"
+
+// matrixConfigYAML is the quotad config file every target is started with.
+const matrixConfigYAML = `# quotabench matrix: the policies and Envoy rules it checks.
+policies:
+  - name: qb-hot
+    algorithm: token_bucket
+    limit: 4000000000
+    period: 1h
+  - name: qb-denied
+    algorithm: fixed_window
+    limit: 1
+    period: 8760h
+  - name: qb-cold
+    algorithm: token_bucket
+    limit: 4000000000
+    period: 1h
+  - name: qb-lease-off
+    algorithm: token_bucket
+    limit: 4000000000
+    period: 1h
+    lease: "off"
+envoy:
+  domains:
+    - domain: quotabench
+      descriptors:
+        - key: hot
+          policy: qb-hot
+        - key: denied
+          policy: qb-denied
+        - key: cold
+          policy: qb-cold
+        - key: lease-off
+          policy: qb-lease-off
+`
+
+// Transports (-via).
+const (
+	viaGRPC = "grpc" // quotad.v1.QuotaService over gRPC
+	viaRLS  = "rls"  // Envoy's RateLimitService over gRPC
+)
+
+// matrixTarget is a quotad to measure: started from a binary, or given.
+type matrixTarget struct {
+	Name string `json:"name"`
+	// Binary is the quotad started; empty for a given one.
+	Binary string `json:"binary,omitempty"`
+	// Addr and PID of a given quotad.
+	Addr string `json:"addr,omitempty"`
+	PID  int    `json:"pid,omitempty"`
+}
+
+// matrixConfig is a matrix run, parsed and validated.
+type matrixConfig struct {
+	Targets     []matrixTarget
+	QuotadArgs  []string
+	RedisServer string // binary to start; "" when Redis is given
+	Redis       string // given Redis host:port
+	Scenarios   []matrixScenario
+	Vias        []string
+	Clients     []int
+	Duration    time.Duration
+	Warmup      time.Duration
+	MaxCalls    int64
+	Timeout     time.Duration
+	NKeys       int
+	Batch       int
+	Floors      bool
+	JSONPath    string
+}
+
+// repeated is a flag that may be given several times.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, " ") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+func parseMatrixConfig(args []string, stdout io.Writer) (matrixConfig, bool, error) {
+	fs := flag.NewFlagSet("quotabench matrix", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var quotads, quotadArgs repeated
+	fs.Var(&quotads, "quotad", "a quotad `[name=]binary` to start and measure; repeat to compare builds in one run (at most 4). Name defaults to the file name")
+	fs.Var(&quotadArgs, "quotad-arg", "an extra `flag` for every started quotad, e.g. -quotad-arg=--pprof-addr=127.0.0.1:6060; repeatable")
+	addr := fs.String("addr", "", "a running quotad's gRPC `host:port` on loopback, instead of -quotad; start it with -print-config's file on the Redis of -redis")
+	pid := fs.Int("pid", 0, "with -addr: the quotad's process id, whose /proc figures are its CPU and syscalls")
+	redisServer := fs.String("redis-server", "redis-server", "redis-server `binary` to start on a free loopback port for the run")
+	redisAddr := fs.String("redis", "", "use this Redis (`host:port` on loopback) instead of starting one; nothing else should use it during the run")
+	scenarios := fs.String("scenarios", "hot-allowed,hot-denied,cold,lease-off,batch", "scenarios to run, comma-separated")
+	vias := fs.String("via", "grpc,rls", "transports: grpc (quotad.v1.QuotaService) and rls (Envoy's RateLimitService), comma-separated")
+	clients := fs.String("clients", "1,16", fmt.Sprintf("client counts, comma-separated, each 1 to %d; each client has one call in flight", maxMatrixClients))
+	duration := fs.Duration("duration", 5*time.Second, "measured time per cell, at most "+maxCellDuration.String())
+	warmup := fs.Duration("warmup", time.Second, "unmeasured load before each cell, at most "+maxCellDuration.String())
+	maxCalls := fs.Int64("max-calls", 0, "stop a cell after this many calls if sooner than -duration; 0 means no cap")
+	timeout := fs.Duration("timeout", 5*time.Second, "deadline of each call")
+	nkeys := fs.Int("nkeys", 100_000, "distinct keys of the cold scenario and the Redis floor")
+	batch := fs.Int("batch", 100, "checks per call in the batch scenario, 2 to 1000")
+	floors := fs.Bool("floors", true, "measure the gRPC and Redis floors")
+	jsonPath := fs.String("json", "", "also write the results to this `file` as JSON (for quotabench compare)")
+	printConfig := fs.Bool("print-config", false, "print the quotad config file the matrix uses and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			matrixUsage(fs, stdout)
+			return matrixConfig{}, false, errHelp
+		}
+		return matrixConfig{}, false, fmt.Errorf("%w (see quotabench matrix -help)", err)
+	}
+	if *printConfig {
+		_, err := io.WriteString(stdout, matrixConfigYAML)
+		return matrixConfig{}, true, err
+	}
+	if fs.NArg() > 0 {
+		return matrixConfig{}, false, fmt.Errorf("unexpected argument %q (see quotabench matrix -help)", fs.Arg(0))
+	}
+	c := matrixConfig{QuotadArgs: quotadArgs, Duration: *duration, Warmup: *warmup, MaxCalls: *maxCalls,
+		Timeout: *timeout, NKeys: *nkeys, Batch: *batch, Floors: *floors, JSONPath: *jsonPath}
+	names := map[string]bool{"grpc-floor": true, "redis-floor": true}
+	for _, q := range quotads {
+		name, bin, ok := strings.Cut(q, "=")
+		if !ok {
+			name, bin = filepath.Base(q), q
+		}
+		if name == "" || bin == "" || names[name] {
+			return matrixConfig{}, false, fmt.Errorf("-quotad %q: want [name=]binary with a name of its own", q)
+		}
+		names[name] = true
+		c.Targets = append(c.Targets, matrixTarget{Name: name, Binary: bin})
+	}
+	switch {
+	case *addr != "" && len(c.Targets) > 0:
+		return matrixConfig{}, false, errors.New("-addr: measure started binaries (-quotad) or one running quotad (-addr), not both")
+	case *addr != "":
+		if err := checkLoopback(*addr); err != nil {
+			return matrixConfig{}, false, fmt.Errorf("-addr: %w", err)
+		}
+		if *redisAddr == "" {
+			return matrixConfig{}, false, errors.New("-addr: also give -redis, the Redis that quotad uses")
+		}
+		c.Targets = []matrixTarget{{Name: "quotad", Addr: *addr, PID: *pid}}
+	case len(c.Targets) == 0:
+		return matrixConfig{}, false, errors.New("-quotad or -addr: say which quotad to measure")
+	case *pid != 0:
+		return matrixConfig{}, false, errors.New("-pid: only with -addr (started binaries are measured by their own pid)")
+	}
+	if len(c.Targets) > maxTargets {
+		return matrixConfig{}, false, fmt.Errorf("-quotad: %d targets, at most %d", len(c.Targets), maxTargets)
+	}
+	if *redisAddr != "" {
+		if err := checkLoopback(*redisAddr); err != nil {
+			return matrixConfig{}, false, fmt.Errorf("-redis: %w", err)
+		}
+		c.Redis = *redisAddr
+	} else {
+		c.RedisServer = *redisServer
+	}
+	for name := range strings.SplitSeq(*scenarios, ",") {
+		i := slices.IndexFunc(matrixScenarios, func(s matrixScenario) bool { return s.name == strings.TrimSpace(name) })
+		if i < 0 {
+			return matrixConfig{}, false, fmt.Errorf("-scenarios: %q is not one of hot-allowed, hot-denied, cold, lease-off, batch", name)
+		}
+		c.Scenarios = append(c.Scenarios, matrixScenarios[i])
+	}
+	for v := range strings.SplitSeq(*vias, ",") {
+		v = strings.TrimSpace(v)
+		if v != viaGRPC && v != viaRLS {
+			return matrixConfig{}, false, fmt.Errorf("-via: %q is not grpc or rls", v)
+		}
+		c.Vias = append(c.Vias, v)
+	}
+	for s := range strings.SplitSeq(*clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > maxMatrixClients {
+			return matrixConfig{}, false, fmt.Errorf("-clients: %q must be 1 to %d", s, maxMatrixClients)
+		}
+		c.Clients = append(c.Clients, n)
+	}
+	switch {
+	case c.Duration <= 0 || c.Duration > maxCellDuration:
+		return matrixConfig{}, false, fmt.Errorf("-duration: %s must be > 0 and at most %s", c.Duration, maxCellDuration)
+	case c.Warmup < 0 || c.Warmup > maxCellDuration:
+		return matrixConfig{}, false, fmt.Errorf("-warmup: %s must be 0 to %s", c.Warmup, maxCellDuration)
+	case c.MaxCalls < 0:
+		return matrixConfig{}, false, fmt.Errorf("-max-calls: %d must be >= 0", c.MaxCalls)
+	case c.Timeout <= 0 || c.Timeout > maxTimeout:
+		return matrixConfig{}, false, fmt.Errorf("-timeout: %s must be > 0 and at most %s", c.Timeout, maxTimeout)
+	case c.NKeys < 2 || c.NKeys > maxKeys:
+		return matrixConfig{}, false, fmt.Errorf("-nkeys: %d must be 2 to %d", c.NKeys, maxKeys)
+	case c.Batch < 2 || c.Batch > 1000:
+		return matrixConfig{}, false, fmt.Errorf("-batch: %d must be 2 to 1000", c.Batch)
+	}
+	return c, false, nil
+}
+
+func matrixUsage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprint(w, `quotabench matrix — what a check costs, against floors measured in the same run.
+
+Starts a redis-server, the gRPC floor (a bare grpc-go server returning a
+constant answer, as a process of its own) and each -quotad binary on loopback,
+then for every scenario, transport and client count measures each target back
+to back: checks/s, p50/p99 per call, server CPU µs and read/write syscalls per
+check (/proc/<pid>/stat and /io), Redis CPU µs and commands per check (INFO cpu
+and commandstats), and the load generator's own CPU. Ratios: server CPU to the
+gRPC floor's (same transport and clients), Redis CPU to INCRBY+PEXPIRE's.
+
+Usage:
+  quotabench matrix -quotad before=/tmp/quotad-main -quotad after=./quotad [flags]
+  quotabench matrix -addr 127.0.0.1:8080 -pid PID -redis 127.0.0.1:6390 [flags]
+  quotabench matrix -print-config > matrix.yaml   (the config a given quotad needs)
+  quotabench compare [-a NAME -b NAME] run.json [after.json]
+
+Scenarios:
+`)
+	for _, s := range matrixScenarios {
+		fmt.Fprintf(w, "  %-12s %s\n", s.name, s.about)
+	}
+	fmt.Fprint(w, "\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprint(w, `
+Run it on an otherwise quiet machine: every process shares the CPUs, so the
+ratios measured in one run are the figures to trust, not the absolute ones.
+`)
+}
+
+// matrixRun is a whole run: what ran, where, and every cell.
+type matrixRun struct {
+	Started   time.Time `json:"started"`
+	Host      string    `json:"host"`
+	CPUs      int       `json:"cpus"`
+	GoVersion string    `json:"go_version"`
+	// LoadAverage is /proc/loadavg's 1, 5 and 15 minute figures at the
+	// start and the end.
+	LoadAverageStart string         `json:"load_average_start"`
+	LoadAverageEnd   string         `json:"load_average_end"`
+	Redis            string         `json:"redis"`
+	Args             []string       `json:"args"`
+	Duration         string         `json:"duration_per_cell"`
+	Warmup           string         `json:"warmup_per_cell"`
+	Targets          []matrixTarget `json:"targets"`
+	Cells            []cellResult   `json:"cells"`
+}
+
+// cellResult is one target measured in one scenario, transport and client
+// count. Per-check figures divide by checks (a batch call holds many);
+// latencies are per call.
+type cellResult struct {
+	Scenario string `json:"scenario"`
+	Via      string `json:"via"`
+	Clients  int    `json:"clients"`
+	// Target is a quotad target's name, "grpc-floor" or "redis-floor".
+	Target          string           `json:"target"`
+	Calls           int64            `json:"calls"`
+	Checks          int64            `json:"checks"`
+	Allowed         int64            `json:"allowed"`
+	Denied          int64            `json:"denied"`
+	Errors          int64            `json:"errors"`
+	ErrorsByCode    map[string]int64 `json:"errors_by_code,omitempty"`
+	FirstError      string           `json:"first_error,omitempty"`
+	Sources         map[string]int64 `json:"sources,omitempty"`
+	ElapsedSeconds  float64          `json:"elapsed_seconds"`
+	ChecksPerSecond float64          `json:"checks_per_second"`
+	Latency         latencyReport    `json:"latency_ms"`
+	// ServerCPUMicros is the server's CPU per check; nil when its pid is
+	// unknown (the Redis floor's server is Redis: see RedisCPUMicros).
+	ServerCPUMicros *float64 `json:"server_cpu_us_per_check,omitempty"`
+	// ServerSyscalls is the server's read+write syscalls per check; nil
+	// when /proc/<pid>/io cannot be read.
+	ServerSyscalls *float64 `json:"server_rw_syscalls_per_check,omitempty"`
+	// RedisCPUMicros and RedisCommands are per check, over the whole Redis
+	// server (its own INFO readings excluded from the commands).
+	RedisCPUMicros float64 `json:"redis_cpu_us_per_check"`
+	RedisCommands  float64 `json:"redis_commands_per_check"`
+	// ClientCPUMicros is the load generator's CPU per check.
+	ClientCPUMicros float64 `json:"client_cpu_us_per_check"`
+	// ServerToFloor is ServerCPUMicros over the gRPC floor's in the same
+	// transport and client count; RedisToFloor is RedisCPUMicros over the
+	// Redis floor's at the same client count (cold scenario only).
+	ServerToFloor *float64 `json:"server_cpu_to_grpc_floor,omitempty"`
+	RedisToFloor  *float64 `json:"redis_cpu_to_redis_floor,omitempty"`
+	LoadAverage   string   `json:"load_average_after"`
+}
+
+// runMatrix is `quotabench matrix`.
+func runMatrix(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, printed, err := parseMatrixConfig(args, stdout)
+	if err != nil || printed {
+		return err
+	}
+	m := &matrix{cfg: cfg, log: stderr}
+	defer m.close()
+	if err := m.start(ctx); err != nil {
+		return err
+	}
+	run := m.run(ctx)
+	run.Args = append([]string{"matrix"}, args...)
+	fillRatios(run.Cells)
+	if err := writeMatrixText(stdout, run); err != nil {
+		return err
+	}
+	if cfg.JSONPath != "" {
+		if err := writeJSONFile(cfg.JSONPath, run); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// matrix holds a run's processes.
+type matrix struct {
+	cfg     matrixConfig
+	log     io.Writer
+	redis   *redisServer
+	floor   *server
+	targets []*server
+	config  string // the quotad config file
+	tmp     string
+}
+
+func (m *matrix) start(ctx context.Context) error {
+	var err error
+	if m.cfg.Redis != "" {
+		m.redis, err = useRedis(ctx, m.cfg.Redis)
+	} else {
+		m.redis, err = startRedis(ctx, m.cfg.RedisServer)
+	}
+	if err != nil {
+		return err
+	}
+	if m.cfg.Floors {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("the gRPC floor re-runs quotabench: %w", err)
+		}
+		if m.floor, err = startServer("grpc-floor", self, []string{floorCommand}); err != nil {
+			return err
+		}
+	}
+	if m.tmp, err = os.MkdirTemp("", "quotabench-matrix-"); err != nil {
+		return err
+	}
+	m.config = filepath.Join(m.tmp, "matrix.yaml")
+	if err := os.WriteFile(m.config, []byte(matrixConfigYAML), 0o644); err != nil {
+		return err
+	}
+	for i, t := range m.cfg.Targets {
+		var s *server
+		if t.Binary == "" {
+			s = &server{name: t.Name, addr: t.Addr, pid: t.PID}
+			err = s.dial()
+		} else {
+			// Each target on a database of its own: one's keys are never
+			// another's state.
+			args := append([]string{"--listen", "127.0.0.1:0", "--redis", m.redis.url(i), "--config", m.config, "--log-level", "warn"}, m.cfg.QuotadArgs...)
+			s, err = startServer(t.Name, t.Binary, args)
+		}
+		if err != nil {
+			return err
+		}
+		m.targets = append(m.targets, s)
+	}
+	return nil
+}
+
+func (m *matrix) close() {
+	for _, s := range m.targets {
+		s.stop()
+	}
+	if m.floor != nil {
+		m.floor.stop()
+	}
+	if m.redis != nil {
+		m.redis.stop()
+	}
+	if m.tmp != "" {
+		os.RemoveAll(m.tmp)
+	}
+}
+
+// cell is one measurement to make.
+type cell struct {
+	sc      matrixScenario
+	via     string
+	clients int
+	// exactly one of: a gRPC server (floor or target), or the Redis floor.
+	srv        *server
+	redisFloor bool
+}
+
+// plan lists the cells in the order they run: per scenario, transport and
+// client count, the floor first and then each target.
+func (m *matrix) plan() []cell {
+	var cells []cell
+	for _, sc := range m.cfg.Scenarios {
+		for vi, via := range m.cfg.Vias {
+			for _, c := range m.cfg.Clients {
+				if m.floor != nil && sc.floor == "grpc" {
+					cells = append(cells, cell{sc: sc, via: via, clients: c, srv: m.floor})
+				}
+				if m.cfg.Floors && sc.floor == "redis" && vi == 0 {
+					cells = append(cells, cell{sc: sc, via: via, clients: c, redisFloor: true})
+				}
+				for _, t := range m.targets {
+					cells = append(cells, cell{sc: sc, via: via, clients: c, srv: t})
+				}
+			}
+		}
+	}
+	return cells
+}
+
+func (m *matrix) run(ctx context.Context) *matrixRun {
+	host, _ := os.Hostname()
+	run := &matrixRun{
+		Started: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		LoadAverageStart: loadAverage(), Redis: "redis-server " + m.redis.version + " at " + m.redis.addr,
+		Duration: m.cfg.Duration.String(), Warmup: m.cfg.Warmup.String(),
+	}
+	for i, t := range m.cfg.Targets {
+		t.Addr = m.targets[i].addr
+		t.PID = m.targets[i].pid
+		run.Targets = append(run.Targets, t)
+	}
+	cells := m.plan()
+	fmt.Fprintf(m.log, "quotabench matrix: %d cells of %s + %s warm-up (about %s); load average %s\n",
+		len(cells), m.cfg.Duration, m.cfg.Warmup, (time.Duration(len(cells)) * (m.cfg.Duration + m.cfg.Warmup)).Round(time.Second), run.LoadAverageStart)
+	for i, c := range cells {
+		if ctx.Err() != nil {
+			break
+		}
+		r := m.measure(ctx, c)
+		run.Cells = append(run.Cells, r)
+		fmt.Fprintf(m.log, "[%d/%d] %-11s %-4s c=%-3d %-12s %9.0f checks/s  p99 %s  errors %d\n",
+			i+1, len(cells), r.Scenario, r.Via, r.Clients, r.Target, r.ChecksPerSecond, fmtMillis(r.Latency.P99), r.Errors)
+	}
+	run.LoadAverageEnd = loadAverage()
+	return run
+}
+
+// measure runs one cell: the warm-up, readings, the measured load,
+// readings again.
+func (m *matrix) measure(ctx context.Context, c cell) cellResult {
+	name := "redis-floor"
+	if c.srv != nil {
+		name = c.srv.name
+	}
+	// Keys of their own per cell: nothing carries over from another cell.
+	prefix := fmt.Sprintf("%s-%s-%d-%s-", c.sc.name, c.via, c.clients, name)
+	load := func(d time.Duration) callOutcome {
+		if c.redisFloor {
+			return runRedisFloor(ctx, m.redis.client, "qb-floor-"+prefix, m.cfg.NKeys, c.clients, d, m.cfg.MaxCalls)
+		}
+		return runCalls(ctx, c.srv.conn, m.workload(c, prefix), c.clients, d, m.cfg.MaxCalls, m.cfg.Timeout)
+	}
+	if m.cfg.Warmup > 0 {
+		load(m.cfg.Warmup)
+	}
+	b := m.sample(ctx, c)
+	o := load(m.cfg.Duration)
+	a := m.sample(ctx, c)
+	return m.result(c, name, o, b, a)
+}
+
+// workload is what cell c sends.
+func (m *matrix) workload(c cell, prefix string) workload {
+	nkeys, items := 1, 1
+	if c.sc.cold {
+		nkeys = m.cfg.NKeys
+	}
+	if c.sc.batch {
+		items = m.cfg.Batch
+	}
+	if c.via == viaRLS {
+		return rlsWorkload(matrixDomain, c.sc.rlsKey, prefix, nkeys, items)
+	}
+	return checkWorkload(c.sc.policy, prefix, nkeys, items)
+}
+
+// sample is one set of readings around a cell.
+type sample struct {
+	server, self procSample
+	serverOK     bool
+	redisCPU     time.Duration
+	commands     commandStats
+	ownInfos     int64
+	err          error
+}
+
+func (m *matrix) sample(ctx context.Context, c cell) sample {
+	var s sample
+	if c.srv != nil && c.srv.pid != 0 {
+		var err error
+		s.server, err = readProc(c.srv.pid)
+		s.serverOK = err == nil
+	}
+	s.self, _ = readProc(0)
+	// Redis counts an INFO call in the next reading; the readings of one
+	// sample are commandstats, then cpu.
+	s.ownInfos = m.redis.stats.infos
+	s.commands, s.err = m.redis.stats.read(ctx)
+	if s.err == nil {
+		s.redisCPU, s.err = m.redis.stats.cpu(ctx)
+	}
+	return s
+}
+
+func (m *matrix) result(c cell, name string, o callOutcome, b, a sample) cellResult {
+	r := cellResult{
+		Scenario: c.sc.name, Via: c.via, Clients: c.clients, Target: name,
+		Calls: o.calls, Checks: o.checks, Allowed: o.allowed, Denied: o.denied, Errors: o.failed(),
+		ElapsedSeconds: o.elapsed.Seconds(), FirstError: o.firstErrorDetail,
+		Latency: latencyReport{
+			P50: millis(o.latency.quantile(0.50)), P90: millis(o.latency.quantile(0.90)),
+			P99: millis(o.latency.quantile(0.99)), P999: millis(o.latency.quantile(0.999)), Max: millis(o.latency.max),
+		},
+		LoadAverage: loadAverage(),
+	}
+	if c.redisFloor {
+		r.Via = "redis"
+	}
+	if len(o.errors) > 0 {
+		r.ErrorsByCode = o.errors
+	}
+	for i, n := range o.sources {
+		if n > 0 {
+			if r.Sources == nil {
+				r.Sources = map[string]int64{}
+			}
+			r.Sources[sourceName(i)] = n
+		}
+	}
+	if o.elapsed > 0 {
+		r.ChecksPerSecond = float64(o.checks) / o.elapsed.Seconds()
+	}
+	if o.checks == 0 {
+		return r
+	}
+	per := func(v float64) float64 { return v / float64(o.checks) }
+	if b.serverOK && a.serverOK {
+		cpu := per(float64(a.server.CPU-b.server.CPU) / float64(time.Microsecond))
+		r.ServerCPUMicros = &cpu
+		if a.server.Syscalls >= 0 && b.server.Syscalls >= 0 {
+			sys := per(float64(a.server.Syscalls - b.server.Syscalls))
+			r.ServerSyscalls = &sys
+		}
+	}
+	r.ClientCPUMicros = per(float64(a.self.CPU-b.self.CPU) / float64(time.Microsecond))
+	if a.err == nil && b.err == nil {
+		r.RedisCPUMicros = per(float64(a.redisCPU-b.redisCPU) / float64(time.Microsecond))
+		d := diffStats(b.commands, a.commands, a.ownInfos-b.ownInfos, o.checks, o.allowed)
+		r.RedisCommands = d.CommandsPerCheck
+	}
+	return r
+}
+
+// fillRatios sets each cell's ratios to the floors measured in the same
+// run: server CPU to the gRPC floor of the same transport and client
+// count, and (cold keys) Redis CPU to the Redis floor of the same client
+// count.
+func fillRatios(cells []cellResult) {
+	type key struct {
+		via     string
+		clients int
+	}
+	grpcFloor := map[key]float64{}
+	redisFloor := map[int]float64{}
+	for _, c := range cells {
+		switch {
+		case c.Target == "grpc-floor" && c.ServerCPUMicros != nil:
+			grpcFloor[key{c.Via, c.Clients}] = *c.ServerCPUMicros
+		case c.Target == "redis-floor":
+			redisFloor[c.Clients] = c.RedisCPUMicros
+		}
+	}
+	for i := range cells {
+		c := &cells[i]
+		if c.Target == "grpc-floor" || c.Target == "redis-floor" {
+			continue
+		}
+		if f, ok := grpcFloor[key{c.Via, c.Clients}]; ok && f > 0 && c.ServerCPUMicros != nil && c.Scenario != "batch" {
+			r := *c.ServerCPUMicros / f
+			c.ServerToFloor = &r
+		}
+		if f, ok := redisFloor[c.Clients]; ok && f > 0 && c.Scenario == "cold" {
+			r := c.RedisCPUMicros / f
+			c.RedisToFloor = &r
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+)
+
+// The matrix's output: a text table, a JSON file, and the comparison of two
+// targets or two runs.
+
+func writeMatrixText(w io.Writer, run *matrixRun) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "quotabench matrix on %s: %d CPUs, %s, %s\n", run.Host, run.CPUs, run.GoVersion, run.Redis)
+	fmt.Fprintf(&b, "load average %s at the start, %s at the end; %s per cell after %s warm-up\n",
+		run.LoadAverageStart, run.LoadAverageEnd, run.Duration, run.Warmup)
+	for _, t := range run.Targets {
+		what := t.Binary
+		if what == "" {
+			what = "running at " + t.Addr
+		}
+		fmt.Fprintf(&b, "target %s: %s (pid %d)\n", t.Name, what, t.PID)
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "scenario\tvia\tc\ttarget\tchecks/s\tp50\tp99\tsrv µs/chk\t×grpc floor\tsyscalls/chk\tredis µs/chk\t×redis floor\tredis cmd/chk\tclient µs/chk\terrors\t\n")
+	for _, c := range run.Cells {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.3f\t%.1f\t%d\t\n",
+			c.Scenario, c.Via, c.Clients, c.Target, c.ChecksPerSecond,
+			fmtMillis(c.Latency.P50), fmtMillis(c.Latency.P99),
+			optional(c.ServerCPUMicros, "%.1f"), optional(c.ServerToFloor, "%.2f"), optional(c.ServerSyscalls, "%.2f"),
+			c.RedisCPUMicros, optional(c.RedisToFloor, "%.2f"), c.RedisCommands, c.ClientCPUMicros, c.Errors)
+	}
+	tw.Flush()
+	for _, c := range run.Cells {
+		if c.FirstError != "" {
+			fmt.Fprintf(&b, "errors in %s %s c=%d %s: %v, first: %s\n", c.Scenario, c.Via, c.Clients, c.Target, c.ErrorsByCode, c.FirstError)
+		}
+	}
+	b.WriteString(`
+srv µs/chk and syscalls/chk: the server process's CPU (user+system, /proc/<pid>/stat)
+and read+write syscalls (/proc/<pid>/io) per check; ×grpc floor: over the bare grpc-go
+server's, same transport and clients. redis µs/chk: INFO used_cpu_user+sys per check;
+×redis floor: over pipelined INCRBY+PEXPIRE's. p50/p99 are per call (a batch call holds
+many checks). client µs/chk: the load generator's own CPU.
+`)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func optional(v *float64, format string) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+func writeJSONFile(path string, run *matrixRun) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("-json: %w", err)
+	}
+	enc := json.NewEncoder(f)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(run); err != nil {
+		f.Close()
+		return fmt.Errorf("-json %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func readRun(path string) (*matrixRun, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var run matrixRun
+	if err := json.Unmarshal(b, &run); err != nil {
+		return nil, fmt.Errorf("%s: not a quotabench matrix JSON file: %w", path, err)
+	}
+	return &run, nil
+}
+
+// runCompare is `quotabench compare`: target a of the first file against
+// target b of the second (or of the same file), cell by cell.
+func runCompare(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("quotabench compare", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	a := fs.String("a", "", "the `target` to compare from (default: the first quotad target of the first file)")
+	bName := fs.String("b", "", "the `target` to compare to (default: the first quotad target of the second file, or the second of a single file)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, "Usage: quotabench compare [-a NAME] [-b NAME] before.json [after.json]\n\nCompares two targets of quotabench matrix runs cell by cell (after/before ratios).\n\nFlags:\n")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return errHelp
+		}
+		return err
+	}
+	if fs.NArg() < 1 || fs.NArg() > 2 {
+		return errors.New("compare: give one or two matrix JSON files (quotabench matrix -json FILE)")
+	}
+	runA, err := readRun(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	runB := runA
+	if fs.NArg() == 2 {
+		if runB, err = readRun(fs.Arg(1)); err != nil {
+			return err
+		}
+	}
+	nameA, nameB := *a, *bName
+	if nameA == "" {
+		if len(runA.Targets) == 0 {
+			return fmt.Errorf("%s has no quotad target", fs.Arg(0))
+		}
+		nameA = runA.Targets[0].Name
+	}
+	if nameB == "" {
+		switch {
+		case runB != runA && len(runB.Targets) > 0:
+			nameB = runB.Targets[0].Name
+		case runB == runA && len(runA.Targets) > 1:
+			nameB = runA.Targets[1].Name
+		default:
+			return errors.New("compare: say which target to compare to (-b)")
+		}
+	}
+	return writeComparison(stdout, runA, nameA, runB, nameB)
+}
+
+func writeComparison(w io.Writer, runA *matrixRun, nameA string, runB *matrixRun, nameB string) error {
+	type key struct {
+		scenario, via string
+		clients       int
+	}
+	inB := map[key]cellResult{}
+	for _, c := range runB.Cells {
+		if c.Target == nameB {
+			inB[key{c.Scenario, c.Via, c.Clients}] = c
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (load %s) → %s (load %s); ratios are %s/%s\n\n", nameA, runA.LoadAverageStart, nameB, runB.LoadAverageStart, nameB, nameA)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "scenario\tvia\tc\tchecks/s\t×\tp99\t×\tsrv µs/chk\t×\t×grpc floor\tsyscalls/chk\tredis µs/chk\t×redis floor\t\n")
+	matched := 0
+	for _, ca := range runA.Cells {
+		if ca.Target != nameA {
+			continue
+		}
+		cb, ok := inB[key{ca.Scenario, ca.Via, ca.Clients}]
+		if !ok {
+			continue
+		}
+		matched++
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f → %.0f\t%s\t%s → %s\t%s\t%s → %s\t%s\t%s → %s\t%s → %s\t%.1f → %.1f\t%s → %s\t\n",
+			ca.Scenario, ca.Via, ca.Clients,
+			ca.ChecksPerSecond, cb.ChecksPerSecond, ratio(cb.ChecksPerSecond, ca.ChecksPerSecond),
+			fmtMillis(ca.Latency.P99), fmtMillis(cb.Latency.P99), ratio(cb.Latency.P99, ca.Latency.P99),
+			optional(ca.ServerCPUMicros, "%.1f"), optional(cb.ServerCPUMicros, "%.1f"), ratioPtr(cb.ServerCPUMicros, ca.ServerCPUMicros),
+			optional(ca.ServerToFloor, "%.2f"), optional(cb.ServerToFloor, "%.2f"),
+			optional(ca.ServerSyscalls, "%.2f"), optional(cb.ServerSyscalls, "%.2f"),
+			ca.RedisCPUMicros, cb.RedisCPUMicros,
+			optional(ca.RedisToFloor, "%.2f"), optional(cb.RedisToFloor, "%.2f"))
+	}
+	tw.Flush()
+	if matched == 0 {
+		return fmt.Errorf("compare: no cell of %s matches one of %s", nameA, nameB)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ratio(after, before float64) string {
+	if before == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", after/before)
+}
+
+func ratioPtr(after, before *float64) string {
+	if after == nil || before == nil {
+		return "-"
+	}
+	return ratio(*after, *before)
+}

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotad/quotad/internal/quotadtest"
+	"github.com/quotad/quotad/internal/redistest"
+)
+
+// TestMain lets the matrix re-run this test binary as the gRPC floor, as
+// it re-runs quotabench outside tests.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == floorCommand {
+		if err := runFloorServer(context.Background(), os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// The command name holds a space and a ')'; utime 250, stime 50 ticks.
+	stat := "4242 (quo tad)) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 9 0 100 0 0\n"
+	got, err := parseStatCPU([]byte(stat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 3*time.Second {
+		t.Fatalf("cpu %s, want 3s (300 ticks)", got)
+	}
+	if _, err := parseStatCPU([]byte("4242 (x) S 1 2")); err == nil {
+		t.Fatal("a short stat line was accepted")
+	}
+}
+
+func TestParseIOSyscalls(t *testing.T) {
+	io := "rchar: 100\nwchar: 200\nsyscr: 7\nsyscw: 5\nread_bytes: 0\n"
+	if n, err := parseIOSyscalls([]byte(io)); err != nil || n != 12 {
+		t.Fatalf("got %d, %v; want 12", n, err)
+	}
+	if _, err := parseIOSyscalls([]byte("syscr: 7\n")); err == nil {
+		t.Fatal("missing syscw accepted")
+	}
+}
+
+func TestParseRedisCPU(t *testing.T) {
+	info := "# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:0.250001\r\nused_cpu_sys_children:9.000000\r\n"
+	got, err := parseRedisCPU(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1750001 * time.Microsecond; got != want {
+		t.Fatalf("cpu %s, want %s", got, want)
+	}
+	if _, err := parseRedisCPU("used_cpu_sys:1\r\n"); err == nil {
+		t.Fatal("missing used_cpu_user accepted")
+	}
+}
+
+// This process's own counters are readable and move forward.
+func TestReadProcSelf(t *testing.T) {
+	a, err := readProc(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile("/proc/self/stat"); err != nil || a.Syscalls < 0 {
+		t.Fatalf("syscalls %d (%v): /proc/self/io unreadable", a.Syscalls, err)
+	}
+	// Some reads and writes and CPU of our own.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f, err := os.CreateTemp(t.TempDir(), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = f.Write(make([]byte, 1024))
+		f.Close()
+		b, err := readProc(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Syscalls > a.Syscalls && b.CPU > a.CPU {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("counters did not move: %+v then %+v", a, b)
+		}
+	}
+}
+
+func TestFillRatios(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	cells := []cellResult{
+		{Scenario: "hot-allowed", Via: "grpc", Clients: 16, Target: "grpc-floor", ServerCPUMicros: f(40)},
+		{Scenario: "hot-allowed", Via: "grpc", Clients: 16, Target: "after", ServerCPUMicros: f(50)},
+		{Scenario: "hot-allowed", Via: "rls", Clients: 16, Target: "after", ServerCPUMicros: f(50)},
+		{Scenario: "cold", Via: "redis", Clients: 16, Target: "redis-floor", RedisCPUMicros: 10},
+		{Scenario: "cold", Via: "grpc", Clients: 16, Target: "after", ServerCPUMicros: f(80), RedisCPUMicros: 25},
+		{Scenario: "batch", Via: "grpc", Clients: 16, Target: "after", ServerCPUMicros: f(3)},
+	}
+	fillRatios(cells)
+	if r := cells[1].ServerToFloor; r == nil || *r != 1.25 {
+		t.Fatalf("hot grpc ratio %v, want 1.25", r)
+	}
+	if cells[2].ServerToFloor != nil {
+		t.Fatal("an rls cell got a ratio with no rls floor measured")
+	}
+	if r := cells[4].RedisToFloor; r == nil || *r != 2.5 {
+		t.Fatalf("cold redis ratio %v, want 2.5", r)
+	}
+	if r := cells[4].ServerToFloor; r == nil || *r != 2 {
+		t.Fatalf("cold server ratio %v, want 2", r)
+	}
+	if cells[5].ServerToFloor != nil {
+		t.Fatal("a batch cell got a per-call floor ratio")
+	}
+	if cells[0].ServerToFloor != nil || cells[3].RedisToFloor != nil {
+		t.Fatal("a floor got a ratio to itself")
+	}
+}
+
+func TestMatrixFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "-quotad or -addr"},
+		{[]string{"-quotad", "a=/x", "-quotad", "a=/y"}, "-quotad"},
+		{[]string{"-quotad", "grpc-floor=/x"}, "-quotad"},
+		{[]string{"-quotad", "/x", "-addr", "127.0.0.1:1"}, "-addr"},
+		{[]string{"-addr", "127.0.0.1:1"}, "-redis"},
+		{[]string{"-addr", "10.0.0.1:80", "-redis", "127.0.0.1:6379"}, "loopback"},
+		{[]string{"-quotad", "/x", "-redis", "example.com:6379"}, "loopback"},
+		{[]string{"-quotad", "/x", "-pid", "5"}, "-pid"},
+		{[]string{"-quotad", "/x", "-scenarios", "hot"}, "-scenarios"},
+		{[]string{"-quotad", "/x", "-via", "http"}, "-via"},
+		{[]string{"-quotad", "/x", "-clients", "0"}, "-clients"},
+		{[]string{"-quotad", "/x", "-clients", "1,300"}, "-clients"},
+		{[]string{"-quotad", "/x", "-duration", "2m"}, "-duration"},
+		{[]string{"-quotad", "/x", "-warmup", "-1s"}, "-warmup"},
+		{[]string{"-quotad", "/x", "-batch", "1"}, "-batch"},
+		{[]string{"-quotad", "/x", "-nkeys", "1"}, "-nkeys"},
+		{[]string{"-quotad", "a", "-quotad", "b", "-quotad", "c", "-quotad", "d", "-quotad", "e"}, "at most 4"},
+		{[]string{"-quotad", "/x", "stray"}, "stray"},
+	} {
+		err := run(context.Background(), append([]string{"matrix"}, c.args...), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("matrix %q: %v, want an error naming %q", c.args, err, c.want)
+		}
+	}
+}
+
+// runMatrixJSON runs `quotabench matrix` with args and -json, and returns
+// the decoded run and the text output.
+func runMatrixJSON(t *testing.T, args ...string) (*matrixRun, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "run.json")
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), append(append([]string{"matrix"}, args...), "-json", path), &stdout, &stderr); err != nil {
+		t.Fatalf("matrix: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	r, err := readRun(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, stdout.String()
+}
+
+// cellOf returns the one cell of r with these coordinates.
+func cellOf(t *testing.T, r *matrixRun, scenario, via string, clients int, target string) cellResult {
+	t.Helper()
+	for _, c := range r.Cells {
+		if c.Scenario == scenario && c.Via == via && c.Clients == clients && c.Target == target {
+			return c
+		}
+	}
+	t.Fatalf("no cell %s %s c=%d %s among %d", scenario, via, clients, target, len(r.Cells))
+	return cellResult{}
+}
+
+// A short matrix on a real quotad and redis-server: every cell answers
+// without errors, is decided where its scenario says, and carries CPU,
+// syscall and Redis figures and ratios to floors measured in the run.
+// Nothing here asserts a speed.
+func TestMatrixEndToEnd(t *testing.T) {
+	bin := quotadtest.Binary(t)
+	r, text := runMatrixJSON(t, "-quotad", "q="+bin, "-redis-server", redistest.Binary(t),
+		"-scenarios", "hot-allowed,hot-denied,cold,batch", "-via", "grpc,rls", "-clients", "2",
+		"-duration", "300ms", "-warmup", "100ms", "-max-calls", "300", "-nkeys", "1000", "-batch", "10")
+	// 4 scenarios × 2 transports × 1 client count × 1 target, 2 gRPC
+	// floors (hot-allowed) and 1 Redis floor (cold).
+	if len(r.Cells) != 8+2+1 {
+		t.Fatalf("%d cells, want 11:\n%s", len(r.Cells), text)
+	}
+	for _, c := range r.Cells {
+		if c.Errors != 0 || c.Checks == 0 {
+			t.Errorf("%s %s %s: %d checks, %d errors (%v, %s)", c.Scenario, c.Via, c.Target, c.Checks, c.Errors, c.ErrorsByCode, c.FirstError)
+		}
+		if c.Target != "redis-floor" && (c.ServerCPUMicros == nil || c.ServerSyscalls == nil) {
+			t.Errorf("%s %s %s: no server CPU or syscall figure", c.Scenario, c.Via, c.Target)
+		}
+	}
+	hot := cellOf(t, r, "hot-allowed", "grpc", 2, "q")
+	if hot.Denied != 0 || hot.Sources["LEASE"] == 0 || hot.ServerToFloor == nil {
+		t.Errorf("hot-allowed: denied %d, sources %v, ratio %v; want all allowed, mostly from leases, a ratio to the floor", hot.Denied, hot.Sources, hot.ServerToFloor)
+	}
+	if rls := cellOf(t, r, "hot-allowed", "rls", 2, "q"); rls.Denied != 0 || rls.ServerToFloor == nil {
+		t.Errorf("hot-allowed over rls: denied %d, ratio %v", rls.Denied, rls.ServerToFloor)
+	}
+	denied := cellOf(t, r, "hot-denied", "grpc", 2, "q")
+	// The one check the limit admits went in the warm-up.
+	if denied.Allowed != 0 || denied.Sources["DENIED_CACHE"] == 0 {
+		t.Errorf("hot-denied: allowed %d, sources %v; want none allowed and the denied cache answering", denied.Allowed, denied.Sources)
+	}
+	cold := cellOf(t, r, "cold", "grpc", 2, "q")
+	if cold.RedisCommands < 1 || cold.RedisCPUMicros <= 0 || cold.RedisToFloor == nil || cold.Sources["STORE"] == 0 {
+		t.Errorf("cold: %.2f Redis commands and %.1f µs per check, ratio %v, sources %v", cold.RedisCommands, cold.RedisCPUMicros, cold.RedisToFloor, cold.Sources)
+	}
+	floor := cellOf(t, r, "cold", "redis", 2, "redis-floor")
+	if floor.RedisCommands < 1.9 || floor.RedisCommands > 2.1 {
+		t.Errorf("redis floor: %.3f commands per operation, want 2 (INCRBY, PEXPIRE)", floor.RedisCommands)
+	}
+	if batch := cellOf(t, r, "batch", "grpc", 2, "q"); batch.Checks != 10*batch.Calls {
+		t.Errorf("batch: %d checks in %d calls, want 10 each", batch.Checks, batch.Calls)
+	}
+	for _, want := range []string{"hot-allowed", "grpc-floor", "redis-floor", "×grpc floor", "load average"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text)
+		}
+	}
+	if r.LoadAverageStart == "" || len(r.Targets) != 1 || r.Targets[0].PID == 0 {
+		t.Errorf("run header: load %q, targets %+v", r.LoadAverageStart, r.Targets)
+	}
+
+	// The same run compared with itself: every ratio is 1.
+	path := filepath.Join(t.TempDir(), "run.json")
+	if err := writeJSONFile(path, r); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"compare", path, path}, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "hot-allowed") || !strings.Contains(out.String(), "1.00") {
+		t.Errorf("compare output:\n%s", out.String())
+	}
+	if err := run(context.Background(), []string{"compare", path}, &out, &bytes.Buffer{}); err == nil {
+		t.Error("compare of a one-target file with no -b succeeded")
+	}
+}
+
+// A running quotad is measured through -addr and -pid, started with the
+// config -print-config prints.
+func TestMatrixGivenQuotad(t *testing.T) {
+	rs := redistest.Start(t)
+	var cfg bytes.Buffer
+	if err := run(context.Background(), []string{"matrix", "-print-config"}, &cfg, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "matrix.yaml")
+	if err := os.WriteFile(path, cfg.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(quotadtest.Binary(t), "--listen", "127.0.0.1:0", "--redis", rs.URL(), "--config", path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() {
+		t.Fatal("quotad printed nothing")
+	}
+	m := listeningLine.FindStringSubmatch(lines.Text())
+	if m == nil {
+		t.Fatalf("first line %q", lines.Text())
+	}
+	go func() {
+		for lines.Scan() {
+		}
+	}()
+	r, _ := runMatrixJSON(t, "-addr", m[1], "-pid", strconv.Itoa(cmd.Process.Pid), "-redis", rs.Addr(), "-floors=false",
+		"-scenarios", "hot-allowed", "-via", "grpc", "-clients", "1", "-duration", "200ms", "-warmup", "0s", "-max-calls", "100")
+	c := cellOf(t, r, "hot-allowed", "grpc", 1, "quotad")
+	if c.Errors != 0 || c.Checks == 0 || c.ServerCPUMicros == nil {
+		t.Fatalf("cell %+v", c)
+	}
+}
+
+func TestCompareErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte("not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{}, {bad}, {filepath.Join(dir, "missing.json")}, {"a", "b", "c"}} {
+		err := run(context.Background(), append([]string{"compare"}, args...), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || errors.Is(err, errHelp) {
+			t.Errorf("compare %q: %v, want an error", args, err)
+		}
+	}
+}
