@@ -21,8 +21,14 @@ const (
 	// MaxBatchLimit is the largest CheckBatch the API allows (see
 	// CheckBatchRequest in quota.proto); it is also the default.
 	MaxBatchLimit = 1000
-	// DefaultMaxRequestBytes is the default bound on one request message.
-	DefaultMaxRequestBytes = 4 << 20
+	// DefaultMaxRequestBytes is the default bound on one batch's request
+	// message: a CheckBatch of MaxBatchLimit checks at every field's
+	// maximum (1 KiB keys, 128-byte policies, inline limits) is 1.20 MB
+	// in protobuf and 1.34 MB in JSON. Each bomb or oversized body costs a
+	// node up to about four times the bound in buffers (the message read,
+	// then inflated, each into a buffer grown by doubling), so the bound
+	// is kept near what a batch needs.
+	DefaultMaxRequestBytes = 2 << 20
 )
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
@@ -30,7 +36,7 @@ var ErrInvalidConfig = errors.New("invalid rpc config")
 
 // Config is the wire's configuration. The zero value is the default
 // configuration: inline limits allowed with periods of up to a day,
-// batches of up to 1000 checks, request messages of up to 4 MiB. Build it
+// batches of up to 1000 checks in messages of up to 2 MiB. Build it
 // with defaults, apply overrides, then Validate (NewHandler does).
 type Config struct {
 	// DisableInlineLimits rejects checks that carry their own limit with
@@ -45,11 +51,14 @@ type Config struct {
 	// MaxBatch is the most checks one CheckBatch may carry, 1 to
 	// MaxBatchLimit. 0 means MaxBatchLimit (1000).
 	MaxBatch int
-	// MaxRequestBytes bounds the size of one request message in bytes,
-	// after decompression; a larger message fails with ResourceExhausted.
-	// 0 means DefaultMaxRequestBytes (4 MiB, room for a full batch of
-	// 1000 checks with 1 KiB keys in JSON). It also bounds what a
-	// compressed message may inflate to: inflating stops there.
+	// MaxRequestBytes bounds the size of one request message of the calls
+	// that carry many checks, CheckBatch and Envoy's ShouldRateLimit, in
+	// bytes, after decompression; a larger message fails with
+	// ResourceExhausted. Every other call's message is bounded by the
+	// smaller of MaxRequestBytes and MaxCallRequestBytes (64 KiB). 0 means
+	// DefaultMaxRequestBytes (2 MiB, room for a full batch of 1000 checks
+	// with 1 KiB keys, in JSON too). It also bounds what a compressed
+	// message may inflate to: inflating stops there.
 	MaxRequestBytes int
 	// MaxInlinePeriod bounds how long an inline limit's state may live in
 	// the store: its period, and for the buckets and GCRA the time to

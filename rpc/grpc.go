@@ -35,6 +35,11 @@ type grpcFront struct {
 	tel   *callTelemetry
 	admin *adminGuard // nil: no admin token
 	log   *slog.Logger
+	// maxCallBytes bounds the request message of every call but CheckBatch
+	// and ShouldRateLimit, as MaxCallRequestBytes does on the Connect front
+	// end (grpc-go's own bound, MaxRecvMsgSize, is the server's, for all
+	// methods). 0: no bound beyond grpc-go's.
+	maxCallBytes int
 }
 
 // grpcUnary is the grpc-go method of the unary procedure (its full name,
@@ -51,13 +56,21 @@ func grpcUnary[Req any, PReq interface {
 }, Res proto.Message](f grpcFront, procedure string, core func(context.Context, PReq) (Res, error)) grpc.MethodDesc {
 	p := f.tel.procedure(procedure)
 	admin := f.admin != nil && isAdminProcedure(procedure)
+	maxBytes := f.maxCallBytes
+	if carriesManyChecks(procedure) {
+		maxBytes = 0
+	}
 	return grpc.MethodDesc{
 		MethodName: procedure[strings.LastIndexByte(procedure, '/')+1:],
 		Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (_ any, err error) {
 			req := PReq(new(Req))
-			r := grpcRequest{msg: req}
+			r := grpcRequest{msg: req, maxBytes: maxBytes}
 			if err := dec(&r); err != nil {
 				return nil, err // grpc-go has answered already
+			}
+			if r.size > 0 {
+				// Refused before decoding, as connect-go refuses it.
+				return nil, grpcError(tooLargeError(r.size, maxBytes))
 			}
 			if r.err != nil {
 				// connect-go fails such a request before its interceptors
@@ -120,6 +133,8 @@ func (f grpcFront) quotaService(svc *service) *grpc.ServiceDesc {
 			grpcUnary(f, quotadv1connect.QuotaServiceListPoliciesProcedure, svc.listPolicies),
 			grpcUnary(f, quotadv1connect.QuotaServiceRenewSlotProcedure, svc.renewSlot),
 			grpcUnary(f, quotadv1connect.QuotaServiceReleaseSlotProcedure, svc.releaseSlot),
+			grpcUnary(f, quotadv1connect.QuotaServiceAcquireLeaseProcedure, svc.acquireLease),
+			grpcUnary(f, quotadv1connect.QuotaServiceReturnLeaseProcedure, svc.returnLease),
 		},
 		Metadata: "quotad/v1/quota.proto",
 	}

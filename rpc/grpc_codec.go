@@ -22,6 +22,10 @@ import (
 type grpcRequest struct {
 	msg proto.Message
 	err error
+	// maxBytes, when above 0, bounds the message: a larger one is not
+	// decoded and its size is set instead.
+	maxBytes int
+	size     int
 }
 
 // grpcCodec is grpc-go's protobuf codec, except that it decodes a
@@ -52,6 +56,10 @@ func (c grpcCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	r, ok := v.(*grpcRequest)
 	if !ok {
 		return c.proto.Unmarshal(data, v)
+	}
+	if n := data.Len(); r.maxBytes > 0 && n > r.maxBytes {
+		r.size = n
+		return nil
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()

@@ -64,11 +64,11 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 		// everything after it.
 		recoverPanic(log),
 		jsonCodecs(),
-		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
-		// Also bounds what a compressed message may inflate to, and stops
-		// inflating there (a gzip bomb costs at most the limit's worth).
-		boundedGzip(cfg.MaxRequestBytes),
 	)
+	// Only the calls that carry many checks may be as large as
+	// MaxRequestBytes; every other is bounded far tighter.
+	batchLimits := messageLimits(cfg.MaxRequestBytes)
+	callLimits := messageLimits(min(cfg.MaxRequestBytes, MaxCallRequestBytes))
 	// Telemetry goes first, around errorInterceptor, so that spans and
 	// metrics see the codes clients get.
 	tel, err := newCallTelemetry(cfg.Telemetry, apiProcedures)
@@ -96,8 +96,12 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 		interceptors = append(interceptors, admin.interceptor())
 	}
 	rpcInterceptors := connect.WithInterceptors(interceptors...)
-	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, rpcInterceptors))
-	rls, envoyServices, err := mountRLS(mux, n, cfg, common, rpcInterceptors)
+	mux.Handle(quotadv1connect.NewQuotaServiceHandler(svc, common, callLimits, rpcInterceptors))
+	// The service once more, under the batch bound, for CheckBatch alone:
+	// the mux prefers the exact path to the service's prefix.
+	_, batches := quotadv1connect.NewQuotaServiceHandler(svc, common, batchLimits, rpcInterceptors)
+	mux.Handle(quotadv1connect.QuotaServiceCheckBatchProcedure, batches)
+	rls, envoyServices, err := mountRLS(mux, n, cfg, common, batchLimits, rpcInterceptors)
 	if err != nil {
 		return nil, err
 	}
@@ -108,10 +112,10 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	}
 	handler.version.Store(&cfg.ConfigVersion)
 	reflector := grpcreflect.NewStaticReflector(reflected...)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector, common))
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, common, callLimits))
 	// Many tools (grpcurl among them) still ask v1alpha first.
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, common))
-	mux.Handle(grpchealth.NewHandler(h, common))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, common, callLimits))
+	mux.Handle(grpchealth.NewHandler(h, common, callLimits))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.HandleFunc("GET /cluster", clusterPage(n, handler))
@@ -207,5 +211,7 @@ var apiProcedures = []string{
 	quotadv1connect.QuotaServiceListPoliciesProcedure,
 	quotadv1connect.QuotaServiceRenewSlotProcedure,
 	quotadv1connect.QuotaServiceReleaseSlotProcedure,
+	quotadv1connect.QuotaServiceAcquireLeaseProcedure,
+	quotadv1connect.QuotaServiceReturnLeaseProcedure,
 	ratelimitv3connect.RateLimitServiceShouldRateLimitProcedure,
 }

@@ -60,9 +60,18 @@ func (s *service) acquireLease(ctx context.Context, req *quotadv1.AcquireLeaseRe
 
 // ReturnLease implements QuotaService.ReturnLease.
 func (s *service) ReturnLease(ctx context.Context, req *connect.Request[quotadv1.ReturnLeaseRequest]) (*connect.Response[quotadv1.ReturnLeaseResponse], error) {
-	returned, err := s.node.ReturnLease(ctx, req.Msg.GetLeaseId(), req.Msg.GetUnits())
+	res, err := s.returnLease(ctx, req.Msg)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&quotadv1.ReturnLeaseResponse{Returned: returned}), nil
+	return connect.NewResponse(res), nil
+}
+
+// returnLease gives a client lease's unspent units back through the node.
+func (s *service) returnLease(ctx context.Context, req *quotadv1.ReturnLeaseRequest) (*quotadv1.ReturnLeaseResponse, error) {
+	returned, err := s.node.ReturnLease(ctx, req.GetLeaseId(), req.GetUnits())
+	if err != nil {
+		return nil, err
+	}
+	return &quotadv1.ReturnLeaseResponse{Returned: returned}, nil
 }

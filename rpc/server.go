@@ -280,7 +280,7 @@ func newGRPCServer(h *Handler, cfg ServerConfig, conns *connLimiter) (*grpc.Serv
 		// each; a call finding none idle gets a goroutine of its own.
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 	)
-	f := grpcFront{tel: h.tel, admin: h.admin, log: h.log}
+	f := grpcFront{tel: h.tel, admin: h.admin, log: h.log, maxCallBytes: min(h.maxRequestBytes, MaxCallRequestBytes)}
 	g.RegisterService(f.quotaService(h.svc), nil)
 	if h.rls != nil {
 		g.RegisterService(f.rateLimitService(h.rls), nil)

@@ -54,8 +54,9 @@ type config struct {
 	// MaxBatch bounds the checks in one CheckBatch; 0 means rpc's
 	// default, 1000 (also the most allowed).
 	MaxBatch int
-	// MaxRequestBytes bounds one request message; 0 means rpc's default,
-	// 4 MiB.
+	// MaxRequestBytes bounds one CheckBatch or ShouldRateLimit request
+	// message (other calls': at most rpc.MaxCallRequestBytes); 0 means
+	// rpc's default, 2 MiB.
 	MaxRequestBytes int
 	// MaxInlinePeriod bounds how long an inline limit's state may live;
 	// 0 means rpc's default, 24h.

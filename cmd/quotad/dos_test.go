@@ -530,13 +530,15 @@ func gzipBomb(t *testing.T, size int, inflate int64) (body []byte, inflated int6
 	return body, inflated
 }
 
-// Item 8. A gzip body that inflates to about 4 GiB is refused with
-// ResourceExhausted after inflating no more than the limit (4 MiB), on
-// every path: JSON over Connect, gRPC, and Envoy's rate limit service.
-// Before, each cost a full inflation (0.85-1.2 s of CPU without -race).
-// The CPU it costs is compared with that of a body inflating to just past
-// the limit (16 MiB), which any server must inflate to refuse: the same,
-// give or take, where a full inflation would cost hundreds of times more.
+// Item 8. A gzip body that inflates to about 2 GiB is refused with
+// ResourceExhausted after inflating no more than the limit (2 MiB, the
+// batches' bound), on every path: JSON over Connect, gRPC, and Envoy's
+// rate limit service. Before, each cost a full inflation (0.85-1.2 s of
+// CPU for 4 GiB without -race). The CPU it costs is compared with that of
+// a body inflating to just past the limit (16 MiB), which any server must
+// inflate to refuse: the same, give or take, where a full inflation would
+// cost hundreds of times more. As a Check, whose bound is 64 KiB, the
+// bomb is refused before it is inflated at all.
 func TestGzipBombStopsAtTheLimit(t *testing.T) {
 	cfg := writeFile(t, "q.yaml", `
 policies:
@@ -549,7 +551,7 @@ envoy:
 `)
 	p := startProcess(t, "--config", cfg)
 	pid := p.cmd.Process.Pid
-	const limit = 4 << 20 // --max-request-bytes default
+	const limit = 2 << 20 // --max-request-bytes default
 	h2c := &http.Client{Transport: &http.Transport{Protocols: new(http.Protocols)}, Timeout: 5 * time.Minute}
 	h2c.Transport.(*http.Transport).Protocols.SetUnencryptedHTTP2(true)
 	grpcHeader := map[string]string{"Content-Type": "application/grpc", "Grpc-Encoding": "gzip", "Te": "trailers"}
@@ -559,7 +561,7 @@ envoy:
 		header     map[string]string
 		grpc       bool
 	}{
-		{"json", "/quotad.v1.QuotaService/Check", http.DefaultClient, map[string]string{"Content-Type": "application/json", "Content-Encoding": "gzip"}, false},
+		{"json", "/quotad.v1.QuotaService/CheckBatch", http.DefaultClient, map[string]string{"Content-Type": "application/json", "Content-Encoding": "gzip"}, false},
 		{"grpc", "/quotad.v1.QuotaService/CheckBatch", h2c, grpcHeader, true},
 		{"envoy", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", h2c, grpcHeader, true},
 	}
@@ -597,16 +599,16 @@ envoy:
 			t.Errorf("%s: grpc-status %q, want %d (resource exhausted)", name, status, connect.CodeResourceExhausted)
 		case !grpc && (resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(message, "resource_exhausted")):
 			t.Errorf("%s: %s, want 429 resource_exhausted", name, status)
-		case !strings.Contains(message, "stopped inflating after 4194305 bytes") &&
+		case !strings.Contains(message, "stopped inflating after 2097153 bytes") &&
 			// grpc-go's words, on the gRPC front end: it stops there too.
-			!(grpc && strings.Contains(message, "after decompression larger than max 4194304")):
+			!(grpc && strings.Contains(message, "after decompression larger than max 2097152")):
 			t.Errorf("%s: %q does not say inflating stopped at the limit", name, message)
 		}
 		return cpuAfter - cpuBefore
 	}
 	// The compressed message itself must fit the limit (with gRPC's 5-byte
 	// prefix), or it would be refused unread.
-	bomb, inflated := gzipBomb(t, limit-5, 4<<30)
+	bomb, inflated := gzipBomb(t, limit-5, 2<<30)
 	small, smallInflated := gzipBomb(t, limit-5, 16<<20)
 	var bombs, smalls time.Duration
 	for _, a := range paths {
@@ -614,10 +616,27 @@ envoy:
 		bombs += send(t, a.name, a.path, a.client, a.header, a.grpc, bomb, inflated)
 	}
 	// The bound allows for CPU accounting in 10 ms ticks and a loaded
-	// machine; a full inflation of 4 GiB costs ~250 times the small one.
+	// machine; a full inflation of 2 GiB costs ~125 times the small one.
 	if bombs > 3*smalls+300*time.Millisecond {
 		t.Errorf("%d bombs of %d MiB cost %s of server CPU, against %s for bodies of %d MiB: inflation did not stop at the limit",
 			len(paths), inflated>>20, bombs, smalls, smallInflated>>20)
 	}
 	t.Logf("%d bombs of %d MiB: %s of server CPU; %d bodies of %d MiB: %s", len(paths), inflated>>20, bombs, len(paths), smallInflated>>20, smalls)
+
+	// As a Check: refused once the compressed body passes 64 KiB.
+	req, err := http.NewRequest(http.MethodPost, p.URL+"/quotad.v1.QuotaService/Check", bytes.NewReader(bomb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("message size %d is larger than configured max 65536", len(bomb)); resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(raw), want) {
+		t.Errorf("a bomb as a Check: %s %s; want 429 saying %q", resp.Status, raw, want)
+	}
 }

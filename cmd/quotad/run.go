@@ -72,7 +72,7 @@ func settings() []setting {
 		{name: "denied-cache-entries", usage: "size of the hot denied-key cache in `entries`; 0 with no --denied-cache-bytes means 100000", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxEntries, v) }},
 		{name: "denied-cache-bytes", usage: "size of the hot denied-key cache in `bytes` instead of entries", apply: func(c *config, v string) error { return parseIntInto(&c.DeniedCache.MaxBytes, v) }},
 		{name: "max-batch", usage: "most checks one CheckBatch may carry, 1 to 1000 (`count`); 0 means 1000", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxBatch, v) }},
-		{name: "max-request-bytes", usage: "largest request message accepted (`bytes`, after decompression); larger ones fail with ResourceExhausted; 0 means 4 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
+		{name: "max-request-bytes", usage: "largest CheckBatch or Envoy ShouldRateLimit message accepted (`bytes`, after decompression; other calls' are bounded at 64 KiB, or this if smaller); larger ones fail with ResourceExhausted; 0 means 2 MiB", apply: func(c *config, v string) error { return parseIntInto32(&c.MaxRequestBytes, v) }},
 		{name: "max-inline-period", usage: "longest an inline limit's state may live (`duration`): its period, or for buckets and gcra the time to restore a full burst; longer is InvalidArgument; 0 means 24h, 8760h allows every period", apply: func(c *config, v string) error { return parseDurationInto(&c.MaxInlinePeriod, v) }},
 		{name: "memory-max-keys", usage: "most keys the embedded memory store holds (`count`); at the bound, checks of new keys fail with ResourceExhausted; 0 means 250000", apply: func(c *config, v string) error { return parseIntInto32(&c.MemoryMaxKeys, v) }},
 		{name: "read-timeout", usage: "how long a request body may take to arrive (`duration`), except gRPC on grpc-go; 0 means 30s", apply: func(c *config, v string) error { return parseDurationInto(&c.Server.ReadTimeout, v) }},
@@ -247,7 +247,7 @@ Config file (YAML; unknown fields are errors):
                                     # sentinel_password, db, tls, tls_ca_file
   breaker: {failures: 5, probe_every: 250ms}
   max_batch: 1000
-  max_request_bytes: 4194304
+  max_request_bytes: 2097152
   max_inline_period: 24h
   memory_max_keys: 250000           # embedded memory store only
   read_timeout: 30s

@@ -37,7 +37,7 @@ type soakAttacks struct {
 	idle     []*attack.IdleConns
 	trickles []*attack.Trickle
 	reset    *attack.RapidReset
-	// Item 8: gzip bombs of 4 MiB inflating to 4 GiB.
+	// Item 8: gzip bombs of 2 MiB inflating to 2 GiB.
 	bombs *attack.Bombs
 
 	gossipBefore clusterView
@@ -66,8 +66,8 @@ func newSoakAttacks(t *testing.T, target *proc, tap *attack.Tap, gossipKey []byt
 	addr := strings.TrimPrefix(target.api, "http://")
 	gossipAddr := "127.0.0.1:" + target.gossipPort(t)
 	// The compressed message, with gRPC's 5-byte prefix, fits the default
-	// --max-request-bytes (4 MiB), or it would be refused unread.
-	bomb, _, err := attack.GzipBomb(4<<20-5, 4<<30)
+	// --max-request-bytes (2 MiB), or it would be refused unread.
+	bomb, _, err := attack.GzipBomb(2<<20-5, 2<<30)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func (a *soakAttacks) check(t *testing.T) {
 		}
 	}
 	if a.bombs != nil {
-		// A loaded machine may read a 4 MiB body more slowly than the read
+		// A loaded machine may read a 2 MiB body more slowly than the read
 		// timeout allows: cut then, it is refused all the same.
 		if s := a.bombs.Stats(); s.Sent == 0 || s.Refused+s.TimedOut != s.Sent {
 			t.Errorf("gzip bombs: %+v; want every one refused: ResourceExhausted, or DeadlineExceeded past the read timeout", s)

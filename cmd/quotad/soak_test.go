@@ -52,9 +52,10 @@ const (
 	// baseline after the attacks: the server's timeouts (idle 3s, read
 	// 2s, request headers 10s) must close what the attackers left open,
 	// and the Go runtime give back the memory they made it use, which
-	// takes a garbage collection (at the latest the one forced every two
-	// minutes) and the scavenger's pace.
-	soakRecovery = 3 * time.Minute
+	// takes two garbage collections (connect-go's buffer pools keep what
+	// they hold until then), which the legit load's allocations bring
+	// within seconds, and the scavenger's pace.
+	soakRecovery = time.Minute
 	// The server's bounds under test, the same on every node.
 	soakMaxConns    = 200
 	soakReadTimeout = 2 * time.Second
@@ -158,15 +159,16 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 	// last exactly as long.
 	start := time.Now()
 	load.schedule(start, phase)
+	cpuAtStart := soakCPU(t, procs, r)
 	n1Figures.sampleUntil(t, start.Add(phase))
 	baseline := n1Figures.median()
-	attackCPU := n1Figures.cpu(t)
+	cpuAtAttack := soakCPU(t, procs, r)
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(2*phase))
 	defer cancel()
 	attacks.run(ctx, t)
 	during := n1Figures.sampleUntil(t, start.Add(2*phase))
 	attacks.wait()
-	attackCPU = n1Figures.cpu(t) - attackCPU
+	cpuAfterAttack := soakCPU(t, procs, r)
 
 	// Recovery: what the attackers left open is the server's to close.
 	stopped := time.Now()
@@ -197,13 +199,20 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 	allowedRatio := float64(att.allowed) / float64(max(base.allowed, 1))
 	p99Ratio := float64(att.p99) / float64(max(base.p99, time.Microsecond))
 	t.Logf("legit ratios attack/baseline: allowed %.3f, p99 %.2f, p50 %.2f", allowedRatio, p99Ratio, float64(att.p50)/float64(max(base.p50, time.Microsecond)))
+	var nodeRatios [3]float64
 	for i, p := range procs {
 		b, a := load.nodeTotals(i, phaseBaseline), load.nodeTotals(i, phaseAttack)
+		nodeRatios[i] = float64(a.p99) / float64(max(b.p99, time.Microsecond))
 		t.Logf("  %s: baseline %d checks, %d allowed, p99 %s; attack %d checks, %d allowed, p99 %s (ratio %.2f)",
-			p.name, b.checks, b.allowed, b.p99, a.checks, a.allowed, a.p99, float64(a.p99)/float64(max(b.p99, time.Microsecond)))
+			p.name, b.checks, b.allowed, b.p99, a.checks, a.allowed, a.p99, nodeRatios[i])
 	}
+	// Nodes 2 and 3 are not attacked: what their p99 does is the machine's
+	// share (the attackers' CPU, Redis's, node 1's), which node 1 suffers
+	// too.
+	t.Logf("node-1's p99 ratio against the unattacked nodes' mean: %.2f", nodeRatios[0]/((nodeRatios[1]+nodeRatios[2])/2))
+	t.Logf("CPU used, baseline → attack phase: %s", cpuPhases(cpuAtStart, cpuAtAttack, cpuAfterAttack))
 	t.Logf("node-1 baseline (median): %s", baseline)
-	t.Logf("node-1 during the attacks (peak): %s; CPU %s in %s", during, attackCPU, phase)
+	t.Logf("node-1 during the attacks (peak): %s", during)
 	t.Logf("node-1 after (%s after the attacks stopped, recovered %t): %s", recoveredIn.Round(100*time.Millisecond), recovered, after)
 	t.Logf("node-1 on the way back: %s", strings.Join(trail, "; "))
 	attacks.report(t)
@@ -239,18 +248,70 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 func goroutineSlack(base int64) int64 { return max(20, base/5) }
 
 // memoryBack reports whether node 1's memory is back near its baseline:
-// its RSS, within the larger of 64 MB and the baseline itself (the Go
-// runtime sizes its heap at twice what it last found live, and gives what
-// it freed back to the OS at the scavenger's pace). Under the race
-// detector RSS includes the detector's shadow memory, which is never
-// given back; there the Go heap's own hold on memory (in use and idle,
-// less what it released) is judged instead, within the larger of 32 MB
-// and half its baseline.
+// its RSS, within the larger of 16 MB and a quarter of the baseline (the
+// Go runtime sizes its heap at twice what it last found live, gives what
+// it freed back to the OS at the scavenger's pace, and the attacks ran
+// code whose pages stay mapped). Under the race detector RSS includes the
+// detector's shadow memory, which is never given back; there the Go
+// heap's own hold on memory (in use and idle, less what it released) is
+// judged instead, within the larger of 16 MB and half its baseline.
 func memoryBack(base, now nodeFigures) bool {
 	if quotadtest.Race() {
-		return now.heapHeld() <= base.heapHeld()+max(32<<20, base.heapHeld()/2)
+		return now.heapHeld() <= base.heapHeld()+max(16<<20, base.heapHeld()/2)
 	}
-	return now.rss <= base.rss+max(64<<20, base.rss)
+	return now.rss <= base.rss+max(16<<20, base.rss/4)
+}
+
+// cpuTimes are the CPU times the soak's processes have used: the three
+// nodes, redis-server, and the test's own process (the legit load's
+// clients and the attackers).
+type cpuTimes struct {
+	nodes       [3]time.Duration
+	redis, test time.Duration
+}
+
+func soakCPU(t *testing.T, procs []*proc, r *redistest.Server) cpuTimes {
+	t.Helper()
+	var c cpuTimes
+	for i, p := range procs {
+		cpu, _, err := quotadtest.ProcStat(p.cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.nodes[i] = cpu
+	}
+	cpu, _, err := quotadtest.ProcStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.test = cpu
+	// Redis's own count: used_cpu_sys and used_cpu_user, in seconds.
+	info, err := r.Do("INFO", "cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, v, _ := strings.Cut(line, ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			secs, _ := strconv.ParseFloat(v, 64)
+			c.redis += time.Duration(secs * float64(time.Second))
+		}
+	}
+	return c
+}
+
+// cpuPhases says what each process used in the phase from a to b and in
+// the one from b to c.
+func cpuPhases(a, b, c cpuTimes) string {
+	span := func(name string, x, y, z time.Duration) string {
+		return fmt.Sprintf("%s %s → %s", name, (y - x).Round(10*time.Millisecond), (z - y).Round(10*time.Millisecond))
+	}
+	var parts []string
+	for i := range a.nodes {
+		parts = append(parts, span(fmt.Sprintf("node-%d", i+1), a.nodes[i], b.nodes[i], c.nodes[i]))
+	}
+	parts = append(parts, span("redis-server", a.redis, b.redis, c.redis), span("the test (legit clients, attackers)", a.test, b.test, c.test))
+	return strings.Join(parts, ", ")
 }
 
 // loadAverage is /proc/loadavg's first three fields.
@@ -299,8 +360,12 @@ type legitStats struct {
 func startLegitLoad(t *testing.T, procs []*proc) *legitLoad {
 	l := &legitLoad{done: make(chan struct{})}
 	for i, p := range procs {
-		h1 := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: soakWorkers}, Timeout: 10 * time.Second}
-		h2c := &http.Client{Transport: &http.Transport{Protocols: new(http.Protocols)}, Timeout: 10 * time.Second}
+		// As a client of a server that closes idle connections should, they
+		// close theirs first: a request sent on a connection the server is
+		// closing at that moment fails (connection reset), which one of
+		// 10,791 baseline checks did once.
+		h1 := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: soakWorkers, IdleConnTimeout: soakIdleTimeout / 3}, Timeout: 10 * time.Second}
+		h2c := &http.Client{Transport: &http.Transport{Protocols: new(http.Protocols), IdleConnTimeout: soakIdleTimeout / 3}, Timeout: 10 * time.Second}
 		h2c.Transport.(*http.Transport).Protocols.SetUnencryptedHTTP2(true)
 		clients := []quotadv1connect.QuotaServiceClient{
 			quotadv1connect.NewQuotaServiceClient(h1, p.api),                      // Connect, HTTP/1.1
@@ -487,15 +552,6 @@ func (l *figureLog) sample(t *testing.T) nodeFigures {
 	}
 	t.Fatalf("scrape %s/metrics: %v", l.p.api, lastErr)
 	return f
-}
-
-func (l *figureLog) cpu(t *testing.T) time.Duration {
-	t.Helper()
-	cpu, _, err := quotadtest.ProcStat(l.p.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cpu
 }
 
 // sampleUntil samples once a second until end (which has passed when it

@@ -13,10 +13,10 @@ import (
 	"time"
 )
 
-// Bombs posts a gzip decompression bomb every Every, alternating between
-// two paths: a Check in JSON over HTTP/1.1 (Content-Encoding gzip), and a
-// CheckBatch over gRPC on cleartext HTTP/2 (grpc-encoding gzip). Each goes
-// on a connection of its own. A server that stops inflating at its limit
+// Bombs posts a gzip decompression bomb every Every as a CheckBatch, the
+// call whose messages may be largest, alternating between two paths: JSON
+// over HTTP/1.1 (Content-Encoding gzip), and gRPC on cleartext HTTP/2
+// (grpc-encoding gzip). Each goes on a connection of its own. A server that stops inflating at its limit
 // answers ResourceExhausted (HTTP 429, grpc-status 8); one whose body is
 // too slow to arrive, DeadlineExceeded (its read timeout). One bomb at a
 // time. Set the fields before Run; Stats may be read at any time.
@@ -89,12 +89,12 @@ const (
 	timedOut
 )
 
-// json posts the bomb as a JSON Check and reports an error unless it is
+// json posts the bomb as a JSON CheckBatch and reports an error unless it is
 // refused, as too large or too slow.
 func (a *Bombs) json() (outcome, error) {
 	tr := &http.Transport{DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
-	req, err := http.NewRequest(http.MethodPost, a.URL+"/quotad.v1.QuotaService/Check", bytes.NewReader(a.Body))
+	req, err := http.NewRequest(http.MethodPost, a.URL+"/quotad.v1.QuotaService/CheckBatch", bytes.NewReader(a.Body))
 	if err != nil {
 		return 0, err
 	}
