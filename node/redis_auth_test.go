@@ -43,7 +43,7 @@ func TestRedisAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	user, err := node.NewRedisStore(ctx, node.RedisConfig{URL: "redis://quotad:s3cret@" + r.Addr() + "/0"})
+	user, err := node.NewRedisStore(ctx, node.RedisConfig{URL: "redis://quotad:s3cret@" + r.Addr() + "/0", Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("ACL user: %v", err)
 	}
@@ -60,7 +60,7 @@ func TestRedisAuth(t *testing.T) {
 	if _, err := node.NewRedisStore(ctx, node.RedisConfig{URL: r.URL()}); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Fatalf("no password: %v, want NOAUTH", err)
 	}
-	pass, err := node.NewRedisStore(ctx, node.RedisConfig{URL: "redis://:hunter2@" + r.Addr() + "/1"})
+	pass, err := node.NewRedisStore(ctx, node.RedisConfig{URL: "redis://:hunter2@" + r.Addr() + "/1", Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("requirepass: %v", err)
 	}
@@ -89,7 +89,7 @@ func TestRedisTLS(t *testing.T) {
 	if _, err := node.NewRedisStore(ctx, node.RedisConfig{URL: url, ConnectTimeout: connect}); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("untrusted CA: %v, want a certificate error", err)
 	}
-	s, err := node.NewRedisStore(ctx, node.RedisConfig{URL: url, TLSCAFile: caFile, ConnectTimeout: connect})
+	s, err := node.NewRedisStore(ctx, node.RedisConfig{URL: url, TLSCAFile: caFile, ConnectTimeout: connect, Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("trusted CA: %v", err)
 	}
