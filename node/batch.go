@@ -397,7 +397,7 @@ func (b *batch) rememberDenial(g *batchGroup, cost int64, d algorithms.Decision,
 	cost = max(cost, 1)
 	n.denied.Add(n.cacheKey(k, g.p.Limit), cost, d, start/int64(time.Millisecond))
 	n.stats.denialsCached.Add(1)
-	n.gossipDenial(k, g.p.Limit, cost, d, start)
+	n.announceDenial(k, g.p.Limit, cost, d, start)
 }
 
 // giveBackGroup returns the units g took. A failure only costs

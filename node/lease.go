@@ -662,7 +662,7 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 		l.denial.Store(&denial{limit: p.Limit, cost: max(cost, 1), sinceNs: start, untilNs: start + int64(d.RetryAfter), decision: d})
 		n.denied.Add(n.cacheKey(k, p.Limit), max(cost, 1), d, start/int64(time.Millisecond))
 		n.stats.denialsCached.Add(1)
-		n.gossipDenial(k, p.Limit, max(cost, 1), d, start)
+		n.announceDenial(k, p.Limit, max(cost, 1), d, start)
 	}
 	l.mu.Unlock()
 	if unused != nil {

@@ -47,16 +47,17 @@ type Config struct {
 	// zero value takes package topkeys' defaults.
 	TopKeys topkeys.Config
 	// StoreStateCheck is how often the node asks a remote store whether it
-	// lost or replaced its state (RedisStore: a new run_id, a missing
+	// lost or replaced its state (the Redis store: a new run_id, a missing
 	// marker key), and then drops its leases and cached denials; it also
 	// asks whenever the store becomes available again. Default 1s.
 	StoreStateCheck time.Duration
-	// Cluster is this node's cluster membership; nil runs standalone. New
-	// requires a remote store with it (ErrSharedStoreRequired), gossips the
-	// store's denials and this node's resets through it, and applies the
-	// peers'. Once New succeeds the node owns it and Close leaves the
-	// cluster; when New fails, the caller still owns it.
-	Cluster *Membership
+	// Cluster is this node's cluster membership (package node/cluster);
+	// nil runs standalone. New requires a remote store with it
+	// (ErrSharedStoreRequired), announces the store's denials and this
+	// node's resets through it, and applies the other members'. Once New
+	// succeeds the node owns it and Close leaves the cluster; when New
+	// fails, the caller still owns it.
+	Cluster Cluster
 }
 
 // Validate reports the first problem with c.
@@ -133,6 +134,7 @@ type Node struct {
 	cfg         Config
 	lcfg        LeaseConfig
 	store       Store
+	cluster     Cluster
 	log         *slog.Logger
 	clusterSize func() int
 
@@ -288,7 +290,7 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		return nil, fmt.Errorf("denied cache: %w", err)
 	}
 	n := &Node{
-		cfg: cfg, lcfg: cfg.Lease, store: store, log: log, clusterSize: cfg.ClusterSize,
+		cfg: cfg, lcfg: cfg.Lease, store: store, cluster: standalone{}, log: log, clusterSize: cfg.ClusterSize,
 		leases:    newLeaseTable(cfg.Lease.MaxKeys),
 		denied:    denied,
 		topDenied: topDenied,
@@ -308,8 +310,9 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 			denied.Close()
 			return nil, err
 		}
+		n.cluster = cfg.Cluster
 	}
-	n.coalesceFor = DefaultRedisTimeout
+	n.coalesceFor = defaultCallTimeout
 	if ct, ok := store.(callTimeouter); ok {
 		n.coalesceFor = ct.CallTimeout()
 	}
@@ -496,7 +499,7 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 		}
 		return fmt.Errorf("reset %s: %w: %v", policy, ErrStore, err)
 	}
-	n.gossipReset(policy, key)
+	n.cluster.AnnounceReset(policy, key)
 	return nil
 }
 
@@ -547,7 +550,7 @@ func (n *Node) Close() error {
 	// Leave once the leases are back (the shutdown order of the issue and
 	// the README): until then this node still counts in its peers' lease
 	// caps, which only keeps theirs a little smaller for a moment.
-	if err := n.cfg.Cluster.Close(); err != nil {
+	if err := n.cluster.Close(); err != nil {
 		n.log.Warn("leaving the cluster", "err", err)
 	}
 	if n.breaker != nil {

@@ -16,11 +16,12 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
-func newClusterStore(t *testing.T, c *redistest.Cluster) *node.RedisStore {
+func newClusterStore(t *testing.T, c *redistest.Cluster) *redis.Store {
 	t.Helper()
-	s, err := node.NewRedisStore(context.Background(), node.RedisConfig{ClusterAddrs: c.Addrs(), Timeout: time.Second})
+	s, err := redis.New(context.Background(), redis.Config{ClusterAddrs: c.Addrs(), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
@@ -50,10 +51,22 @@ type Store interface {
 	Close() error
 }
 
+// ErrStoreFull means a store holds as many keys as it may (the memory
+// store's MemoryConfig.MaxKeys) and refused to add another. Keys it already
+// holds are still decided. It is not a store failure (the failure mode does
+// not apply: failing open would stop limiting new keys), and retrying after
+// the full keys' states expire may succeed.
+var ErrStoreFull = errors.New("memory store full")
+
+// defaultCallTimeout is how long a check waits for other checks' store
+// calls on its key when the store does not say (callTimeouter): the Redis
+// store's default call timeout.
+const defaultCallTimeout = 50 * time.Millisecond
+
 // callTimeouter is a store that bounds each call as its caller sees it, as
-// RedisStore does with RedisConfig.Timeout. A check waits that long at
+// the Redis store does with its Config.Timeout. A check waits that long at
 // most for other checks' calls on its key before making its own (see
-// Node.refill); a remote store that does not say gets DefaultRedisTimeout.
+// Node.refill); a remote store that does not say gets defaultCallTimeout.
 type callTimeouter interface {
 	CallTimeout() time.Duration
 }

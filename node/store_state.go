@@ -9,7 +9,7 @@ import (
 const DefaultStoreStateCheck = time.Second
 
 // epochStore is a store that can name the state it holds, so that a node
-// notices when that state was lost or replaced (RedisStore.Epoch).
+// notices when that state was lost or replaced (the Redis store's Epoch).
 type epochStore interface {
 	// Epoch returns a name of the store's current state that changes
 	// whenever the state may have been lost or replaced; marker is a key

@@ -136,7 +136,7 @@ func newTelemetry(cfg Telemetry, n *Node, store Store) (*telemetry, error) {
 		}
 	}
 	if d, ok := store.(dbDescriber); ok && (t.tracer != nil || meter != nil) {
-		db, err := newDBTelemetry(t.tracer, meter, d.dbAttributes())
+		db, err := newDBTelemetry(t.tracer, meter, d.DBAttributes())
 		if err != nil {
 			return nil, err
 		}
@@ -201,7 +201,7 @@ func (t *telemetry) instrument(meter metric.Meter, n *Node) error {
 		{name: "quotad.breaker.state", desc: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.", gauge: true, value: breakerState},
 		{name: "quotad.cluster.members", unit: "{node}", desc: "Nodes sharing the store, as the node sizes leases by.", gauge: true, value: func() int64 { return int64(n.clusterSize()) }},
 	}
-	if m, ok := n.store.(*MemoryStore); ok {
+	if m, ok := n.store.(boundedStore); ok {
 		obs = append(obs,
 			&observable{name: "quotad.memory_store.keys", unit: "{key}", desc: "States the embedded memory store holds (one per key and algorithm, expired ones until swept); it refuses new keys at quotad.memory_store.max_keys.", gauge: true, value: func() int64 { return int64(m.Len()) }},
 			&observable{name: "quotad.memory_store.max_keys", unit: "{key}", desc: "The most states the embedded memory store holds.", gauge: true, value: func() int64 { return int64(m.MaxKeys()) }},
@@ -381,11 +381,19 @@ func (l *policyLabels) observe(o metric.Observer, inst metric.Int64Observable) {
 	l.other.observe(o, inst)
 }
 
+// boundedStore is a store that holds a bounded number of states (the
+// memory store): how full it is is reported as quotad.memory_store.*.
+type boundedStore interface {
+	Len() int
+	MaxKeys() int
+	Refused() int64
+}
+
 // dbDescriber is a store that describes itself with OpenTelemetry's
 // database attributes (db.system.name, server.address, ...); only such
 // stores get spans and metrics for their calls.
 type dbDescriber interface {
-	dbAttributes() []attribute.KeyValue
+	DBAttributes() []attribute.KeyValue
 }
 
 // redisOperation is the command every store call is: a Lua script by SHA

@@ -1,10 +1,10 @@
-package node
+package redis
 
 import (
 	"net"
 	"strconv"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
@@ -12,9 +12,9 @@ import (
 // dbAttributes describes the store in OpenTelemetry's database terms, for
 // the spans of its calls: db.system.name, and for a single server its
 // address, port and database index (db.namespace).
-func (s *RedisStore) dbAttributes() []attribute.KeyValue {
+func (s *Store) DBAttributes() []attribute.KeyValue {
 	attrs := []attribute.KeyValue{semconv.DBSystemNameRedis}
-	c, ok := s.client.(*redis.Client)
+	c, ok := s.client.(*goredis.Client)
 	if !ok {
 		return attrs
 	}
