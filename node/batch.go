@@ -293,7 +293,7 @@ func (b *batch) ask(ctx context.Context, g *batchGroup) {
 	ctx, cancel := context.WithTimeout(ctx, batchCallTimeout)
 	defer cancel()
 	start := n.clock()
-	d, taken, err := n.acquire(ctx, g.base, g.p.Limit, g.cost, g.cost, 0)
+	d, taken, err := n.store.Acquire(ctx, g.base, g.p.Limit, g.cost, g.cost, 0)
 	if err != nil {
 		// Nothing is known of the item, not even whether it spent; its
 		// failure mode decides whether it fits.
@@ -325,7 +325,7 @@ func (b *batch) look(ctx context.Context, g *batchGroup) {
 	defer cancel()
 	d, err := n.looks.do(ctx, lookKey{g.base, g.p.Limit}, func() (algorithms.Decision, error) {
 		start := n.clock()
-		d, _, err := n.acquire(ctx, g.base, g.p.Limit, 0, 0, 0)
+		d, _, err := n.store.Acquire(ctx, g.base, g.p.Limit, 0, 0, 0)
 		if err == nil && !d.Allowed {
 			b.rememberDenial(g, 0, d, start)
 		}
@@ -412,7 +412,7 @@ func (b *batch) giveBackGroup(ctx context.Context, g *batchGroup) {
 	units := g.taken.Units
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	returned, err := n.releaseUnits(rctx, g.base, g.p.Limit, units, g.taken)
+	returned, err := n.store.Release(rctx, g.base, g.p.Limit, units, g.taken)
 	g.taken = algorithms.Grant{}
 	if err != nil {
 		n.log.Warn("all-or-nothing give-back failed; the units return when the window or refill restores them",

@@ -611,7 +611,7 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 		}
 	}
 	base := n.keyBase(p, k.key)
-	d, taken, err := n.acquire(ctx, base, p.Limit, cost, want, hold)
+	d, taken, err := n.store.Acquire(ctx, base, p.Limit, cost, want, hold)
 	if err != nil {
 		f.res, f.failed = n.storeFailed(p, err), err
 		return
@@ -679,7 +679,7 @@ func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Poli
 func (n *Node) release(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	returned, err := n.releaseUnits(ctx, g.base, g.limit, units, g.taken)
+	returned, err := n.store.Release(ctx, g.base, g.limit, units, g.taken)
 	if err != nil {
 		n.log.Warn("lease release failed; units return when the window or refill restores them", "units", units, "err", err)
 		return err

@@ -300,17 +300,17 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	// pages and ListPolicies show the mode that applies.
 	n.policies.Store(newPolicySet(cfg.Policies, cfg.DefaultFailureMode))
 	n.decisions.init(n.Policies())
-	if n.tel, err = newTelemetry(cfg.Telemetry, n, store); err != nil {
+	if n.tel, err = newTelemetry(cfg.Telemetry, n); err != nil {
 		denied.Close()
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
-	if cfg.Cluster != nil {
-		if err := n.attachCluster(cfg.Cluster); err != nil {
-			n.tel.close()
-			denied.Close()
-			return nil, err
+	fail := func(err error) (*Node, error) {
+		if n.stopBreaker != nil {
+			n.stopBreaker()
 		}
-		n.cluster = cfg.Cluster
+		n.tel.close()
+		denied.Close()
+		return nil, err
 	}
 	n.coalesceFor = defaultCallTimeout
 	if ct, ok := store.(callTimeouter); ok {
@@ -320,9 +320,20 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		n.breaker, n.stopBreaker = newBreaker(ctx, cfg.Breaker, store.Ping, log), cancel
 		n.store = breakerStore{Store: store, b: n.breaker}
-		if es, ok := store.(epochStore); ok {
-			n.watchStoreState(es)
+	}
+	if o, ok := store.(ObservedStore); ok {
+		if n.store, err = o.Observe(n.store, cfg.Telemetry); err != nil {
+			return fail(fmt.Errorf("telemetry: %w", err))
 		}
+	}
+	if cfg.Cluster != nil {
+		if err := n.attachCluster(cfg.Cluster); err != nil {
+			return fail(err)
+		}
+		n.cluster = cfg.Cluster
+	}
+	if es, ok := store.(epochStore); ok && store.Remote() {
+		n.watchStoreState(es)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
@@ -422,7 +433,7 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 	if n.store.Remote() {
 		return n.checkLeased(ctx, p, key, cost)
 	}
-	d, _, err := n.acquire(ctx, n.keyBase(p, key), p.Limit, cost, cost, 0)
+	d, _, err := n.store.Acquire(ctx, n.keyBase(p, key), p.Limit, cost, cost, 0)
 	if err == nil {
 		return Result{Decision: d, Source: SourceStore}, nil
 	}

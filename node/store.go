@@ -70,3 +70,17 @@ const defaultCallTimeout = 50 * time.Millisecond
 type callTimeouter interface {
 	CallTimeout() time.Duration
 }
+
+// ObservedStore is a store that traces or measures itself: the Redis
+// store's calls become client spans and db.client metrics, the memory
+// store reports how full it is. New calls Observe once with its
+// Telemetry and uses the store Observe returns, which wraps next (the
+// store behind the node's circuit breaker, if any), so that the calls the
+// breaker refuses are observed too. The store's instruments share the
+// node's instrumentation scope (Telemetry.Tracer, Telemetry.Meter).
+type ObservedStore interface {
+	Store
+	// Observe returns next, or next wrapped so that its calls are traced
+	// and measured with t. The store stops reporting when it closes.
+	Observe(next Store, t Telemetry) (Store, error)
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
 	"github.com/quotad/quotad/node"
 )
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
 	"github.com/quotad/quotad/node"
 )
 

@@ -90,6 +90,8 @@ type Store struct {
 	// keys has made room for it.
 	keys    atomic.Int64
 	refused atomic.Int64
+	// unregister stops the store's metrics (telemetry.go); nil without.
+	unregister func()
 	// sweepNow asks the sweeper for an early sweep (the store is full).
 	sweepNow chan struct{}
 	stop     chan struct{}
@@ -269,6 +271,9 @@ func (s *Store) Describe() string { return "memory (embedded, single node)" }
 
 // Close implements node.Store: it stops the sweeper.
 func (s *Store) Close() error {
+	if s.unregister != nil {
+		s.unregister()
+	}
 	close(s.stop)
 	<-s.done
 	return nil
