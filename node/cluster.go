@@ -2,11 +2,9 @@ package node
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
-	"github.com/quotad/quotad/cache"
 )
 
 // This file is the node's side of a cluster: the Cluster interface it is
@@ -76,16 +74,6 @@ type Denial struct {
 	At time.Time
 }
 
-// attachCluster makes n the receiver of c's gossip.
-func (n *Node) attachCluster(c Cluster) error {
-	if !n.store.Remote() {
-		// Every node on its own memory store would admit the whole limit:
-		// a cluster of k such nodes admits k times it.
-		return fmt.Errorf("cluster: %w: the embedded memory store (%s) is private to each node, so a cluster would admit the limit once per node; configure Redis", ErrSharedStoreRequired, n.store.Describe())
-	}
-	return c.Serve(receiver{n})
-}
-
 // announceDenial tells the cluster that the store denied cost units of k
 // under lim with d, measured from start (node clock).
 func (n *Node) announceDenial(k leaseKey, lim algorithms.Limit, cost int64, d algorithms.Decision, start int64) {
@@ -99,18 +87,16 @@ func (n *Node) announceDenial(k leaseKey, lim algorithms.Limit, cost int64, d al
 // receiver is the node as its cluster sees it.
 type receiver struct{ n *Node }
 
-// ApplyDenial implements Receiver. It waits for the cache to apply the
-// entry (microseconds), so that once the gossip counters show the denial,
-// checks see it.
+// ApplyDenial implements Receiver. Once it returns, checks see the denial
+// (the local layer waits for its cache).
 func (r receiver) ApplyDenial(m Denial) {
 	d := algorithms.Decision{Limit: m.Limit.Capacity(), Remaining: m.Remaining, ResetAfter: m.ResetAfter, RetryAfter: m.RetryAfter}
-	r.n.denied.Add(cache.Key{Policy: m.Policy, Key: m.Key, Limit: m.Limit}, m.Cost, d, int64(m.At.Sub(r.n.epoch))/int64(time.Millisecond))
-	r.n.denied.Wait()
+	r.n.local.applyDenial(leaseKey{m.Policy, m.Key}, m.Limit, m.Cost, d, int64(m.At.Sub(r.n.epoch)))
 }
 
 // ApplyReset implements Receiver. It is not announced again: the member
 // that reset the key did that.
-func (r receiver) ApplyReset(policy, key string) { r.n.forgetLocal(policy, key) }
+func (r receiver) ApplyReset(policy, key string) { r.n.local.forget(policy, key) }
 
 // standalone is the Cluster of a node without one: a cluster of one, with
 // nobody to tell anything.

@@ -143,12 +143,12 @@ type Node struct {
 	policies atomic.Pointer[PolicySet]
 	swapMu   sync.Mutex
 
-	// Local pre-aggregation, used only with a remote store: in process, the
-	// memory store is as fast as a lease.
-	leases *leaseTable
-	denied *cache.Denied
-	stats  stats
-	tel    *telemetry
+	// local is what the node keeps in front of its store: leases and
+	// remembered denials for a remote store, nothing for the memory store
+	// (local.go).
+	local local
+	stats stats
+	tel   *telemetry
 	// looks shares all-or-nothing batches' reads (batch.go).
 	looks lookFlights
 
@@ -166,12 +166,11 @@ type Node struct {
 	// calls on its key before making its own: the store's call timeout.
 	coalesceFor time.Duration
 
-	stopJanitor context.CancelFunc
-	janitorDone chan struct{}
-	// stateWatch asks the store whether it lost its state; nil when the
-	// store cannot tell.
-	stateWatch *stateWatch
-	closed     atomic.Bool
+	// stopIntervals ends the goroutine that advances topDenied's
+	// intervals; intervalsDone is closed once it has.
+	stopIntervals context.CancelFunc
+	intervalsDone chan struct{}
+	closed        atomic.Bool
 
 	// epoch anchors the node clock: leases and remembered denials measure
 	// time as the monotonic nanoseconds since it, so a step of the wall
@@ -181,6 +180,10 @@ type Node struct {
 
 // clock is the node clock: monotonic nanoseconds since the node started.
 func (n *Node) clock() int64 { return int64(time.Since(n.epoch)) }
+
+// millis converts a reading of the node clock (ns) to the denied cache's
+// clock: monotonic milliseconds since the node started.
+func millis(ns int64) int64 { return ns / int64(time.Millisecond) }
 
 // stats are the node's lease and cache counters.
 type stats struct {
@@ -227,17 +230,18 @@ type Stats struct {
 
 // Stats returns the node's counters.
 func (n *Node) Stats() Stats {
+	f := n.local.figures()
 	st := Stats{
 		LeasesGranted:   n.stats.leasesGranted.Load(),
 		UnitsLeased:     n.stats.unitsLeased.Load(),
 		UnitsReturned:   n.stats.unitsReturned.Load(),
-		UnitsHeld:       n.unitsHeld(),
-		LeaseKeys:       n.leases.size.Load(),
-		LeaseTableFull:  n.leases.full.Load(),
+		UnitsHeld:       f.unitsHeld,
+		LeaseKeys:       f.leaseKeys,
+		LeaseTableFull:  f.tableFull,
 		DenialsCached:   n.stats.denialsCached.Load(),
 		LeaseHits:       n.stats.leaseHits.Load(),
 		DeniedCacheHits: n.stats.deniedCacheHits.Load(),
-		Denied:          n.denied.Stats(),
+		Denied:          f.denied,
 
 		StoreStateLosses: n.stats.storeStateLosses.Load(),
 	}
@@ -285,14 +289,8 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("top keys: %w", err)
 	}
-	denied, err := cache.NewDenied(cfg.DeniedCache)
-	if err != nil {
-		return nil, fmt.Errorf("denied cache: %w", err)
-	}
 	n := &Node{
 		cfg: cfg, lcfg: cfg.Lease, store: store, cluster: standalone{}, log: log, clusterSize: cfg.ClusterSize,
-		leases:    newLeaseTable(cfg.Lease.MaxKeys),
-		denied:    denied,
 		topDenied: topDenied,
 		epoch:     time.Now(),
 	}
@@ -300,23 +298,27 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	// pages and ListPolicies show the mode that applies.
 	n.policies.Store(newPolicySet(cfg.Policies, cfg.DefaultFailureMode))
 	n.decisions.init(n.Policies())
-	if n.tel, err = newTelemetry(cfg.Telemetry, n); err != nil {
-		denied.Close()
-		return nil, fmt.Errorf("telemetry: %w", err)
-	}
+	n.local = direct{n}
 	fail := func(err error) (*Node, error) {
 		if n.stopBreaker != nil {
 			n.stopBreaker()
 		}
-		n.tel.close()
-		denied.Close()
+		n.local.drain(context.Background())
+		n.local.close()
+		if n.tel != nil {
+			n.tel.close()
+		}
 		return nil, err
 	}
 	n.coalesceFor = defaultCallTimeout
 	if ct, ok := store.(callTimeouter); ok {
 		n.coalesceFor = ct.CallTimeout()
 	}
-	if store.Remote() {
+	// The one place that asks what the store is: a remote store gets a
+	// circuit breaker and the local layer of leases and remembered
+	// denials (leasing.go); the memory store neither (local.go).
+	remote := store.Remote()
+	if remote {
 		ctx, cancel := context.WithCancel(context.Background())
 		n.breaker, n.stopBreaker = newBreaker(ctx, cfg.Breaker, store.Ping, log), cancel
 		n.store = breakerStore{Store: store, b: n.breaker}
@@ -326,48 +328,45 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 			return fail(fmt.Errorf("telemetry: %w", err))
 		}
 	}
+	if remote {
+		l, err := newLeasing(n, store)
+		if err != nil {
+			return fail(err)
+		}
+		n.local = l
+	}
+	if n.tel, err = newTelemetry(cfg.Telemetry, n); err != nil {
+		return fail(fmt.Errorf("telemetry: %w", err))
+	}
 	if cfg.Cluster != nil {
-		if err := n.attachCluster(cfg.Cluster); err != nil {
+		if !remote {
+			// Every node on its own memory store would admit the whole
+			// limit: a cluster of k such nodes admits k times it.
+			return fail(fmt.Errorf("cluster: %w: the embedded memory store (%s) is private to each node, so a cluster would admit the limit once per node; configure Redis", ErrSharedStoreRequired, n.store.Describe()))
+		}
+		if err := cfg.Cluster.Serve(receiver{n}); err != nil {
 			return fail(err)
 		}
 		n.cluster = cfg.Cluster
 	}
-	if es, ok := store.(epochStore); ok && store.Remote() {
-		n.watchStoreState(es)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
-	go n.janitor(ctx)
+	n.stopIntervals, n.intervalsDone = cancel, make(chan struct{})
+	go n.advanceIntervals(ctx)
 	return n, nil
 }
 
-// janitor returns the unused units of expired leases and forgets idle
-// keys (remote stores only), and starts a new interval of the top denied
-// keys every TopDeniedInterval, until ctx ends.
-func (n *Node) janitor(ctx context.Context) {
-	defer close(n.janitorDone)
-	var sweep <-chan time.Time
-	if n.store.Remote() {
-		// At least every second, however long the hold: forgetting idle
-		// keys is what makes room in a full lease table.
-		t := time.NewTicker(min(n.lcfg.Hold/2, time.Second))
-		defer t.Stop()
-		sweep = t.C
-	}
-	interval := time.NewTicker(TopDeniedInterval)
-	defer interval.Stop()
+// advanceIntervals starts a new interval of the top denied keys every
+// TopDeniedInterval, until ctx ends.
+func (n *Node) advanceIntervals(ctx context.Context) {
+	defer close(n.intervalsDone)
+	t := time.NewTicker(TopDeniedInterval)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-interval.C:
+		case <-t.C:
 			n.topDenied.Advance()
-		case <-sweep:
-			// A key that needs a lease is checked every few milliseconds
-			// (its rate × horizon must reach minLeaseChecks), so one idle for
-			// a few horizons has nothing worth keeping once its grant has
-			// expired; its denial, if any, lives on in the denied cache.
-			n.sweepLeases(ctx, max(time.Second, 4*n.lcfg.Horizon))
 		}
 	}
 }
@@ -430,22 +429,7 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 		// Never leased nor answered from the denied cache (slots.go).
 		return n.checkSlot(ctx, p, key, cost)
 	}
-	if n.store.Remote() {
-		return n.checkLeased(ctx, p, key, cost)
-	}
-	d, _, err := n.store.Acquire(ctx, n.keyBase(p, key), p.Limit, cost, cost, 0)
-	if err == nil {
-		return Result{Decision: d, Source: SourceStore}, nil
-	}
-	if errors.Is(err, ErrStoreFull) {
-		// Not a failure the failure mode may paper over: failing open would
-		// stop limiting every new key for as long as the store is full.
-		return Result{}, err
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return Result{}, fmt.Errorf("check %s: %w", p.Name, ctxErr)
-	}
-	return n.storeFailed(p, err), nil
+	return n.local.check(ctx, p, key, cost)
 }
 
 // storeFailed logs a failed store call and returns the policy's
@@ -490,14 +474,11 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 	}
 	// Local state goes first, so no lease or cached denial survives the
 	// authority's reset.
-	n.forgetLocal(policy, key)
+	n.local.forget(policy, key)
 	// Forget again once the authority is reset, and wait for the cache to
 	// apply it: a denial added just before may become visible after the
 	// first Forget.
-	defer func() {
-		n.denied.Forget(cache.Key{Policy: policy, Key: key})
-		n.denied.Wait()
-	}()
+	defer n.local.forgetAgain(policy, key)
 	family := n.keyFamily(policy, key)
 	err := n.store.Reset(ctx, family)
 	if _, configured := n.policies.Load().Policy(policy); !configured && err == nil {
@@ -514,34 +495,6 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 	return nil
 }
 
-// forgetLocal drops this node's lease and remembered denials of key.
-// Units held in the lease are not returned: the authority forgets them
-// anyway.
-func (n *Node) forgetLocal(policy, key string) {
-	if l := n.leases.remove(leaseKey{policy, key}); l != nil {
-		l.kill()
-	}
-	n.denied.Forget(cache.Key{Policy: policy, Key: key})
-}
-
-// kill ends a lease removed from the table: a store call in flight for l
-// must not install its grant or denial (fetch checks dead under l.mu), and
-// checks still holding l must not spend its units.
-func (l *lease) kill() {
-	l.mu.Lock()
-	l.dead = true
-	l.mu.Unlock()
-	if g := l.cur.Swap(nil); g != nil {
-		g.units.Store(0)
-	}
-	l.denial.Store(nil)
-}
-
-// cacheKey is the denied cache's name for a key under lim.
-func (n *Node) cacheKey(k leaseKey, lim algorithms.Limit) cache.Key {
-	return cache.Key{Policy: k.policy, Key: k.key, Limit: lim}
-}
-
 // Close returns the unused units of every lease to the store, leaves the
 // cluster, if any, then closes the store. Checks must have stopped. Calls
 // after the first return nil.
@@ -549,15 +502,11 @@ func (n *Node) Close() error {
 	if !n.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	n.stopJanitor()
-	<-n.janitorDone
-	if w := n.stateWatch; w != nil {
-		w.stop()
-		<-w.done
-	}
+	n.stopIntervals()
+	<-n.intervalsDone
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	n.releaseAll(ctx)
+	n.local.drain(ctx)
 	// Leave once the leases are back (the shutdown order of the issue and
 	// the README): until then this node still counts in its peers' lease
 	// caps, which only keeps theirs a little smaller for a moment.
@@ -568,7 +517,7 @@ func (n *Node) Close() error {
 		n.stopBreaker()
 		n.breaker.wait()
 	}
-	n.denied.Close()
+	n.local.close()
 	n.tel.close()
 	if err := n.store.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)

@@ -29,9 +29,9 @@ type stateWatch struct {
 	done  chan struct{}
 }
 
-// watchStoreState starts the watch of store, which must be n's remote
-// store, before any wrapper. Close stops it.
-func (n *Node) watchStoreState(store epochStore) {
+// watchStoreState starts the watch of store, which must be the node's
+// remote store, before any wrapper. drain stops it.
+func (n *leasing) watchStoreState(store epochStore) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &stateWatch{store: store, every: n.cfg.StoreStateCheck, nudge: make(chan struct{}, 1), stop: cancel, done: make(chan struct{})}
 	n.stateWatch = w
@@ -52,7 +52,7 @@ func (n *Node) watchStoreState(store epochStore) {
 // changes nothing: the store is down, or slow, and the breaker and the
 // failure modes deal with that; the next check that answers compares with
 // the last state seen.
-func (n *Node) runStateWatch(ctx context.Context, w *stateWatch) {
+func (n *leasing) runStateWatch(ctx context.Context, w *stateWatch) {
 	defer close(w.done)
 	marker := n.stateMarker()
 	var last string
@@ -99,7 +99,7 @@ func (n *Node) runStateWatch(ctx context.Context, w *stateWatch) {
 // old state; spending them now would admit them on top of what the new
 // state admits. They are not given back either: the new state never
 // counted them. Denials of the old state no longer hold.
-func (n *Node) storeStateLost(from, to string) {
+func (n *leasing) storeStateLost(from, to string) {
 	var keys []leaseKey
 	var units int64
 	n.leases.eachRead(func(k leaseKey, l *lease) {
@@ -113,7 +113,7 @@ func (n *Node) storeStateLost(from, to string) {
 			l.kill()
 		}
 	}
-	n.denied.ForgetAll()
+	n.denials.forgetAll()
 	n.stats.storeStateLosses.Add(1)
 	n.log.Warn("the store's state changed (Redis restarted, failed over or was flushed): dropped every lease and cached denial; "+
 		"counters lost with the old state start again, so a key may admit up to its limit once more",

@@ -176,10 +176,10 @@ func (t *telemetry) instrument(meter metric.Meter, n *Node) error {
 		{name: "quotad.lease.hits", unit: "{check}", desc: "Checks answered from a lease.", value: n.stats.leaseHits.Load},
 		{name: "quotad.denied_cache.hits", unit: "{check}", desc: "Checks answered by a remembered denial.", value: n.stats.deniedCacheHits.Load},
 		{name: "quotad.denied_cache.additions", unit: "{denial}", desc: "Store denials remembered for later checks.", value: n.stats.denialsCached.Load},
-		{name: "quotad.lease.units.held", unit: "{unit}", desc: "Units this node's leases hold now.", gauge: true, value: n.unitsHeld},
+		{name: "quotad.lease.units.held", unit: "{unit}", desc: "Units this node's leases hold now.", gauge: true, value: func() int64 { return n.local.figures().unitsHeld }},
 		{name: "quotad.store.state_losses", unit: "{event}", desc: "Times the store's state changed under the node (a Redis restart, failover or flush) and it dropped its leases and cached denials.", value: n.stats.storeStateLosses.Load},
-		{name: "quotad.lease.keys", unit: "{key}", desc: "Keys this node tracks for leasing (remote stores only).", gauge: true, value: n.leases.size.Load},
-		{name: "quotad.lease.table_full", unit: "{check}", desc: "Checks of untracked keys that found the lease table full and went to the store without a lease or coalescing.", value: n.leases.full.Load},
+		{name: "quotad.lease.keys", unit: "{key}", desc: "Keys this node tracks for leasing (remote stores only).", gauge: true, value: func() int64 { return n.local.figures().leaseKeys }},
+		{name: "quotad.lease.table_full", unit: "{check}", desc: "Checks of untracked keys that found the lease table full and went to the store without a lease or coalescing.", value: func() int64 { return n.local.figures().tableFull }},
 		// A state has no unit: unit "1" would make Prometheus call it a
 		// ratio (quotad_breaker_state_ratio).
 		{name: "quotad.breaker.state", desc: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.", gauge: true, value: breakerState},
