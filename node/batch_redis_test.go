@@ -238,7 +238,7 @@ func TestCheckAllNeverOverEitherLimitAcrossNodesWithLeases(t *testing.T) {
 	for i := range nodes {
 		// A larger lease share than the default, so that the single checks
 		// lease even with these small limits.
-		nodes[i] = newNode(t, newRedisStore(t, r), node.Config{ClusterSize: func() int { return k }, Lease: node.LeaseConfig{MaxFraction: 0.5}})
+		nodes[i] = newNode(t, newRedisStore(t, r), node.Config{Cluster: sizedCluster(k), Lease: node.LeaseConfig{MaxFraction: 0.5}})
 	}
 	a := node.Policy{Name: "a", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 600, Period: algorithms.MaxPeriod}}
 	b := node.Policy{Name: "b", Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindowCounter, Limit: 400, Period: algorithms.MaxPeriod}}

@@ -30,7 +30,7 @@ type ClusterStatus struct {
 
 // ClusterStatus returns the node's view of the cluster and its counters.
 func (n *Node) ClusterStatus() ClusterStatus {
-	size := max(1, n.clusterSize())
+	size := max(1, n.cluster.Size())
 	m := n.cluster.Status()
 	return ClusterStatus{
 		Name: m.Name, Members: m.Members, Membership: m.Stats,

@@ -137,7 +137,7 @@ type lease struct {
 	// beside counts the plain calls in flight beside refilling.
 	beside      int
 	sampleStart int64   // node clock (ns) when the current demand sample began
-	rate        float64 // units per second, smoothed over past samples
+	smoothed    float64 // units per second, smoothed over past samples
 	// dead marks a lease Reset removed from the table: a store call still
 	// in flight for it must not install its grant or remember its denial.
 	dead bool
@@ -208,10 +208,10 @@ func (n *Node) take(l *lease, lim algorithms.Limit, cost, now int64) (algorithms
 	}
 }
 
-// unspent claims the current grant's unspent units so they can be given
-// back, and returns the grant with them (nil, 0 when there are none). If
-// onlyExpired, a grant still in force is left alone.
-func (l *lease) unspent(now int64, onlyExpired bool) (*grant, int64) {
+// claimUnspent empties the current grant, claiming its unspent units so
+// they can be given back, and returns the grant with them (nil, 0 when
+// there are none). If onlyExpired, a grant still in force is left alone.
+func (l *lease) claimUnspent(now int64, onlyExpired bool) (*grant, int64) {
 	g := l.cur.Load()
 	if g == nil || (onlyExpired && now < g.expiresAt) {
 		return nil, 0
@@ -243,18 +243,13 @@ func (l *lease) busy() bool {
 // requesting cost: a lease costs a call to take and often one to give back.
 const minLeaseChecks = 4
 
-// leaseWant sizes the next grant for l and says how long it may be held.
-// The size is the key's demand on this node over the horizon, capped at
-// this node's share of MaxFraction of the capacity. It returns want = cost
-// (a plain check) when a lease is not worthwhile: leases off, a cold key, a
-// limit too small for the cap to hold a few checks' worth.
-//
-// Demand is measured over samples at least one horizon long and smoothed;
-// until a sample completes, the checks seen so far bound the rate from
-// below, so a key that turns hot leases within its first horizon while two
-// checks a microsecond apart never look like a hot key.
-// Called with l.mu held.
-func (n *Node) leaseWant(l *lease, p Policy, cost int64, now int64) (want int64, hold time.Duration) {
+// grantSize sizes the next grant for l and says how long it may be held.
+// The size is the key's demand on this node over the horizon (l.rate),
+// capped at this node's share of MaxFraction of the capacity. It returns
+// want = cost (a plain check) when a lease is not worthwhile: leases off,
+// a cold key, a limit too small for the cap to hold a few checks' worth.
+// Called with l.mu held: it samples l's demand.
+func (n *Node) grantSize(l *lease, p Policy, cost int64, now int64) (want int64, hold time.Duration) {
 	if p.Lease == LeaseOff {
 		return cost, 0
 	}
@@ -263,27 +258,38 @@ func (n *Node) leaseWant(l *lease, p Policy, cost int64, now int64) (want int64,
 	// log, which records a leased unit at the lease's end, would keep each
 	// unit in its window for period + hold. Holding a lease at most
 	// MaxFraction of the period bounds that to the same fraction.
-	hold = min(n.lcfg.Hold, time.Duration(n.lcfg.MaxFraction*float64(p.Limit.Period))).Truncate(time.Millisecond)
+	hold = min(n.cfg.Lease.Hold, time.Duration(n.cfg.Lease.MaxFraction*float64(p.Limit.Period))).Truncate(time.Millisecond)
 	if hold <= 0 {
 		return cost, 0
 	}
-	horizon := min(n.lcfg.Horizon, hold)
-	demand := l.demand.Load()
-	if elapsed := now - l.sampleStart; elapsed >= int64(horizon) {
-		l.demand.Add(-demand)
-		sample := float64(demand) / (float64(elapsed) / float64(time.Second))
-		if l.rate == 0 {
-			l.rate = sample
-		} else {
-			l.rate = 0.5*l.rate + 0.5*sample
-		}
-		l.sampleStart, demand = now, 0
-	}
-	rate := max(l.rate, float64(demand)/horizon.Seconds())
-	share := int64(n.lcfg.MaxFraction * float64(p.Limit.Capacity()) / float64(max(1, n.clusterSize())))
+	horizon := min(n.cfg.Lease.Horizon, hold)
+	rate := l.rate(now, horizon)
+	share := int64(n.cfg.Lease.MaxFraction * float64(p.Limit.Capacity()) / float64(max(1, n.cluster.Size())))
 	want = min(int64(rate*horizon.Seconds()), share)
 	if want < minLeaseChecks*max(cost, 1) {
 		return cost, 0
 	}
 	return want, hold
+}
+
+// rate returns the key's demand on this node, in units per second, as of
+// now (node clock, ns). Demand is measured over samples at least horizon
+// long and smoothed; a sample that has lasted that long is folded into the
+// smoothed rate and a new one starts. Until a sample completes, the checks
+// seen so far bound the rate from below, so a key that turns hot leases
+// within its first horizon while two checks a microsecond apart never
+// look like a hot key. Called with l.mu held.
+func (l *lease) rate(now int64, horizon time.Duration) float64 {
+	demand := l.demand.Load()
+	if elapsed := now - l.sampleStart; elapsed >= int64(horizon) {
+		l.demand.Add(-demand)
+		sample := float64(demand) / (float64(elapsed) / float64(time.Second))
+		if l.smoothed == 0 {
+			l.smoothed = sample
+		} else {
+			l.smoothed = 0.5*l.smoothed + 0.5*sample
+		}
+		l.sampleStart, demand = now, 0
+	}
+	return max(l.smoothed, float64(demand)/horizon.Seconds())
 }

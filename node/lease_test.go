@@ -49,6 +49,17 @@ func (s *countingStore) CallTimeout() time.Duration {
 	return redis.DefaultTimeout
 }
 
+// sizedCluster is a cluster of that many nodes that gossips nothing:
+// what lease caps see of a cluster.
+type sizedCluster int
+
+func (c sizedCluster) Size() int                   { return int(c) }
+func (sizedCluster) Serve(node.Receiver) error     { return nil }
+func (sizedCluster) AnnounceDenial(node.Denial)    {}
+func (sizedCluster) AnnounceReset(string, string)  {}
+func (sizedCluster) Status() node.MembershipStatus { return node.MembershipStatus{} }
+func (sizedCluster) Close() error                  { return nil }
+
 // remoteMemory is the memory store presented as a remote one, so the node
 // leases in front of it: the local paths measured without a network.
 type remoteMemory struct{ *memory.Store }
@@ -63,7 +74,7 @@ func cluster(t *testing.T, r *redistest.Server, k int) ([]*node.Node, []*countin
 	stores := make([]*countingStore, k)
 	for i := range k {
 		stores[i] = &countingStore{Store: newRedisStore(t, r)}
-		nodes[i] = newNode(t, stores[i], node.Config{ClusterSize: func() int { return k }})
+		nodes[i] = newNode(t, stores[i], node.Config{Cluster: sizedCluster(k)})
 	}
 	return nodes, stores
 }
@@ -310,11 +321,11 @@ func TestNodeLossLosesOnlyItsLeasedUnits(t *testing.T) {
 		t.Run(fmt.Sprintf("graceful=%v", graceful), func(t *testing.T) {
 			p := node.Policy{Name: fmt.Sprintf("loss-%v", graceful), Limit: lim}
 			storeA := newRedisStore(t, r)
-			a, err := node.New(node.Config{ClusterSize: func() int { return 2 }}, storeA, nil)
+			a, err := node.New(node.Config{Cluster: sizedCluster(2)}, storeA, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := newNode(t, newRedisStore(t, r), node.Config{ClusterSize: func() int { return 2 }})
+			b := newNode(t, newRedisStore(t, r), node.Config{Cluster: sizedCluster(2)})
 			ctx := context.Background()
 			var spent int64
 			for a.Stats().UnitsHeld < 100 {

@@ -54,7 +54,7 @@ func (n *leasing) janitor(ctx context.Context) {
 	defer close(n.janitorDone)
 	// At least every second, however long the hold: forgetting idle keys
 	// is what makes room in a full lease table.
-	t := time.NewTicker(min(n.lcfg.Hold/2, time.Second))
+	t := time.NewTicker(min(n.cfg.Lease.Hold/2, time.Second))
 	defer t.Stop()
 	for {
 		select {
@@ -66,7 +66,7 @@ func (n *leasing) janitor(ctx context.Context) {
 			// for a few horizons has nothing worth keeping once its grant
 			// has expired; its denial, if any, lives on in the denied
 			// cache.
-			n.sweepLeases(ctx, max(time.Second, 4*n.lcfg.Horizon))
+			n.sweepLeases(ctx, max(time.Second, 4*n.cfg.Lease.Horizon))
 		}
 	}
 }
@@ -203,7 +203,7 @@ func (n *leasing) giveBack(ctx context.Context, onlyExpired bool, forget func(*l
 	// Collect under read locks; checks on a shard only wait for the brief
 	// write lock of each removal.
 	n.leases.eachRead(func(k leaseKey, l *lease) {
-		if g, left := l.unspent(now, onlyExpired); left > 0 {
+		if g, left := l.claimUnspent(now, onlyExpired); left > 0 {
 			toRelease = append(toRelease, pending{k, l, g, left})
 		}
 		if forget(l, now) {
@@ -275,7 +275,7 @@ func (n *leasing) forgetPolicies(ctx context.Context, names map[string]bool) {
 		d.l.dead = true
 		d.l.mu.Unlock()
 		n.denials.forget(d.k, d.l)
-		if g, units := d.l.unspent(now, false); units > 0 {
+		if g, units := d.l.claimUnspent(now, false); units > 0 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

@@ -8,115 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
-	"github.com/quotad/quotad/cache"
 	"github.com/quotad/quotad/topkeys"
 )
-
-// Config is a node's configuration. Build it with defaults, apply overrides,
-// then Validate (New does).
-type Config struct {
-	// KeyPrefix starts every Redis key's hash tag, {prefix:policy:key}
-	// (keys.go has the whole layout). Default "quotad". It must not contain
-	// '{' or '}'.
-	KeyPrefix string
-	// Policies are the configured policies; names are unique.
-	Policies []Policy
-	// DefaultFailureMode applies to policies whose OnStoreError is
-	// FailDefault. Default FailOpen.
-	DefaultFailureMode FailureMode
-	// Lease sizes leases (remote stores only).
-	Lease LeaseConfig
-	// DeniedCache sizes the hot denied-key cache (remote stores only).
-	DeniedCache cache.DeniedConfig
-	// Breaker configures the circuit breaker in front of a remote store.
-	Breaker BreakerConfig
-	// ClusterSize reports how many nodes share the store, for lease caps;
-	// nil means Cluster's size, or 1 without one. It is called on the miss
-	// path and must be cheap.
-	ClusterSize func() int
-	// Telemetry is where the node sends traces and metrics; the zero value
-	// sends none.
-	Telemetry Telemetry
-	// TopKeys sizes the tracker of the keys denied most (TopDenied); the
-	// zero value takes package topkeys' defaults.
-	TopKeys topkeys.Config
-	// StoreStateCheck is how often the node asks a remote store whether it
-	// lost or replaced its state (the Redis store: a new run_id, a missing
-	// marker key), and then drops its leases and cached denials; it also
-	// asks whenever the store becomes available again. Default 1s.
-	StoreStateCheck time.Duration
-	// Cluster is this node's cluster membership (package node/cluster);
-	// nil runs standalone. New requires a remote store with it
-	// (ErrSharedStoreRequired), announces the store's denials and this
-	// node's resets through it, and applies the other members'. Once New
-	// succeeds the node owns it and Close leaves the cluster; when New
-	// fails, the caller still owns it.
-	Cluster Cluster
-}
-
-// Validate reports the first problem with c.
-func (c Config) Validate() error {
-	if strings.ContainsAny(c.KeyPrefix, "{}") {
-		return fmt.Errorf("key_prefix: %w: %q must not contain '{' or '}'", ErrInvalidConfig, c.KeyPrefix)
-	}
-	switch c.DefaultFailureMode {
-	case FailDefault, FailOpen, FailClosed:
-	default:
-		return fmt.Errorf("default failure mode: %w %d", ErrInvalidFailureMode, int(c.DefaultFailureMode))
-	}
-	if err := c.Lease.withDefaults().Validate(); err != nil {
-		return err
-	}
-	if err := c.Breaker.Validate(); err != nil {
-		return err
-	}
-	if c.StoreStateCheck < 0 {
-		return fmt.Errorf("store state check: %w: %s must not be negative (0 means the default)", ErrInvalidConfig, c.StoreStateCheck)
-	}
-	if err := c.DeniedCache.Validate(); err != nil {
-		return fmt.Errorf("denied cache: %w", err)
-	}
-	if err := c.TopKeys.Validate(); err != nil {
-		return fmt.Errorf("top keys: %w", err)
-	}
-	seen := make(map[string]bool, len(c.Policies))
-	for i, p := range c.Policies {
-		if err := p.Validate(); err != nil {
-			return fmt.Errorf("policies[%d] (%s): %w", i, p.Name, err)
-		}
-		if seen[p.Name] {
-			return fmt.Errorf("policies[%d]: %w %q", i, ErrDuplicatePolicy, p.Name)
-		}
-		seen[p.Name] = true
-	}
-	return nil
-}
-
-func (c Config) withDefaults() Config {
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "quotad"
-	}
-	if c.DefaultFailureMode == FailDefault {
-		c.DefaultFailureMode = FailOpen
-	}
-	c.Lease = c.Lease.withDefaults()
-	if c.StoreStateCheck == 0 {
-		c.StoreStateCheck = DefaultStoreStateCheck
-	}
-	if c.ClusterSize == nil && c.Cluster != nil {
-		c.ClusterSize = c.Cluster.Size
-	}
-	if c.ClusterSize == nil {
-		c.ClusterSize = func() int { return 1 }
-	}
-	return c
-}
 
 // Result is a decision and where it came from.
 type Result struct {
@@ -131,12 +29,10 @@ type Result struct {
 
 // Node answers checks. It is safe for concurrent use.
 type Node struct {
-	cfg         Config
-	lcfg        LeaseConfig
-	store       Store
-	cluster     Cluster
-	log         *slog.Logger
-	clusterSize func() int
+	cfg     Config
+	store   Store
+	cluster Cluster
+	log     *slog.Logger
 
 	// policies is the configured policies; SetPolicies swaps in a new set
 	// under swapMu.
@@ -185,89 +81,6 @@ func (n *Node) clock() int64 { return int64(time.Since(n.epoch)) }
 // clock: monotonic milliseconds since the node started.
 func millis(ns int64) int64 { return ns / int64(time.Millisecond) }
 
-// stats are the node's lease and cache counters.
-type stats struct {
-	leasesGranted, unitsLeased, unitsReturned, denialsCached atomic.Int64
-	leaseHits, deniedCacheHits                               atomic.Int64
-	storeStateLosses                                         atomic.Int64
-}
-
-// Stats is a snapshot of the node's local pre-aggregation.
-type Stats struct {
-	// LeasesGranted counts grants of more than the checking request's cost.
-	LeasesGranted int64
-	// UnitsLeased counts units taken in leases beyond the granting checks'
-	// own cost; UnitsReturned counts those given back unused.
-	UnitsLeased, UnitsReturned int64
-	// UnitsHeld is the units this node's leases hold right now.
-	UnitsHeld int64
-	// LeaseKeys is the keys the node tracks for leasing now (at most
-	// LeaseConfig.MaxKeys); LeaseTableFull counts checks of other keys
-	// that found no room and went to the store without a lease.
-	LeaseKeys, LeaseTableFull int64
-	// DenialsCached counts store denials remembered for later checks.
-	DenialsCached int64
-	// LeaseHits and DeniedCacheHits count checks answered locally.
-	LeaseHits, DeniedCacheHits int64
-	// StoreStateLosses counts the times the store's state changed under
-	// the node (a Redis restart, failover or flush) and the node dropped
-	// every lease and cached denial.
-	StoreStateLosses int64
-	// Denied is the denied cache's own counters.
-	Denied cache.DeniedStats
-	// StoreErrors counts failed store calls (not those the breaker
-	// refused); BreakerOpens counts how often the breaker opened, and
-	// BreakerOpen says whether it is open now. Breaker says whether there
-	// is one: only a remote store has it.
-	StoreErrors, BreakerOpens int64
-	BreakerOpen, Breaker      bool
-	// StoreCalls counts the calls a remote store was sent (checks, lease
-	// grants and returns; not resets, nor calls the breaker refused); 0
-	// for the memory store. Pipelining may carry several in one round
-	// trip.
-	StoreCalls int64
-}
-
-// Stats returns the node's counters.
-func (n *Node) Stats() Stats {
-	f := n.local.figures()
-	st := Stats{
-		LeasesGranted:   n.stats.leasesGranted.Load(),
-		UnitsLeased:     n.stats.unitsLeased.Load(),
-		UnitsReturned:   n.stats.unitsReturned.Load(),
-		UnitsHeld:       f.unitsHeld,
-		LeaseKeys:       f.leaseKeys,
-		LeaseTableFull:  f.tableFull,
-		DenialsCached:   n.stats.denialsCached.Load(),
-		LeaseHits:       n.stats.leaseHits.Load(),
-		DeniedCacheHits: n.stats.deniedCacheHits.Load(),
-		Denied:          f.denied,
-
-		StoreStateLosses: n.stats.storeStateLosses.Load(),
-	}
-	if n.breaker != nil {
-		st.StoreErrors = n.breaker.errors.Load()
-		st.BreakerOpens = n.breaker.opens.Load()
-		st.BreakerOpen = n.breaker.open.Load()
-		st.StoreCalls = n.breaker.calls.Load()
-		st.Breaker = true
-	}
-	return st
-}
-
-// StoreAvailable reports whether checks reach the store: false while the
-// circuit breaker is open. The memory store is always available.
-func (n *Node) StoreAvailable() bool { return n.breaker == nil || !n.breaker.open.Load() }
-
-// OnStoreAvailability registers fn to be called each time the store becomes
-// unavailable (the breaker opens) or available again. fn runs on the node's
-// goroutine that saw the change and must not block.
-func (n *Node) OnStoreAvailability(fn func(available bool)) {
-	if n.breaker != nil {
-		n.breaker.onChange(fn)
-	}
-}
-
 // DefaultFailureMode is the failure mode of inline limits and of policies
 // that set none.
 func (n *Node) DefaultFailureMode() FailureMode { return n.cfg.DefaultFailureMode }
@@ -290,7 +103,7 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		return nil, fmt.Errorf("top keys: %w", err)
 	}
 	n := &Node{
-		cfg: cfg, lcfg: cfg.Lease, store: store, cluster: standalone{}, log: log, clusterSize: cfg.ClusterSize,
+		cfg: cfg, store: store, cluster: standalone{}, log: log,
 		topDenied: topDenied,
 		epoch:     time.Now(),
 	}

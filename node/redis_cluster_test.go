@@ -358,7 +358,7 @@ func startHotLoad(t *testing.T, c *redistest.Cluster, slot int) *hotLoad {
 	h.longLeft = spendLong(t, c, h.longKey, 7)
 	var nodes []*node.Node
 	for range 2 {
-		nodes = append(nodes, newNode(t, newClusterStore(t, c), node.Config{ClusterSize: func() int { return 2 }}))
+		nodes = append(nodes, newNode(t, newClusterStore(t, c), node.Config{Cluster: sizedCluster(2)}))
 	}
 	h.nodes = nodes
 	done := make(chan struct{})

@@ -117,7 +117,7 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 	f := &storeCall{done: make(chan struct{})}
 	want, hold := cost, time.Duration(0)
 	if l.refilling == nil {
-		want, hold = n.leaseWant(l, p, cost, start)
+		want, hold = n.grantSize(l, p, cost, start)
 		l.refilling = f
 	} else {
 		l.beside++
@@ -153,7 +153,7 @@ func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeC
 		// Leftovers of the previous grant go back before the new one is
 		// taken, so the key never holds two grants' worth of units. A plain
 		// check leaves them: a smaller cost may still use them.
-		if old, left := l.unspent(start, false); left > 0 {
+		if old, left := l.claimUnspent(start, false); left > 0 {
 			if err := n.returnUnits(ctx, k, l, old, left); err != nil {
 				// The store is failing now: take the failure mode rather
 				// than make this check, and those waiting for it, wait

@@ -183,7 +183,7 @@ func (t *telemetry) instrument(meter metric.Meter, n *Node) error {
 		// A state has no unit: unit "1" would make Prometheus call it a
 		// ratio (quotad_breaker_state_ratio).
 		{name: "quotad.breaker.state", desc: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.", gauge: true, value: breakerState},
-		{name: "quotad.cluster.members", unit: "{node}", desc: "Nodes sharing the store, as the node sizes leases by.", gauge: true, value: func() int64 { return int64(n.clusterSize()) }},
+		{name: "quotad.cluster.members", unit: "{node}", desc: "Nodes sharing the store, as the node sizes leases by.", gauge: true, value: func() int64 { return int64(n.cluster.Size()) }},
 	}
 	insts := make([]metric.Observable, len(obs), len(obs)+1)
 	for i, o := range obs {

@@ -260,9 +260,9 @@ func TestMetrics(t *testing.T) {
 	r := redistest.Start(t)
 	mp, reader := meterReader(t)
 	n := newNode(t, newRedisStore(t, r), node.Config{
-		ClusterSize: func() int { return 3 },
-		Breaker:     node.BreakerConfig{Failures: 1, ProbeEvery: time.Hour},
-		Telemetry:   node.Telemetry{MeterProvider: mp},
+		Cluster:   sizedCluster(3),
+		Breaker:   node.BreakerConfig{Failures: 1, ProbeEvery: time.Hour},
+		Telemetry: node.Telemetry{MeterProvider: mp},
 	})
 	ctx := context.Background()
 	p := node.Policy{Name: "three", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 3, Period: time.Hour}}

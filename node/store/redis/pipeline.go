@@ -123,7 +123,8 @@ type pipeline struct {
 	active int        // tokens in circulation, minActive..pipeliners
 	rtt    time.Duration
 
-	roundTrips, calls, scripts atomic.Int64
+	// scripts counts the EVALSHAs sent (Store.ScriptCalls).
+	scripts atomic.Int64
 }
 
 func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout time.Duration, reload func(context.Context) error) *pipeline {
@@ -302,7 +303,6 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.netTimeout)
 	defer cancel()
-	p.calls.Add(int64(len(live)))
 	wire := wireCalls(live)
 	p.scripts.Add(int64(len(wire)))
 	cmds := p.exec(ctx, wire, func(s goredis.Scripter, w *wireCall) *goredis.Cmd {
@@ -408,7 +408,6 @@ func (w *wireCall) deliver(cmd *goredis.Cmd) {
 // Redis Cluster redirected, each on its own and all at once.
 func (p *pipeline) exec(ctx context.Context, calls []*wireCall, cmd func(goredis.Scripter, *wireCall) *goredis.Cmd) []*goredis.Cmd {
 	cmds := make([]*goredis.Cmd, len(calls))
-	p.roundTrips.Add(1)
 	// Exec's own error repeats the first failed command's; each command
 	// carries its own, which is what callers get.
 	_, err := p.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
@@ -436,7 +435,6 @@ func (p *pipeline) exec(ctx context.Context, calls []*wireCall, cmd func(goredis
 		if err := cmds[i].Err(); err == nil || !isRedirect(err) {
 			continue
 		}
-		p.roundTrips.Add(1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -2,13 +2,8 @@ package redis
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,134 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/quotad/quotad/algorithms"
-	"github.com/quotad/quotad/node"
 )
-
-// Config says how to reach the authoritative Redis: a single server
-// (URL), a Redis Cluster (ClusterAddrs) or a master watched by Sentinel
-// (SentinelAddrs and MasterName). Exactly one of the three is set. Commands
-// go to primaries only: a replica's counters may lag, and a limiter that
-// reads lagging counters over-admits.
-type Config struct {
-	// URL is a single server: redis://[user:password@]host:port/db, or
-	// rediss:// for TLS.
-	URL string
-	// ClusterAddrs are seed addresses (host:port) of a Redis Cluster; the
-	// client discovers the other nodes and follows slot moves.
-	ClusterAddrs []string
-	// SentinelAddrs are Sentinel addresses (host:port); MasterName is the
-	// master they watch. The client follows failovers.
-	SentinelAddrs []string
-	MasterName    string
-	// Username and Password authenticate to Cluster and Sentinel-managed
-	// servers (an ACL user, or only a password for requirepass). A URL
-	// carries its own.
-	Username, Password string
-	// SentinelUsername and SentinelPassword authenticate to the sentinels
-	// themselves, when they require it.
-	SentinelUsername, SentinelPassword string
-	// DB is the database number behind Sentinel. Cluster has only db 0; a
-	// URL names its own.
-	DB int
-	// TLS connects to Cluster and Sentinel-managed servers with TLS; a
-	// rediss:// URL does it for a single server.
-	TLS bool
-	// TLSCAFile is a PEM file of the certificate authorities to trust
-	// instead of the system's, for any TLS connection.
-	TLSCAFile string
-	// Timeout bounds each store call as its caller sees it: waiting for a
-	// pipeliner plus the round trip of its batch. A call that takes longer
-	// fails, and the policy's failure mode decides. Default 50ms.
-	Timeout time.Duration
-	// ConnectTimeout bounds what is not one call: opening a connection
-	// (dial, TLS, HELLO with AUTH — a few round trips, which a Redis some
-	// way off cannot fit into Timeout) and a circuit-breaker probe. A
-	// round trip its callers gave up on keeps its connection for up to
-	// ConnectTimeout + Timeout, so a late reply does not cost a new
-	// connection. Default 1s.
-	ConnectTimeout time.Duration
-}
-
-// Validate reports the first problem with c.
-func (c Config) Validate() error {
-	modes := 0
-	for _, set := range []bool{c.URL != "", len(c.ClusterAddrs) > 0, len(c.SentinelAddrs) > 0} {
-		if set {
-			modes++
-		}
-	}
-	switch {
-	case modes == 0:
-		return fmt.Errorf("redis: %w: set a URL, cluster addresses or sentinel addresses", node.ErrInvalidConfig)
-	case modes > 1:
-		return fmt.Errorf("redis: %w: set only one of a URL, cluster addresses and sentinel addresses", node.ErrInvalidConfig)
-	}
-	if c.URL != "" {
-		if _, err := goredis.ParseURL(c.URL); err != nil {
-			return fmt.Errorf("redis url: %w: %v (want redis://[user:password@]host:port/db or rediss://...)", node.ErrInvalidConfig, err)
-		}
-	}
-	for field, addrs := range map[string][]string{"redis cluster": c.ClusterAddrs, "redis sentinel": c.SentinelAddrs} {
-		for _, a := range addrs {
-			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-				return fmt.Errorf("%s address %q: %w: want host:port", field, a, node.ErrInvalidConfig)
-			}
-		}
-	}
-	if len(c.SentinelAddrs) > 0 && c.MasterName == "" {
-		return fmt.Errorf("redis master name: %w: sentinel addresses need the name of the master they watch", node.ErrInvalidConfig)
-	}
-	if (c.SentinelUsername != "" || c.SentinelPassword != "") && len(c.SentinelAddrs) == 0 {
-		return fmt.Errorf("redis sentinel credentials: %w: only meaningful with sentinel addresses", node.ErrInvalidConfig)
-	}
-	if c.MasterName != "" && len(c.SentinelAddrs) == 0 {
-		return fmt.Errorf("redis master name: %w: only meaningful with sentinel addresses", node.ErrInvalidConfig)
-	}
-	if c.DB != 0 && len(c.SentinelAddrs) == 0 {
-		return fmt.Errorf("redis db: %w: only meaningful with sentinel (a URL names its own; Cluster has only db 0)", node.ErrInvalidConfig)
-	}
-	if c.DB < 0 {
-		return fmt.Errorf("redis db: %w: %d must not be negative", node.ErrInvalidConfig, c.DB)
-	}
-	if c.URL != "" && (c.Username != "" || c.Password != "" || c.TLS) {
-		return fmt.Errorf("redis: %w: a URL carries its own user, password and TLS (rediss://)", node.ErrInvalidConfig)
-	}
-	if c.TLSCAFile != "" && !c.TLS && !strings.HasPrefix(c.URL, "rediss://") {
-		return fmt.Errorf("redis tls ca file: %w: %s given but the connection does not use TLS (rediss:// or TLS on)", node.ErrInvalidConfig, c.TLSCAFile)
-	}
-	if c.Timeout < 0 {
-		return fmt.Errorf("redis timeout: %w: %s must not be negative (0 means the default)", node.ErrInvalidConfig, c.Timeout)
-	}
-	if c.ConnectTimeout < 0 {
-		return fmt.Errorf("redis connect timeout: %w: %s must not be negative (0 means the default)", node.ErrInvalidConfig, c.ConnectTimeout)
-	}
-	return nil
-}
-
-func (c Config) withDefaults() Config {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	return c
-}
-
-// netTimeout is how long a round trip may take at the network level before
-// its connection is given up: long enough to open a connection first, so
-// neither a new connection nor a late reply is judged by one call's
-// deadline.
-func (c Config) netTimeout() time.Duration { return c.ConnectTimeout + c.Timeout }
-
-// DefaultTimeout is Config.Timeout's default: long enough for a
-// loaded Redis's round trip, short enough that a check never waits long on
-// a sick one (the circuit breaker then stops the waiting altogether).
-const DefaultTimeout = 50 * time.Millisecond
-
-// DefaultConnectTimeout is Config.ConnectTimeout's default: a new
-// connection to a Redis 100ms away, TLS included, fits several times over.
-const DefaultConnectTimeout = time.Second
 
 // Store runs the algorithms' Lua scripts on Redis, the authority shared
 // by every node. Script calls are pipelined (see redis_pipeline.go). Safe
@@ -208,106 +76,6 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s.checkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), s.loadScripts)
 	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, cfg.netTimeout(), s.loadScripts)
 	return s, nil
-}
-
-// newClients builds the clients for cfg (validated) and describes them
-// without secrets.
-//
-// No client resends a command after a connection error: a script whose
-// reply was lost may have run, and a release run twice would hand back its
-// units twice (a check run twice only spends twice, which under-admits).
-// Single servers and Sentinel have MaxRetries off. The Cluster client also
-// resends on MOVED and ASK, which it needs to follow slot moves, and it
-// counts connection-error resends in the same budget; so checks, which may
-// safely run twice, use a client that follows redirects, and releases use
-// one with MaxRedirects off: a release that meets a moving slot fails and
-// its units stay spent.
-func newClients(cfg Config) (checks, releases goredis.UniversalClient, describe string, err error) {
-	var tlsConfig *tls.Config
-	if cfg.TLS {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	if cfg.URL != "" {
-		opts, _ := goredis.ParseURL(cfg.URL) // validated
-		tlsConfig = opts.TLSConfig
-		if err := withCAFile(tlsConfig, cfg.TLSCAFile); err != nil {
-			return nil, nil, "", err
-		}
-		opts.MaxRetries = -1
-		opts.ContextTimeoutEnabled = true
-		// The breaker, not the dialer, decides how often a down server is
-		// tried.
-		opts.DialerRetries = 1
-		opts.DialTimeout = cfg.ConnectTimeout
-		opts.DisableIdentity = true // see the UniversalOptions below
-		// Unless the URL sets pool_size.
-		if opts.PoolSize == 0 {
-			opts.PoolSize = poolSize
-		}
-		describe = fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB)
-		if tlsConfig != nil {
-			describe += " (tls)"
-		}
-		c := goredis.NewClient(opts)
-		return c, c, describe, nil
-	}
-	if err := withCAFile(tlsConfig, cfg.TLSCAFile); err != nil {
-		return nil, nil, "", err
-	}
-	u := &goredis.UniversalOptions{
-		Addrs:                 slices.Clone(cfg.ClusterAddrs),
-		Username:              cfg.Username,
-		Password:              cfg.Password,
-		TLSConfig:             tlsConfig,
-		MaxRetries:            -1,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           cfg.ConnectTimeout,
-		PoolSize:              poolSize,
-		// CLIENT SETINFO only labels the connection in CLIENT LIST, and it
-		// costs every new connection one more round trip.
-		DisableIdentity: true,
-		// Primaries only: ReadOnly, RouteByLatency and RouteRandomly
-		// would send reads to replicas, and every script writes anyway.
-		ReadOnly:       false,
-		RouteByLatency: false,
-		RouteRandomly:  false,
-	}
-	suffix := ""
-	if tlsConfig != nil {
-		suffix = " (tls)"
-	}
-	if len(cfg.ClusterAddrs) > 0 {
-		checks := goredis.NewClusterClient(u.Cluster())
-		noResend := u.Cluster()
-		noResend.MaxRedirects = -1
-		return checks, goredis.NewClusterClient(noResend), "redis cluster " + strings.Join(cfg.ClusterAddrs, ",") + suffix, nil
-	}
-	u.Addrs = slices.Clone(cfg.SentinelAddrs)
-	u.MasterName = cfg.MasterName
-	u.SentinelUsername = cfg.SentinelUsername
-	u.SentinelPassword = cfg.SentinelPassword
-	u.DB = cfg.DB
-	c := goredis.NewFailoverClient(u.Failover())
-	return c, c, fmt.Sprintf("redis sentinel %s master %s db %d%s", strings.Join(cfg.SentinelAddrs, ","), cfg.MasterName, cfg.DB, suffix), nil
-}
-
-// withCAFile makes tlsConfig trust the certificate authorities in the PEM
-// file path instead of the system's. An empty path changes nothing;
-// Validate refused a path without TLS.
-func withCAFile(tlsConfig *tls.Config, path string) error {
-	if path == "" || tlsConfig == nil {
-		return nil
-	}
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("redis tls ca file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return fmt.Errorf("redis tls ca file %s: %w: no PEM certificate in it", path, node.ErrInvalidConfig)
-	}
-	tlsConfig.RootCAs = pool
-	return nil
 }
 
 // loadScripts loads every script into Redis's script cache: on Redis
@@ -375,17 +143,10 @@ func (s *Store) CallTimeout() time.Duration { return s.cfg.Timeout }
 // Remote implements node.Store: every call is a network round trip.
 func (s *Store) Remote() bool { return true }
 
-// PipelineStats reports how many script calls the store made and in how
-// many round trips (a retry after NOSCRIPT counts as one more, and so
-// does each call resent after a Redis Cluster redirection). Several checks
-// decided in one batch script call count as that many calls.
-func (s *Store) PipelineStats() (calls, roundTrips int64) {
-	return s.checkPipe.calls.Load() + s.releasePipe.calls.Load(), s.checkPipe.roundTrips.Load() + s.releasePipe.roundTrips.Load()
-}
-
 // ScriptCalls reports how many EVALSHAs the store sent (retries after
-// NOSCRIPT and Cluster redirections not counted): fewer than the calls
-// PipelineStats counts when batch script calls decided several checks.
+// NOSCRIPT and Cluster redirections not counted): fewer than the checks
+// and releases it was asked for when batch script calls decided several
+// checks.
 func (s *Store) ScriptCalls() int64 {
 	return s.checkPipe.scripts.Load() + s.releasePipe.scripts.Load()
 }
