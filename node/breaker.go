@@ -13,6 +13,10 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
+// This file is the circuit breaker in front of a remote store: it opens
+// after a run of failed calls, probes with pings, and breakerStore refuses
+// calls while it is open.
+
 // ErrStoreUnavailable is what store calls return, without trying, while the
 // circuit breaker is open. Checks take their policy's failure mode at once.
 var ErrStoreUnavailable = errors.New("store unavailable (circuit breaker open)")

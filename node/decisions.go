@@ -13,6 +13,9 @@ import (
 	"github.com/quotad/quotad/topkeys"
 )
 
+// This file counts decisions, by policy, outcome and source, and the keys
+// denied most: Decisions, TopDenied and the quotad.decisions metric.
+
 // TopDeniedInterval is how often the node starts a new interval of its top
 // denied keys: TopDenied spans the current interval and the
 // Config.TopKeys.Intervals−1 before it (4 to 5 minutes by default).

@@ -8,6 +8,9 @@ import (
 	"github.com/quotad/quotad/cache"
 )
 
+// This file is the node's memory of the store's denials: in the key's
+// lease and in the denied cache, read and cleared as one (denials).
+
 // denial is a store denial of cost units under limit that holds until
 // untilNs on the node clock.
 type denial struct {

@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 )
 
+// This file is the lease table: the leases of this node by key, sharded
+// and bounded.
+
 // leaseTable holds the leases of this node, sharded to keep lock hold
 // times short, at most max of them. Lookups take a read lock and allocate
 // nothing.

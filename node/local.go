@@ -9,6 +9,9 @@ import (
 	"github.com/quotad/quotad/cache"
 )
 
+// This file is the local layer a node keeps in front of its store (local),
+// and the empty one of the memory store (direct).
+
 // local is what a node keeps in process in front of its store, chosen
 // once by New: in front of a remote store, leases and remembered denials
 // (leasing, leasing.go); in front of the memory store, which is in

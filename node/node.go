@@ -1,7 +1,7 @@
-// Package node is one quotad member: the check path from a policy and key to
-// a decision, the stores that hold the authoritative counters (Redis and the
-// embedded memory store), and what the node does when the store fails.
 package node
+
+// This file is the Node: New, which composes it from its store and
+// cluster, and the check path from a policy and key to a decision.
 
 import (
 	"context"
@@ -320,8 +320,8 @@ func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	n.local.drain(ctx)
-	// Leave once the leases are back (the shutdown order of the issue and
-	// the README): until then this node still counts in its peers' lease
+	// Leave once the leases are back (the shutdown order the README
+	// describes): until then this node still counts in its peers' lease
 	// caps, which only keeps theirs a little smaller for a moment.
 	if err := n.cluster.Close(); err != nil {
 		n.log.Warn("leaving the cluster", "err", err)

@@ -5,6 +5,9 @@ import (
 	"sort"
 )
 
+// This file is the configured policies: an immutable PolicySet, and
+// SetPolicies, which swaps in a new one.
+
 // PolicySet is the node's configured policies at one moment. It is
 // immutable: SetPolicies installs a new set rather than changing one, so
 // whoever resolves several policies against one set (a batch) sees them

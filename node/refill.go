@@ -6,6 +6,11 @@ import (
 	"time"
 )
 
+// This file is the store path of a key in front of a remote store: one
+// store call per key at a time, shared by the checks that miss meanwhile
+// (coalescing), which takes the key's next grant or brings back its
+// denial; and giving a grant's unused units back.
+
 // A key that cannot lease may have up to maxBeside calls in flight beside
 // its refill while its calls are quick: those that finish within
 // 1/quickCall of the store's call timeout.
@@ -25,11 +30,6 @@ type storeCall struct {
 	// a call of its own in turn.
 	failed error
 }
-
-// This file is the store path of a key in front of a remote store: one
-// store call per key at a time, shared by the checks that miss meanwhile
-// (coalescing), which takes the key's next grant or brings back its
-// denial; and giving a grant's unused units back.
 
 // refill takes a new grant for l, or asks the store for this check alone
 // when a lease is not worthwhile. At most one refill per key is in flight

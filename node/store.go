@@ -8,6 +8,9 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
+// This file is what the node asks of its store: the Store interface, the
+// optional ones a store may implement, and ErrStoreFull.
+
 // Store is the authority for limits: Redis through Lua scripts, or the
 // embedded memory store. Implementations are safe for concurrent use.
 type Store interface {

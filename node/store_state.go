@@ -5,6 +5,9 @@ import (
 	"time"
 )
 
+// This file is the watch of a remote store's state: when Redis restarted,
+// failed over or was flushed, the node drops its leases and cached denials.
+
 // DefaultStoreStateCheck is Config.StoreStateCheck's default.
 const DefaultStoreStateCheck = time.Second
 

@@ -13,6 +13,10 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
+// This file is the node's spans and metrics: Telemetry, the quotad.check
+// span and the observable counters of leases, the denied cache, the
+// breaker and the cluster.
+
 // Telemetry is where a node sends traces and metrics, through the
 // OpenTelemetry API (the SDK and exporters are the caller's). The zero value
 // sends nothing and adds nothing to the check path.

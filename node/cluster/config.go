@@ -13,6 +13,8 @@ import (
 	"github.com/quotad/quotad/node"
 )
 
+// This file is a member's configuration: Config, its defaults and checks.
+
 // Defaults of Config.
 const (
 	// DefaultDeadAfter is how long a member that stopped answering stays

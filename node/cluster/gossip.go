@@ -6,10 +6,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/memberlist"
-
 	"github.com/quotad/quotad/node"
 )
+
+// This file is the gossip's state: what a membership sends and what it
+// has taken from each sender, and its counters (queue.go, send.go and
+// receive.go are its halves).
 
 const (
 	// gossipTransmits is how many times each message goes to each member,
@@ -31,7 +33,7 @@ const (
 // outgoing queue, and the admission and decoding of incoming packets,
 // whose messages it hands to the node it serves.
 type gossip struct {
-	queue memberlist.TransmitLimitedQueue
+	queue roundQueue
 	log   *slog.Logger
 	// id is this process's gossip id, the sender of its packets; seq
 	// numbers them.
@@ -76,11 +78,7 @@ func newGossip(log *slog.Logger, id uint64, maxAge time.Duration) *gossip {
 		log: log, id: id, maxAge: maxAge, kick: make(chan struct{}, 1),
 		pending: make(map[string]*denialBroadcast), windows: make(map[uint64]*replayWindow),
 	}
-	// The queue sends a message RetransmitMult × ceil(log10(NumNodes+1))
-	// times; with NumNodes 1 that is gossipTransmits rounds, each to every
-	// member, whatever the cluster's size.
-	g.queue.NumNodes = func() int { return 1 }
-	g.queue.RetransmitMult = gossipTransmits
+	g.queue.init(gossipTransmits)
 	return g
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 )
 
+// This file turns memberlist's log lines into slog records, rate-limited.
+
 // maxMemberlistWarnings is how many warning and error lines of
 // memberlist's the log takes per second; the rest are counted and
 // reported in the next line let through. memberlist writes one per bad

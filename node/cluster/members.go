@@ -10,6 +10,10 @@ import (
 	"github.com/quotad/quotad/node"
 )
 
+// This file is the member table: memberlist's join, update and leave
+// events, the live members' count, and the peers and senders the gossip
+// uses.
+
 // events records membership changes. memberlist calls it with its own
 // locks held and never concurrently, so it only updates this node's table.
 type events struct{ m *Membership }

@@ -20,6 +20,9 @@ import (
 	"github.com/quotad/quotad/node"
 )
 
+// This file is a membership's life: New starts memberlist and the loops,
+// Join contacts seeds, Leave, Shutdown and Close end it.
+
 // Membership is this node's membership in a quotad cluster, on
 // hashicorp/memberlist: who is alive (for lease caps and status pages),
 // the gossip of denials and resets, and the rejoin loop that heals

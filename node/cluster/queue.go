@@ -8,6 +8,30 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
+// This file is the send queue: the denials and resets waiting to go out,
+// each sent a fixed number of rounds (roundQueue), a newer one replacing
+// or cancelling an older one of the same key.
+
+// roundQueue is memberlist's TransmitLimitedQueue put to a use it was not
+// built for: sending each message a fixed number of rounds to every
+// member. The queue hands out a message RetransmitMult ×
+// ceil(log10(NumNodes+1)) times, meant as transmissions to a few random
+// members that relay it; quotad's receivers do not relay user messages,
+// so the sender (send.go) sends every round to every member itself, and
+// NumNodes is pinned to 1 so that a message goes out exactly rounds
+// times, whatever the cluster's size. It keeps the queue's other
+// properties: the newest message of a name (a key) replaces an older one,
+// and Prune drops the oldest.
+type roundQueue struct {
+	memberlist.TransmitLimitedQueue
+}
+
+// init makes q send each message rounds times.
+func (q *roundQueue) init(rounds int) {
+	q.NumNodes = func() int { return 1 }
+	q.RetransmitMult = rounds
+}
+
 // keyName identifies a key in the queue; policy names cannot hold NUL.
 func keyName(policy, key string) string { return policy + "\x00" + key }
 

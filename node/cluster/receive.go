@@ -7,6 +7,9 @@ import (
 	"github.com/quotad/quotad/node"
 )
 
+// This file is the receiving side of the gossip: which packets are taken
+// (from members, once, while fresh), and what their messages do.
+
 // receive admits, decodes and applies one packet from a peer. It runs on
 // memberlist's packet goroutine (and on its stream goroutines for
 // messages sent over TCP), so it must not block for long; it takes

@@ -7,6 +7,9 @@ import (
 	"github.com/quotad/quotad/node"
 )
 
+// This file is the rejoin loop, which heals partitions by contacting the
+// seeds and the dead members this node does not see alive.
+
 // rejoinLoop joins the seeds at once, then every RejoinInterval re-joins
 // seeds and dead members that this node does not see alive, until ctx
 // ends. memberlist stops contacting a member once it is declared dead, so

@@ -6,6 +6,9 @@ import (
 	"time"
 )
 
+// This file is the sender: each round it packs queued messages into
+// packets and sends them to every live member.
+
 // gossipLoop sends queued gossip to every live member, at once when
 // something is queued and again one gossip interval later (each message
 // goes out gossipTransmits times), until ctx ends.

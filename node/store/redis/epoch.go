@@ -14,6 +14,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
+// This file names the state Redis holds (run_id and a marker key), so that
+// a node notices a restart, failover or flush.
+
 // markerTTL is how long the state marker outlives the last node that
 // checked it; a marker that expired only makes the next check see a new
 // state, which costs the nodes their leases and cached denials once.

@@ -13,6 +13,9 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
+// This file is the Redis store: New, which connects and loads the scripts,
+// and the node.Store calls over the pipelines.
+
 // Store runs the algorithms' Lua scripts on Redis, the authority shared
 // by every node. Script calls are pipelined (see redis_pipeline.go). Safe
 // for concurrent use.

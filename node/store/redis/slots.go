@@ -9,6 +9,8 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
+// This file is the Redis store's concurrency slots (node.SlotStore).
+
 // slotScripts are the concurrency scripts, loaded with the others.
 type slotScripts struct {
 	acquire, renew, release *goredis.Script
