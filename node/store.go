@@ -31,8 +31,11 @@ type Store interface {
 	// how many made a difference. Each grant's units may be given back at
 	// most once (the sliding log can tell; the other algorithms cannot).
 	Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error)
-	// Remote reports whether calls cross the network; the node leases and
-	// caches denials only for remote stores.
+	// Remote reports whether calls cross the network to a store other
+	// nodes may share. New reads it once, to compose the node: a remote
+	// store gets a circuit breaker and the local layer of leases and
+	// remembered denials in front of it, and may serve a cluster; a store
+	// that is not remote gets neither.
 	Remote() bool
 	// Ping reports whether the store answers, without touching any limit.
 	// The circuit breaker probes with it while open, so it should pass on
@@ -55,7 +58,7 @@ type Store interface {
 }
 
 // ErrStoreFull means a store holds as many keys as it may (the memory
-// store's MemoryConfig.MaxKeys) and refused to add another. Keys it already
+// store's memory.Config.MaxKeys) and refused to add another. Keys it already
 // holds are still decided. It is not a store failure (the failure mode does
 // not apply: failing open would stop limiting new keys), and retrying after
 // the full keys' states expire may succeed.
