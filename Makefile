@@ -33,7 +33,7 @@ test: redis-server chromium helm lint ## the whole test suite (installs redis-se
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAcquireReply$$' -fuzztime $(FUZZTIME) ./algorithms
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeGossip$$' -fuzztime $(FUZZTIME) ./node
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeGossip$$' -fuzztime $(FUZZTIME) ./node/cluster
 
 SOAK ?= 60s
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
-	"github.com/quotad/quotad/cache"
 )
 
 // This file decides several checks as one, all or nothing, over the Store
@@ -222,15 +221,12 @@ func (n *Node) newBatch(items []Item) (*batch, error) {
 // abandon is closed.
 func (b *batch) decide(ctx context.Context, abandon <-chan struct{}) {
 	n := b.n
-	if n.store.Remote() {
-		now := n.clock()
-		for _, g := range b.groups {
-			ck := cache.Key{Policy: g.p.Name, Key: g.key, Limit: g.p.Limit}
-			if d, ok := n.denied.Lookup(ck, g.cost, now/int64(time.Millisecond)); ok {
-				n.stats.deniedCacheHits.Add(1)
-				g.refuse(Result{Decision: d, Source: SourceDeniedCache})
-				b.denied = true
-			}
+	now := n.clock()
+	for _, g := range b.groups {
+		if d, ok := n.local.denied(leaseKey{g.p.Name, g.key}, g.p.Limit, g.cost, now); ok {
+			n.stats.deniedCacheHits.Add(1)
+			g.refuse(Result{Decision: d, Source: SourceDeniedCache})
+			b.denied = true
 		}
 	}
 	if !b.denied {
@@ -293,7 +289,7 @@ func (b *batch) ask(ctx context.Context, g *batchGroup) {
 	ctx, cancel := context.WithTimeout(ctx, batchCallTimeout)
 	defer cancel()
 	start := n.clock()
-	d, taken, err := n.acquire(ctx, g.base, g.p.Limit, g.cost, g.cost, 0)
+	d, taken, err := n.store.Acquire(ctx, g.base, g.p.Limit, g.cost, g.cost, 0)
 	if err != nil {
 		// Nothing is known of the item, not even whether it spent; its
 		// failure mode decides whether it fits.
@@ -325,7 +321,7 @@ func (b *batch) look(ctx context.Context, g *batchGroup) {
 	defer cancel()
 	d, err := n.looks.do(ctx, lookKey{g.base, g.p.Limit}, func() (algorithms.Decision, error) {
 		start := n.clock()
-		d, _, err := n.acquire(ctx, g.base, g.p.Limit, 0, 0, 0)
+		d, _, err := n.store.Acquire(ctx, g.base, g.p.Limit, 0, 0, 0)
 		if err == nil && !d.Allowed {
 			b.rememberDenial(g, 0, d, start)
 		}
@@ -389,15 +385,7 @@ func (f *lookFlights) do(ctx context.Context, k lookKey, read func() (algorithms
 // rememberDenial caches the store's denial of cost units of g's limit,
 // asked at start (node clock), and gossips it, as a check's would be.
 func (b *batch) rememberDenial(g *batchGroup, cost int64, d algorithms.Decision, start int64) {
-	n := b.n
-	if !n.store.Remote() || d.RetryAfter <= 0 {
-		return
-	}
-	k := leaseKey{g.p.Name, g.key}
-	cost = max(cost, 1)
-	n.denied.Add(n.cacheKey(k, g.p.Limit), cost, d, start/int64(time.Millisecond))
-	n.stats.denialsCached.Add(1)
-	n.gossipDenial(k, g.p.Limit, cost, d, start)
+	b.n.local.remember(leaseKey{g.p.Name, g.key}, nil, g.p.Limit, max(cost, 1), d, start)
 }
 
 // giveBackGroup returns the units g took. A failure only costs
@@ -412,7 +400,7 @@ func (b *batch) giveBackGroup(ctx context.Context, g *batchGroup) {
 	units := g.taken.Units
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	returned, err := n.releaseUnits(rctx, g.base, g.p.Limit, units, g.taken)
+	returned, err := n.store.Release(rctx, g.base, g.p.Limit, units, g.taken)
 	g.taken = algorithms.Grant{}
 	if err != nil {
 		n.log.Warn("all-or-nothing give-back failed; the units return when the window or refill restores them",
@@ -420,8 +408,8 @@ func (b *batch) giveBackGroup(ctx context.Context, g *batchGroup) {
 		return
 	}
 	g.returned = returned
-	if returned > 0 && n.store.Remote() {
-		n.denied.Forget(cache.Key{Policy: g.p.Name, Key: g.key})
+	if returned > 0 {
+		n.local.returned(leaseKey{g.p.Name, g.key})
 	}
 }
 

@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // CheckAll under contention, on a real redis-server and on a 3-master
@@ -38,7 +41,7 @@ type batchBackend struct {
 
 // sharedMemory is a memory store that several nodes share; the test closes
 // it.
-type sharedMemory struct{ *node.MemoryStore }
+type sharedMemory struct{ *memory.Store }
 
 func (sharedMemory) Close() error { return nil }
 
@@ -59,8 +62,8 @@ func batchBackends(t *testing.T) []batchBackend {
 		firstSlots = append(firstSlots, firstSlotOf(t, c, i))
 	}
 	k := func(*testing.T, string, int) string { return "k" }
-	newStore := func(t *testing.T, cfg node.RedisConfig) node.Store {
-		s, err := node.NewRedisStore(context.Background(), cfg)
+	newStore := func(t *testing.T, cfg redis.Config) node.Store {
+		s, err := redis.New(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,15 +71,15 @@ func batchBackends(t *testing.T) []batchBackend {
 	}
 	return []batchBackend{
 		{"memory", 2_000, func(t *testing.T) func() node.Store {
-			mem := node.NewMemoryStore(nil, 0)
+			mem := memory.New(nil, 0)
 			t.Cleanup(func() { mem.Close() })
 			return func() node.Store { return sharedMemory{mem} }
 		}, k},
 		{"redis", batchFlood, func(t *testing.T) func() node.Store {
-			return func() node.Store { return newStore(t, node.RedisConfig{URL: r.URL(), Timeout: patient}) }
+			return func() node.Store { return newStore(t, redis.Config{URL: r.URL(), Timeout: patient}) }
 		}, k},
 		{"cluster", batchFlood, func(t *testing.T) func() node.Store {
-			return func() node.Store { return newStore(t, node.RedisConfig{ClusterAddrs: c.Addrs(), Timeout: patient}) }
+			return func() node.Store { return newStore(t, redis.Config{ClusterAddrs: c.Addrs(), Timeout: patient}) }
 		}, func(t *testing.T, policy string, i int) string {
 			master := i % c.Len()
 			key := keyInSlot(t, c, policy, firstSlots[master])
@@ -236,7 +239,7 @@ func TestCheckAllNeverOverEitherLimitAcrossNodesWithLeases(t *testing.T) {
 	for i := range nodes {
 		// A larger lease share than the default, so that the single checks
 		// lease even with these small limits.
-		nodes[i] = newNode(t, newRedisStore(t, r), node.Config{ClusterSize: func() int { return k }, Lease: node.LeaseConfig{MaxFraction: 0.5}})
+		nodes[i] = newNode(t, newRedisStore(t, r), node.Config{Cluster: quotadtest.SizedCluster(k), Lease: node.LeaseConfig{MaxFraction: 0.5}})
 	}
 	a := node.Policy{Name: "a", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 600, Period: algorithms.MaxPeriod}}
 	b := node.Policy{Name: "b", Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindowCounter, Limit: 400, Period: algorithms.MaxPeriod}}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 )
 
 // The rules of CheckAll on the memory store, one at a time; the
@@ -55,7 +56,7 @@ func TestCheckAll(t *testing.T) {
 	}
 
 	t.Run("every item fits: each spends its cost", func(t *testing.T) {
-		n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{})
+		n := newNode(t, memory.New(nil, 0), node.Config{})
 		res := checkAll(t, n, node.Item{Policy: a, Key: "k", Cost: 2}, node.Item{Policy: b, Key: "k", Cost: 3})
 		for i, want := range []int64{3, 2} {
 			if !res[i].Allowed || res[i].Remaining != want || res[i].RetryAfter != 0 || res[i].Source != node.SourceStore {
@@ -68,7 +69,7 @@ func TestCheckAll(t *testing.T) {
 	})
 
 	t.Run("one does not fit: none spends", func(t *testing.T) {
-		n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{})
+		n := newNode(t, memory.New(nil, 0), node.Config{})
 		spend(t, n, b, 4)
 		// a is taken first (by key order) and given back; c, after b, is
 		// only looked at.
@@ -95,7 +96,7 @@ func TestCheckAll(t *testing.T) {
 	})
 
 	t.Run("an item not reached that does not fit either has a retry_after", func(t *testing.T) {
-		n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{})
+		n := newNode(t, memory.New(nil, 0), node.Config{})
 		spend(t, n, a, 5)
 		spend(t, n, c, 3)
 		res := checkAll(t, n, node.Item{Policy: a, Key: "k", Cost: 1}, node.Item{Policy: c, Key: "k", Cost: 3})
@@ -108,7 +109,7 @@ func TestCheckAll(t *testing.T) {
 	})
 
 	t.Run("a cost-0 item must fit, and spends nothing", func(t *testing.T) {
-		n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{})
+		n := newNode(t, memory.New(nil, 0), node.Config{})
 		res := checkAll(t, n, node.Item{Policy: a, Key: "k"}, node.Item{Policy: b, Key: "k", Cost: 1})
 		if !res[0].Allowed || !res[1].Allowed || res[0].Remaining != 5 || res[1].Remaining != 4 {
 			t.Fatalf("gate open: %+v", res)
@@ -124,7 +125,7 @@ func TestCheckAll(t *testing.T) {
 	})
 
 	t.Run("items of one policy and key add up", func(t *testing.T) {
-		n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{})
+		n := newNode(t, memory.New(nil, 0), node.Config{})
 		res := checkAll(t, n, node.Item{Policy: a, Key: "k", Cost: 2}, node.Item{Policy: b, Key: "k", Cost: 1}, node.Item{Policy: a, Key: "k", Cost: 2})
 		if !res[0].Allowed || res[0] != res[2] || res[0].Remaining != 1 {
 			t.Fatalf("a twice: %+v and %+v, want one decision with 1 remaining", res[0], res[2])
@@ -146,7 +147,7 @@ func TestCheckAll(t *testing.T) {
 	})
 
 	t.Run("an invalid item fails the call and nothing is decided", func(t *testing.T) {
-		n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{})
+		n := newNode(t, memory.New(nil, 0), node.Config{})
 		for _, tc := range []struct {
 			item     node.Item
 			sentinel error
@@ -195,7 +196,7 @@ func TestCheckAllStoreFailureTakesTheItemsFailureMode(t *testing.T) {
 		left    int64
 	}{{node.FailOpen, true, node.SourceFailOpen, 3}, {node.FailClosed, false, node.SourceFailClosed, 5}} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
-			n := newNode(t, failingStore{node.NewMemoryStore(nil, 0), keyBase("z", "k")}, node.Config{})
+			n := newNode(t, failingStore{memory.New(nil, 0), keyBase("z", "k")}, node.Config{})
 			z := node.Policy{Name: "z", Limit: fiveAYear, OnStoreError: tc.mode}
 			res := checkAll(t, n, node.Item{Policy: z, Key: "k", Cost: 1}, node.Item{Policy: a, Key: "k", Cost: 2})
 			if res[0].Allowed != tc.allowed || res[0].Source != tc.source || res[1].Allowed != tc.allowed || res[1].Source != node.SourceStore {
@@ -231,7 +232,7 @@ func (s *gatedStore) Acquire(ctx context.Context, base string, l algorithms.Limi
 // A caller that gives up mid-batch gets its context's error, and the batch
 // spends nothing, even if every item would have fitted.
 func TestCheckAllAbandonedSpendsNothing(t *testing.T) {
-	mem := node.NewMemoryStore(nil, 0)
+	mem := memory.New(nil, 0)
 	gs := &gatedStore{Store: mem, family: keyBase("b", "k"), open: make(chan struct{})}
 	n := newNode(t, gs, node.Config{})
 	a := node.Policy{Name: "a", Limit: fiveAYear}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 )
 
 // manualClock is a clock tests move by hand.
@@ -36,7 +37,7 @@ func (c *manualClock) Add(d time.Duration) {
 // or are reset make room again.
 func TestMemoryStoreKeyCap(t *testing.T) {
 	clock := &manualClock{now: time.UnixMilli(1_700_000_000_000)}
-	store, err := node.OpenMemoryStore(node.MemoryConfig{MaxKeys: 3, SweepEvery: time.Hour, Now: clock.Now})
+	store, err := memory.Open(memory.Config{MaxKeys: 3, SweepEvery: time.Hour, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestMemoryStoreKeyCap(t *testing.T) {
 }
 
 func TestMemoryConfigValidate(t *testing.T) {
-	if _, err := node.OpenMemoryStore(node.MemoryConfig{MaxKeys: -1}); !errors.Is(err, node.ErrInvalidConfig) {
+	if _, err := memory.Open(memory.Config{MaxKeys: -1}); !errors.Is(err, node.ErrInvalidConfig) {
 		t.Fatalf("MaxKeys -1: %v", err)
 	}
 }
@@ -89,7 +90,7 @@ func TestMemoryConfigValidate(t *testing.T) {
 // hold: keys beyond it are decided by the store one check at a time, and
 // idle keys are forgotten after a few horizons, not after the hold.
 func TestLeaseTableIsBounded(t *testing.T) {
-	n := newNode(t, remoteMemory{node.NewMemoryStore(nil, 0)}, node.Config{
+	n := newNode(t, remoteMemory{memory.New(nil, 0)}, node.Config{
 		Lease: node.LeaseConfig{Horizon: 50 * time.Millisecond, Hold: time.Hour, MaxKeys: 10},
 	})
 	ctx := context.Background()

@@ -13,6 +13,10 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
+// This file is the circuit breaker in front of a remote store: it opens
+// after a run of failed calls, probes with pings, and breakerStore refuses
+// calls while it is open.
+
 // ErrStoreUnavailable is what store calls return, without trying, while the
 // circuit breaker is open. Checks take their policy's failure mode at once.
 var ErrStoreUnavailable = errors.New("store unavailable (circuit breaker open)")
@@ -57,7 +61,7 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 // rather than with real calls means it closes even when no check arrives —
 // a node a load balancer took out of rotation because it was failing closed
 // would otherwise never come back. A ping is not held to a call's deadline
-// (Store.Ping decides; RedisStore allows time to open a connection), so a
+// (Store.Ping decides; the Redis store allows time to open a connection), so a
 // store that is slower than that deadline but alive closes the breaker, and
 // a run of timeouts opens it only until the next probe: a slow store
 // degrades limiting rather than switching it off. A closed breaker's cost

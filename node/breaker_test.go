@@ -14,6 +14,8 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
+	redisstore "github.com/quotad/quotad/node/store/redis"
 )
 
 // flakyStore is a remote-looking memory store that fails every call while
@@ -65,7 +67,7 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 // check reaches the store, keys holding a lease keep spending it, and the
 // failure mode answers the rest; a ping that succeeds closes it.
 func TestBreakerOpensAndCloses(t *testing.T) {
-	store := &flakyStore{remoteMemory: remoteMemory{node.NewMemoryStore(nil, 0)}}
+	store := &flakyStore{remoteMemory: remoteMemory{memory.New(nil, 0)}}
 	n := newNode(t, store, node.Config{
 		Breaker: node.BreakerConfig{Failures: 3, ProbeEvery: 10 * time.Millisecond},
 		Lease:   node.LeaseConfig{Horizon: time.Second, Hold: time.Hour},
@@ -131,7 +133,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 func TestRedisKilledUnderLoad(t *testing.T) {
 	r := redistest.Start(t)
 	goroutines := runtime.NumGoroutine()
-	inner, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: 200 * time.Millisecond})
+	inner, err := redisstore.New(context.Background(), redisstore.Config{URL: r.URL(), Timeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -214,7 +214,10 @@ type ClientLeaseStats struct {
 }
 
 // ClientLeaseStats returns the node's client-lease figures.
-func (n *Node) ClientLeaseStats() ClientLeaseStats {
+func (n *Node) ClientLeaseStats() ClientLeaseStats { return n.local.clientLeaseStats() }
+
+// clientLeaseStats implements local.
+func (n *leasing) clientLeaseStats() ClientLeaseStats {
 	g, u := n.clients.unitsHeld()
 	return ClientLeaseStats{Grants: g, UnitsHeld: u}
 }
@@ -262,29 +265,29 @@ func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want 
 		}
 	}
 	hold := n.leaseHold(p)
-	if !n.store.Remote() || p.Lease == LeaseOff || hold <= 0 || cost == 0 {
+	if p.Lease == LeaseOff || hold <= 0 || cost == 0 {
 		res, err := n.Check(ctx, p, key, cost)
 		return res, ClientGrant{}, err
 	}
-	res, cg, err := n.grantLease(ctx, p, key, cost, want, hold)
+	return n.local.grantLease(ctx, p, key, cost, want, hold)
+}
+
+// grantLease implements local: GrantLease in front of a remote store, for
+// a leasable policy. The decision is counted as a check's is.
+func (n *leasing) grantLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration) (Result, ClientGrant, error) {
+	res, cg, err := n.decideLease(ctx, p, key, cost, want, hold)
 	if err == nil {
 		n.count(p.Name, key, res)
 	}
 	return res, cg, err
 }
 
-// grantLease is GrantLease on a remote store, for a leasable policy.
-func (n *Node) grantLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration) (Result, ClientGrant, error) {
+// decideLease is grantLease without the counting.
+func (n *leasing) decideLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration) (Result, ClientGrant, error) {
 	k := leaseKey{p.Name, key}
 	start := n.clock()
 	l := n.leases.get(k)
-	if l != nil {
-		if d, ok := l.deniedFor(p.Limit, cost, start); ok {
-			n.stats.deniedCacheHits.Add(1)
-			return Result{Decision: d, Source: SourceDeniedCache}, ClientGrant{}, nil
-		}
-	}
-	if d, ok := n.denied.Lookup(n.cacheKey(k, p.Limit), cost, start/int64(time.Millisecond)); ok {
+	if d, ok := n.denials.lookup(k, l, p.Limit, cost, start); ok {
 		n.stats.deniedCacheHits.Add(1)
 		return Result{Decision: d, Source: SourceDeniedCache}, ClientGrant{}, nil
 	}
@@ -300,7 +303,7 @@ func (n *Node) grantLease(ctx context.Context, p Policy, key string, cost, want 
 		extra = 0
 	}
 	base := n.keyBase(p, key)
-	d, taken, err := n.acquire(context.WithoutCancel(ctx), base, p.Limit, cost, cost+extra, hold)
+	d, taken, err := n.store.Acquire(context.WithoutCancel(ctx), base, p.Limit, cost, cost+extra, hold)
 	if err != nil {
 		n.clients.settle(k, extra, nil)
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -330,23 +333,15 @@ func (n *Node) grantLease(ctx context.Context, p Policy, key string, cost, want 
 	case got > 0:
 		// Granted as its window closed: give it back.
 		n.clients.settle(k, extra, nil)
-		_, _ = n.releaseCounted(ctx, k, nil, &grant{taken: taken, limit: p.Limit, base: base}, got) // logged
+		_, _ = n.returnUnitsCounted(ctx, k, nil, &grant{taken: taken, limit: p.Limit, base: base}, got) // logged
 	default:
 		n.clients.settle(k, extra, nil)
-		if !d.Allowed && d.RetryAfter > 0 {
-			n.rememberDenial(k, p.Limit, cost, d, start)
+		if !d.Allowed {
+			// Remembered and told to the cluster as a check's denial is.
+			n.remember(k, nil, p.Limit, max(cost, 1), d, start)
 		}
 	}
 	return res, ClientGrant{}, nil
-}
-
-// rememberDenial keeps a store denial of cost under lim, given at start
-// (node clock), in the denied cache and tells the cluster, as a check's
-// denial is (fetch).
-func (n *Node) rememberDenial(k leaseKey, lim algorithms.Limit, cost int64, d algorithms.Decision, start int64) {
-	n.denied.Add(n.cacheKey(k, lim), max(cost, 1), d, start/int64(time.Millisecond))
-	n.stats.denialsCached.Add(1)
-	n.gossipDenial(k, lim, max(cost, 1), d, start)
 }
 
 // ReturnLease gives back up to units unspent units of the client grant
@@ -363,22 +358,33 @@ func (n *Node) ReturnLease(ctx context.Context, id string, units int64) (int64, 
 	if units < 0 {
 		return 0, fmt.Errorf("units: %w: %d must not be negative", ErrInvalidLease, units)
 	}
+	return n.local.returnLease(ctx, id, units)
+}
+
+// returnLease implements local.
+func (n *leasing) returnLease(ctx context.Context, id string, units int64) (int64, error) {
 	cg := n.clients.take(id)
 	if cg == nil {
-		return 0, fmt.Errorf("lease id: %w: %q was not granted by this node, was returned already, or expired more than %s ago",
-			ErrLeaseNotHeld, id, clientGrantGrace)
+		return 0, leaseNotHeld(id)
 	}
 	units = min(units, cg.units)
 	if units == 0 {
 		return 0, nil
 	}
-	returned, _ := n.releaseCounted(ctx, cg.k, n.leases.get(cg.k), cg.g, units) // a failure is logged
+	returned, _ := n.returnUnitsCounted(ctx, cg.k, n.leases.get(cg.k), cg.g, units) // a failure is logged
 	return returned, nil
+}
+
+// leaseNotHeld is the error of a return of the lease id that the node
+// does not hold.
+func leaseNotHeld(id string) error {
+	return fmt.Errorf("lease id: %w: %q was not granted by this node, was returned already, or expired more than %s ago",
+		ErrLeaseNotHeld, id, clientGrantGrace)
 }
 
 // sweepClientLeases forgets client grants past their expiry and grace; a
 // client that did not return them has spent them or lost them.
-func (n *Node) sweepClientLeases(now int64) {
+func (n *leasing) sweepClientLeases(now int64) {
 	n.clients.forget(func(cg *clientGrant) bool { return now >= cg.forgetAt })
 }
 
@@ -386,6 +392,6 @@ func (n *Node) sweepClientLeases(now int64) {
 // key: a Reset, a policy change or a loss of the store's state makes
 // giving them back wrong (units would return to a state that never counted
 // them, or under another limit).
-func (n *Node) forgetClientLeases(drop func(policy, key string) bool) {
+func (n *leasing) forgetClientLeases(drop func(policy, key string) bool) {
 	n.clients.forget(func(cg *clientGrant) bool { return drop(cg.k.policy, cg.k.key) })
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 )
 
+// This file is the debug log line of each decision.
+
 // checkLogged is Check with a debug line per decision: the policy, a hash
 // of the key (keys may be personal data, such as an address or a user id,
 // and have no place in logs), the outcome, who decided, and how long it

@@ -3,10 +3,18 @@ package node
 import (
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/quotad/quotad/topkeys"
 )
+
+// This file counts decisions, by policy, outcome and source, and the keys
+// denied most: Decisions, TopDenied and the quotad.decisions metric.
 
 // TopDeniedInterval is how often the node starts a new interval of its top
 // denied keys: TopDenied spans the current interval and the
@@ -75,3 +83,113 @@ func (c *policyCounts) snapshot(configured bool) PolicyDecisions {
 // Every denial counts, whoever decided it (store, denied cache, a
 // fail-closed policy).
 func (n *Node) TopDenied() topkeys.Report { return n.topDenied.Top() }
+
+// policyCounts counts one policy's decisions by [allowed][source slot].
+type policyCounts struct {
+	policy string
+	n      [2][sourceSlots]atomic.Int64
+}
+
+func (c *policyCounts) count(res Result) {
+	allowed := 0
+	if res.Allowed {
+		allowed = 1
+	}
+	c.n[allowed][sourceSlot(res.Source)].Add(1)
+}
+
+// observe reports c's nonzero counts. It runs at collection, so building
+// the attribute sets here costs checks nothing.
+func (c *policyCounts) observe(o metric.Observer, inst metric.Int64Observable) {
+	for allowed, outcome := range []string{"denied", "allowed"} {
+		for slot := range sourceSlots {
+			if v := c.n[allowed][slot].Load(); v > 0 {
+				o.ObserveInt64(inst, v, metric.WithAttributeSet(attribute.NewSet(
+					attrPolicy.String(c.policy), attrOutcome.String(outcome), attrSource.String(sourceLabel(slot)))))
+			}
+		}
+	}
+}
+
+// policyLabels maps policy names to their decision counts. Reads are
+// lock-free (an immutable map behind an atomic pointer) because every
+// measured check does one; a new name copies the map, which happens at
+// most maxPolicyLabels times.
+type policyLabels struct {
+	m     atomic.Pointer[map[string]*policyCounts]
+	mu    sync.Mutex // serializes copies
+	other *policyCounts
+	// full is set once the map holds maxPolicyLabels names, so that a flood
+	// of new names goes to other without taking mu.
+	full atomic.Bool
+}
+
+// init fills the map with the configured policies.
+func (l *policyLabels) init(configured []Policy) {
+	m := make(map[string]*policyCounts, len(configured))
+	for _, p := range configured {
+		m[p.Name] = &policyCounts{policy: p.Name}
+	}
+	l.m.Store(&m)
+	l.other = &policyCounts{policy: otherPolicyLabel}
+}
+
+// addConfigured gives policies that a reload configured their own label,
+// past maxPolicyLabels if need be: configured policies always have one.
+func (l *policyLabels) addConfigured(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := *l.m.Load()
+	m := make(map[string]*policyCounts, len(old)+len(names))
+	for k, v := range old {
+		m[k] = v
+	}
+	for _, name := range names {
+		if _, ok := m[name]; !ok {
+			m[name] = &policyCounts{policy: name}
+		}
+	}
+	l.m.Store(&m)
+}
+
+func (l *policyLabels) get(policy string) *policyCounts {
+	if c, ok := (*l.m.Load())[policy]; ok {
+		return c
+	}
+	if l.full.Load() {
+		return l.other
+	}
+	return l.add(policy)
+}
+
+func (l *policyLabels) add(policy string) *policyCounts {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := *l.m.Load()
+	if c, ok := old[policy]; ok {
+		return c
+	}
+	if len(old) >= maxPolicyLabels {
+		l.full.Store(true)
+		return l.other
+	}
+	m := make(map[string]*policyCounts, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	c := &policyCounts{policy: policy}
+	m[policy] = c
+	l.m.Store(&m)
+	return c
+}
+
+// observe reports every policy's counts.
+func (l *policyLabels) observe(o metric.Observer, inst metric.Int64Observable) {
+	for _, c := range *l.m.Load() {
+		c.observe(o, inst)
+	}
+	l.other.observe(o, inst)
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 )
 
 // Without any telemetry, the node counts decisions by policy, outcome and
@@ -15,7 +16,7 @@ import (
 func TestDecisionsTopDeniedAndStoreCallsWithoutTelemetry(t *testing.T) {
 	api := node.Policy{Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 2, Period: time.Hour}}
 	idle := node.Policy{Name: "idle", Limit: fiveAMinute}
-	n := newNode(t, remoteMemory{node.NewMemoryStore(nil, 0)}, node.Config{Policies: []node.Policy{api, idle}})
+	n := newNode(t, remoteMemory{memory.New(nil, 0)}, node.Config{Policies: []node.Policy{api, idle}})
 	inline := node.Policy{Name: "playground", Limit: fiveAMinute}
 
 	for range 3 {
@@ -57,7 +58,7 @@ func TestDecisionsTopDeniedAndStoreCallsWithoutTelemetry(t *testing.T) {
 	if calls := n.Stats().StoreCalls; calls == 0 || calls > 9 {
 		t.Errorf("store calls %d, want between 1 and one per check (9)", calls)
 	}
-	if calls := newNode(t, node.NewMemoryStore(nil, 0), node.Config{}).Stats().StoreCalls; calls != 0 {
+	if calls := newNode(t, memory.New(nil, 0), node.Config{}).Stats().StoreCalls; calls != 0 {
 		t.Errorf("memory store: %d store calls, want 0", calls)
 	}
 }
@@ -74,7 +75,7 @@ func mustCheck(t *testing.T, n *node.Node, p node.Policy, key string) node.Resul
 // Counting a denial, and tracking its key, keeps a denied-cache hit free
 // of allocations (TestLeaseHitDoesNotAllocate covers allowed checks).
 func TestDeniedCacheHitDoesNotAllocate(t *testing.T) {
-	n := newNode(t, remoteMemory{node.NewMemoryStore(nil, 0)}, node.Config{})
+	n := newNode(t, remoteMemory{memory.New(nil, 0)}, node.Config{})
 	p := node.Policy{Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Period: time.Hour}}
 	for mustCheck(t, n, p, "denied").Source != node.SourceDeniedCache {
 	}

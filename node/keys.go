@@ -14,7 +14,7 @@ import (
 //	{P:N:K}              the family of key K under policy or namespace N
 //	{P:N:K}:fw           a configured policy's state (one suffix per algorithm)
 //	{P:N:K}/L/T/C:fw     an inline limit's state: L units per T ms, capacity C
-//	{P}:state            the state marker (RedisStore.Epoch)
+//	{P}:state            the state marker (the Redis store's Epoch)
 //
 // P is the key prefix with '%', ':' and '}' percent-encoded, N the name
 // (which has none of them), K the key with '%' and '}' percent-encoded. The
@@ -100,10 +100,10 @@ func (n *Node) stateMarker() string {
 	return b.String()
 }
 
-// splitBase splits a key base into its family (the hash tag, braces
+// SplitBase splits a key base into its family (the hash tag, braces
 // included) and its inline variant ("" for a configured policy). A base
 // without a hash tag is all family.
-func splitBase(base string) (family, variant string) {
+func SplitBase(base string) (family, variant string) {
 	if i := strings.IndexByte(base, '}'); i >= 0 {
 		return base[:i+1], base[i+1:]
 	}

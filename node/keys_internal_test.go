@@ -102,7 +102,7 @@ func TestKeyBasesAreInjective(t *testing.T) {
 			t.Fatalf("%q stands for %+v and %+v", base, other, want)
 		}
 		seen[base] = want
-		family, _ := splitBase(base)
+		family, _ := SplitBase(base)
 		if family != n.keyFamily(name, key) {
 			t.Fatalf("%q: family %q, keyFamily %q", base, family, n.keyFamily(name, key))
 		}
@@ -164,4 +164,17 @@ func ExampleNode_keyBase() {
 	// {quotad:api:user-1}
 	// {quotad:api:%7Dodd%25key}
 	// {quotad:ns:user-1}/100/60000/20
+}
+
+// hashTag returns the part of a Redis key that decides its Cluster slot,
+// as Redis Cluster (and the Redis store's pipeline) reads it: the text
+// between the first "{" and the first "}" after it, if not empty, else the
+// whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
 }

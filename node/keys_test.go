@@ -10,6 +10,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 )
 
 // spend checks key under p until the store denies it, and returns how many
@@ -87,7 +88,7 @@ func TestInlineLimitsDoNotRewindowEachOther(t *testing.T) {
 	r := redistest.Start(t)
 	stores := map[string]func() node.Store{
 		"redis":  func() node.Store { return newRedisStore(t, r) },
-		"memory": func() node.Store { return node.NewMemoryStore(nil, 0) },
+		"memory": func() node.Store { return memory.New(nil, 0) },
 	}
 	for storeName, newStore := range stores {
 		for _, alg := range algorithms.Algorithms() {

@@ -1,17 +1,17 @@
 package node
 
 import (
-	"context"
 	"fmt"
-	"hash/maphash"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
-	"github.com/quotad/quotad/cache"
 )
+
+// This file is the leases: batches of units a node takes from the store
+// ahead of time and spends locally, one check at a time (docs/algorithms.md,
+// "Leases"), how their size follows a key's demand, and their config.
 
 // LeaseMode is a policy's lease switch.
 type LeaseMode int
@@ -133,11 +133,11 @@ type lease struct {
 
 	mu sync.Mutex // guards the fields below; never held on the hit path
 	// refilling is the store call in flight for the key, if any.
-	refilling *fetch
+	refilling *storeCall
 	// beside counts the plain calls in flight beside refilling.
 	beside      int
 	sampleStart int64   // node clock (ns) when the current demand sample began
-	rate        float64 // units per second, smoothed over past samples
+	smoothed    float64 // units per second, smoothed over past samples
 	// dead marks a lease Reset removed from the table: a store call still
 	// in flight for it must not install its grant or remember its denial.
 	dead bool
@@ -151,14 +151,6 @@ type lease struct {
 	// have several calls in flight (refill).
 	quick atomic.Bool
 }
-
-// A key that cannot lease may have up to maxBeside calls in flight beside
-// its refill while its calls are quick: those that finish within
-// 1/quickCall of the store's call timeout.
-const (
-	maxBeside = 64
-	quickCall = 10
-)
 
 // grant is units taken from the store in one call, spent locally until
 // expiresAt. Everything but units is fixed when the grant is installed.
@@ -216,10 +208,10 @@ func (n *Node) take(l *lease, lim algorithms.Limit, cost, now int64) (algorithms
 	}
 }
 
-// unspent claims the current grant's unspent units so they can be given
-// back, and returns the grant with them (nil, 0 when there are none). If
-// onlyExpired, a grant still in force is left alone.
-func (l *lease) unspent(now int64, onlyExpired bool) (*grant, int64) {
+// claimUnspent empties the current grant, claiming its unspent units so
+// they can be given back, and returns the grant with them (nil, 0 when
+// there are none). If onlyExpired, a grant still in force is left alone.
+func (l *lease) claimUnspent(now int64, onlyExpired bool) (*grant, int64) {
 	g := l.cur.Load()
 	if g == nil || (onlyExpired && now < g.expiresAt) {
 		return nil, 0
@@ -227,163 +219,38 @@ func (l *lease) unspent(now int64, onlyExpired bool) (*grant, int64) {
 	return g, g.units.Swap(0)
 }
 
-// denial is a store denial of cost units under limit that holds until
-// untilNs on the node clock.
-type denial struct {
-	limit            algorithms.Limit
-	cost             int64
-	sinceNs, untilNs int64
-	decision         algorithms.Decision
-}
-
-// deniedFor returns the remembered denial if it holds for cost under lim at
-// now: the same limit, and the denied cost or a larger one whose wait
-// follows from the denial (algorithms.Limit.RetryAfterFor), not yet over.
-// The decision's RetryAfter is this cost's own wait.
-func (l *lease) deniedFor(lim algorithms.Limit, cost, now int64) (algorithms.Decision, bool) {
-	dn := l.denial.Load()
-	if dn == nil || dn.limit != lim {
-		return algorithms.Decision{}, false
+// kill ends a lease removed from the table: a store call in flight for l
+// must not install its grant or denial (callStore checks dead under l.mu), and
+// checks still holding l must not spend its units.
+func (l *lease) kill() {
+	l.mu.Lock()
+	l.dead = true
+	l.mu.Unlock()
+	if g := l.cur.Swap(nil); g != nil {
+		g.units.Store(0)
 	}
-	until := dn.untilNs
-	if c := max(cost, 1); c != dn.cost {
-		retry, ok := lim.RetryAfterFor(dn.decision, dn.cost, c)
-		if !ok {
-			return algorithms.Decision{}, false
-		}
-		until = dn.sinceNs + min(int64(retry), math.MaxInt64-dn.sinceNs)
-	}
-	if now >= until {
-		return algorithms.Decision{}, false
-	}
-	d := dn.decision
-	// Whole milliseconds, rounded up, like the store's own answers.
-	d.RetryAfter = ceilMillis(time.Duration(until - now))
-	d.ResetAfter = max(ceilMillis(d.ResetAfter-time.Duration(now-dn.sinceNs)), d.RetryAfter)
-	return d, true
+	l.denial.Store(nil)
 }
 
-// ceilMillis rounds d up to a whole millisecond.
-func ceilMillis(d time.Duration) time.Duration {
-	if r := d % time.Millisecond; r > 0 {
-		d += time.Millisecond - r
-	}
-	return d
-}
-
-// leaseTable holds the leases of this node, sharded to keep lock hold
-// times short, at most max of them. Lookups take a read lock and allocate
-// nothing.
-type leaseTable struct {
-	seed   maphash.Seed
-	shards [64]leaseShard
-	// size counts the leases in all shards; a lease is added only after
-	// size has made room for it. full counts getOrCreate calls that found
-	// no room.
-	size, full atomic.Int64
-	max        int64
-}
-
-type leaseShard struct {
-	mu sync.RWMutex
-	m  map[leaseKey]*lease
-}
-
-func newLeaseTable(maxLeases int) *leaseTable {
-	t := &leaseTable{seed: maphash.MakeSeed(), max: int64(maxLeases)}
-	for i := range t.shards {
-		t.shards[i].m = make(map[leaseKey]*lease)
-	}
-	return t
-}
-
-func (t *leaseTable) shard(k leaseKey) *leaseShard {
-	return &t.shards[maphash.String(t.seed, k.key)%uint64(len(t.shards))]
-}
-
-func (t *leaseTable) get(k leaseKey) *lease {
-	sh := t.shard(k)
-	sh.mu.RLock()
-	l := sh.m[k]
-	sh.mu.RUnlock()
-	return l
-}
-
-// getOrCreate returns k's lease, adding one if there is room. When the
-// table is full it returns a lease that is not in the table: enough to
-// decide one check, which it never leases for (its demand is that one
-// check) and whose denial only the denied cache keeps.
-func (t *leaseTable) getOrCreate(k leaseKey, now int64) *lease {
-	sh := t.shard(k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if l := sh.m[k]; l != nil {
-		return l
-	}
-	l := &lease{sampleStart: now}
-	l.lastUsed.Store(now)
-	if t.size.Add(1) > t.max {
-		t.size.Add(-1)
-		t.full.Add(1)
-		return l
-	}
-	sh.m[k] = l
-	return l
-}
-
-func (t *leaseTable) remove(k leaseKey) *lease {
-	sh := t.shard(k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	l := sh.m[k]
-	if l != nil {
-		delete(sh.m, k)
-		t.size.Add(-1)
-	}
-	return l
-}
-
-// removeIf removes k's lease if it is still l and drop(l) holds under the
-// shard's write lock.
-func (t *leaseTable) removeIf(k leaseKey, l *lease, drop func(*lease) bool) {
-	sh := t.shard(k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.m[k] == l && drop(l) {
-		delete(sh.m, k)
-		t.size.Add(-1)
-	}
-}
-
-// eachRead calls f for every lease under read locks, so checks on the
-// same shard proceed meanwhile; f must not call back into the table.
-func (t *leaseTable) eachRead(f func(leaseKey, *lease)) {
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.RLock()
-		for k, l := range sh.m {
-			f(k, l)
-		}
-		sh.mu.RUnlock()
-	}
+// busy reports whether a store call for l is in flight.
+func (l *lease) busy() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refilling != nil
 }
 
 // minLeaseChecks is the smallest lease worth taking, in checks of the
 // requesting cost: a lease costs a call to take and often one to give back.
 const minLeaseChecks = 4
 
-// leaseWant sizes the next grant for l and says how long it may be held.
-// The size is the key's demand on this node over the horizon, capped at
-// this node's share of MaxFraction of the capacity. It returns want = cost
-// (a plain check) when a lease is not worthwhile: leases off, a cold key, a
-// limit too small for the cap to hold a few checks' worth.
-//
-// Demand is measured over samples at least one horizon long and smoothed;
-// until a sample completes, the checks seen so far bound the rate from
-// below, so a key that turns hot leases within its first horizon while two
-// checks a microsecond apart never look like a hot key.
-// Called with l.mu held.
-func (n *Node) leaseWant(k leaseKey, l *lease, p Policy, cost int64, now int64) (want int64, hold time.Duration) {
+// grantSize sizes the next grant for l and says how long it may be held.
+// The size is the key's demand on this node over the horizon (l.rate),
+// capped at this node's share of MaxFraction of the capacity. It returns
+// want = cost (a plain check) when a lease is not worthwhile: leases off,
+// a cold key, a limit too small for the cap to hold a few checks' worth.
+// Client leases of k granted by this node (client_leases.go) draw on the
+// same share. Called with l.mu held: it samples l's demand.
+func (n *leasing) grantSize(k leaseKey, l *lease, p Policy, cost int64, now int64) (want int64, hold time.Duration) {
 	if p.Lease == LeaseOff {
 		return cost, 0
 	}
@@ -391,20 +258,8 @@ func (n *Node) leaseWant(k leaseKey, l *lease, p Policy, cost int64, now int64) 
 	if hold <= 0 {
 		return cost, 0
 	}
-	horizon := min(n.lcfg.Horizon, hold)
-	demand := l.demand.Load()
-	if elapsed := now - l.sampleStart; elapsed >= int64(horizon) {
-		l.demand.Add(-demand)
-		sample := float64(demand) / (float64(elapsed) / float64(time.Second))
-		if l.rate == 0 {
-			l.rate = sample
-		} else {
-			l.rate = 0.5*l.rate + 0.5*sample
-		}
-		l.sampleStart, demand = now, 0
-	}
-	rate := max(l.rate, float64(demand)/horizon.Seconds())
-	// Client leases of the key granted by this node draw on the same share.
+	horizon := min(n.cfg.Lease.Horizon, hold)
+	rate := l.rate(now, horizon)
 	want = min(int64(rate*horizon.Seconds()), n.leaseShare(p)-n.clients.held(k, now))
 	if want < minLeaseChecks*max(cost, 1) {
 		return cost, 0
@@ -420,373 +275,34 @@ func (n *Node) leaseWant(k leaseKey, l *lease, p Policy, cost int64, now int64) 
 // its window for period + hold. Holding a lease at most MaxFraction of the
 // period bounds that to the same fraction.
 func (n *Node) leaseHold(p Policy) time.Duration {
-	return min(n.lcfg.Hold, time.Duration(n.lcfg.MaxFraction*float64(p.Limit.Period))).Truncate(time.Millisecond)
+	return min(n.cfg.Lease.Hold, time.Duration(n.cfg.Lease.MaxFraction*float64(p.Limit.Period))).Truncate(time.Millisecond)
 }
 
 // leaseShare is the most units of one key of p this node may hold in
 // leases: MaxFraction of the capacity split across the cluster's nodes.
-// The node's own lease and the client leases it grants share it
-// (client_leases.go).
+// The node's own lease and the client leases it grants share it.
 func (n *Node) leaseShare(p Policy) int64 {
-	return int64(n.lcfg.MaxFraction * float64(p.Limit.Capacity()) / float64(max(1, n.clusterSize())))
+	return int64(n.cfg.Lease.MaxFraction * float64(p.Limit.Capacity()) / float64(max(1, n.cluster.Size())))
 }
 
-// checkLeased is the check path of a remote store: the key's lease, its
-// last denial and the denied cache, then the store.
-func (n *Node) checkLeased(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
-	k := leaseKey{p.Name, key}
-	now := n.clock()
-	l := n.leases.get(k)
-	if l != nil {
-		l.demand.Add(max(cost, 1))
-		// A coarse timestamp is enough for eviction, and skipping the write
-		// keeps hits on a hot key from contending on it.
-		if now-l.lastUsed.Load() > int64(time.Millisecond) {
-			l.lastUsed.Store(now)
-		}
-		if res, ok := n.answerLocally(l, p.Limit, cost, now); ok {
-			return res, nil
-		}
-	}
-	if d, ok := n.denied.Lookup(n.cacheKey(k, p.Limit), cost, now/int64(time.Millisecond)); ok {
-		n.stats.deniedCacheHits.Add(1)
-		return Result{Decision: d, Source: SourceDeniedCache}, nil
-	}
-	if l == nil {
-		// A full table gives an untracked lease: this check goes to the
-		// store alone (LeaseConfig.MaxKeys).
-		l = n.leases.getOrCreate(k, now)
-		l.demand.Add(max(cost, 1))
-	}
-	return n.refill(ctx, k, l, p, cost)
-}
-
-// answerLocally answers a check of cost under lim from l alone: its grant,
-// or its last denial. The denial covers the moment before the denied
-// cache's asynchronous write becomes visible (and checks that waited on a
-// coalesced call); the cache outlives idle keys.
-func (n *Node) answerLocally(l *lease, lim algorithms.Limit, cost, now int64) (Result, bool) {
-	if d, ok := n.take(l, lim, cost, now); ok {
-		n.stats.leaseHits.Add(1)
-		return Result{Decision: d, Source: SourceLease}, true
-	}
-	if d, ok := l.deniedFor(lim, cost, now); ok {
-		n.stats.deniedCacheHits.Add(1)
-		return Result{Decision: d, Source: SourceDeniedCache}, true
-	}
-	return Result{}, false
-}
-
-// fetch is one store call for a key, shared by the checks that wait for it.
-type fetch struct {
-	done chan struct{} // closed when res and failed are set
-	// res answers the check that started the call.
-	res Result
-	// failed is the store's error when the call failed: the checks that
-	// waited for it take their failure mode too, rather than each making
-	// a call of its own in turn.
-	failed error
-}
-
-// fetchTimeout bounds a store call that no caller waits for any more; the
-// store's own per-call deadline normally ends it much sooner.
-const fetchTimeout = 10 * time.Second
-
-// refill takes a new grant for l, or asks the store for this check alone
-// when a lease is not worthwhile. At most one refill per key is in flight
-// on this node: concurrent misses wait for it (coalescing), then try the
-// new grant or the denial it brought back before calling again, so a flood
-// on a denied key costs one call per retry_after.
-//
-// Except on a key whose policy has leases off, while its store calls are
-// quick (lease.quick): there a check that finds a call in flight makes its
-// own plain call at once, beside it (up to maxBeside of them), and the
-// store pipelines them (the Redis store decides them in one batch script
-// call, in order, each atomically). Waiting would only serialise the key
-// at one round trip per check: no grant can come back, and a denial that
-// does is remembered for the checks that arrive after it. A slow or
-// failing call makes the next checks wait and share its outcome again.
-//
-// Waiting is bounded:
-//   - the call in flight when a check arrives started earlier, and its own
-//     deadline ends it: the check waits for its outcome, and if it failed
-//     takes its failure mode with the same error, without a call of its
-//     own;
-//   - for the calls that follow, it waits only until n.coalesceFor (the
-//     store's per-call timeout) after it arrived, then makes a plain call
-//     of its own beside the one in flight. So a key that cannot lease is
-//     decided one call at a time only while those calls are quick, and no
-//     check waits much longer than two store calls, however many arrive
-//     at once.
-//
-// The call runs on its own goroutine and finishes even if ctx ends first:
-// a grant taken at the store is spent there, and only a call that runs to
-// completion can install it or give it back.
-func (n *Node) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
-	// budget starts with the first wait and bounds the later ones; a nil
-	// channel never fires, so the first wait is for the call's outcome.
-	var budget *time.Timer
-	var later <-chan time.Time
-	defer func() {
-		if budget != nil {
-			budget.Stop()
-		}
-	}()
-	l.mu.Lock()
-	for l.refilling != nil {
-		if p.Lease == LeaseOff && l.beside < maxBeside && l.quick.Load() {
-			return n.call(ctx, k, l, p, cost)
-		}
-		f := l.refilling
-		l.mu.Unlock()
-		if budget != nil {
-			later = budget.C
+// rate returns the key's demand on this node, in units per second, as of
+// now (node clock, ns). Demand is measured over samples at least horizon
+// long and smoothed; a sample that has lasted that long is folded into the
+// smoothed rate and a new one starts. Until a sample completes, the checks
+// seen so far bound the rate from below, so a key that turns hot leases
+// within its first horizon while two checks a microsecond apart never
+// look like a hot key. Called with l.mu held.
+func (l *lease) rate(now int64, horizon time.Duration) float64 {
+	demand := l.demand.Load()
+	if elapsed := now - l.sampleStart; elapsed >= int64(horizon) {
+		l.demand.Add(-demand)
+		sample := float64(demand) / (float64(elapsed) / float64(time.Second))
+		if l.smoothed == 0 {
+			l.smoothed = sample
 		} else {
-			budget = time.NewTimer(n.coalesceFor)
+			l.smoothed = 0.5*l.smoothed + 0.5*sample
 		}
-		select {
-		case <-f.done:
-		case <-later:
-			// Waited long enough for others: call beside them.
-			l.mu.Lock()
-			return n.call(ctx, k, l, p, cost)
-		case <-ctx.Done():
-			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
-		}
-		if res, ok := n.answerLocally(l, p.Limit, cost, n.clock()); ok {
-			return res, nil
-		}
-		if f.failed != nil {
-			return n.failureResult(p), nil
-		}
-		l.mu.Lock()
+		l.sampleStart, demand = now, 0
 	}
-	return n.call(ctx, k, l, p, cost)
-}
-
-// call makes the store call for a check refill could not answer, with l.mu
-// held (it unlocks it). With no call in flight for the key it is the key's
-// refill and may take a lease; beside one in flight it is a plain check of
-// cost, so the key never holds two grants.
-func (n *Node) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
-	start := n.clock()
-	if l.dead {
-		// Reset removed this lease while we held it: use the key's new one.
-		l.mu.Unlock()
-		return n.refill(ctx, k, n.leases.getOrCreate(k, start), p, cost)
-	}
-	f := &fetch{done: make(chan struct{})}
-	want, hold := cost, time.Duration(0)
-	if l.refilling == nil {
-		want, hold = n.leaseWant(k, l, p, cost, start)
-		l.refilling = f
-	} else {
-		l.beside++
-	}
-	l.mu.Unlock()
-
-	go n.fetch(context.WithoutCancel(ctx), k, l, f, p, cost, want, hold, start)
-	select {
-	case <-f.done:
-		return f.res, nil
-	case <-ctx.Done():
-		return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
-	}
-}
-
-// fetch makes the store call refill started at start (node clock) and
-// installs what it brought back: the grant, or the denial.
-func (n *Node) fetch(ctx context.Context, k leaseKey, l *lease, f *fetch, p Policy, cost, want int64, hold time.Duration, start int64) {
-	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
-	defer cancel()
-	defer func() {
-		l.quick.Store(f.failed == nil && n.clock()-start < int64(n.coalesceFor/quickCall))
-		l.mu.Lock()
-		if l.refilling == f {
-			l.refilling = nil
-		} else {
-			l.beside--
-		}
-		l.mu.Unlock()
-		close(f.done)
-	}()
-	if want > cost {
-		// Leftovers of the previous grant go back before the new one is
-		// taken, so the key never holds two grants' worth of units. A plain
-		// check leaves them: a smaller cost may still use them.
-		if old, left := l.unspent(start, false); left > 0 {
-			if err := n.release(ctx, k, l, old, left); err != nil {
-				// The store is failing now: take the failure mode rather
-				// than make this check, and those waiting for it, wait
-				// out a second call.
-				f.res, f.failed = n.storeFailed(p, err), err
-				return
-			}
-		}
-	}
-	base := n.keyBase(p, k.key)
-	d, taken, err := n.acquire(ctx, base, p.Limit, cost, want, hold)
-	if err != nil {
-		f.res, f.failed = n.storeFailed(p, err), err
-		return
-	}
-
-	// The lease's life is measured from before the call: the store read its
-	// clock later, so the lease ends no later than the store assumes (only
-	// durations cross over; the clocks need not agree). One millisecond
-	// less, because the store counts in whole milliseconds of a clock it
-	// read down to the millisecond: its window may end up to 1ms sooner
-	// than now + use_within, and a sliding-log entry may sit up to 1ms
-	// before the lease's true end.
-	life := hold
-	if taken.UseWithin > 0 {
-		life = min(life, taken.UseWithin)
-	}
-	life -= time.Millisecond
-	extra := taken.Units - cost // > 0 only when allowed with a lease
-	var unused *grant
-	l.mu.Lock()
-	switch {
-	case extra > 0 && life > 0 && !l.dead:
-		g := &grant{
-			expiresAt:     start + int64(life),
-			authRemaining: d.Remaining,
-			resetAt:       start + int64(d.ResetAfter),
-			capacity:      d.Limit,
-			taken:         taken,
-			limit:         p.Limit,
-			base:          base,
-		}
-		g.units.Store(extra)
-		l.cur.Store(g)
-		// As on a lease hit: what the store has left plus what this node
-		// now holds for the key.
-		d.Remaining = min(d.Limit, d.Remaining+extra)
-		n.stats.leasesGranted.Add(1)
-		n.stats.unitsLeased.Add(extra)
-	case extra > 0:
-		// Granted as its window closed, or for a key reset meanwhile: give
-		// it back (a no-op if the window has turned or the state is gone).
-		unused = &grant{taken: taken, limit: p.Limit, base: base}
-	case !d.Allowed && d.RetryAfter > 0 && !l.dead:
-		// The denial holds for RetryAfter from the store's reading of its
-		// clock, which came after start: measuring from start never holds
-		// it longer than the store meant. Both writes happen under l.mu, so
-		// a Reset either sees them (and forgets them) or prevents them.
-		l.denial.Store(&denial{limit: p.Limit, cost: max(cost, 1), sinceNs: start, untilNs: start + int64(d.RetryAfter), decision: d})
-		n.denied.Add(n.cacheKey(k, p.Limit), max(cost, 1), d, start/int64(time.Millisecond))
-		n.stats.denialsCached.Add(1)
-		n.gossipDenial(k, p.Limit, max(cost, 1), d, start)
-	}
-	l.mu.Unlock()
-	if unused != nil {
-		_ = n.release(ctx, k, l, unused, extra) // logged; the decision stands
-	}
-	f.res = Result{Decision: d, Source: SourceStore}
-}
-
-// release gives units of g, a grant of l, back to the store. A failure only
-// costs under-admission until the window or refill restores them, so it is
-// logged, and returned only to say that the store is failing. Units that
-// went back may make room that the key's remembered denial no longer
-// reflects, so that denial is dropped.
-func (n *Node) release(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) error {
-	_, err := n.releaseCounted(ctx, k, l, g, units)
-	return err
-}
-
-// releaseCounted is release that also reports how many units made a
-// difference at the store. l may be nil (no lease of this node's for k).
-func (n *Node) releaseCounted(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	returned, err := n.releaseUnits(ctx, g.base, g.limit, units, g.taken)
-	if err != nil {
-		n.log.Warn("lease release failed; units return when the window or refill restores them", "units", units, "err", err)
-		return 0, err
-	}
-	n.stats.unitsReturned.Add(returned)
-	if returned > 0 {
-		if l != nil {
-			l.denial.Store(nil)
-		}
-		n.denied.Forget(cache.Key{Policy: k.policy, Key: k.key})
-	}
-	return returned, nil
-}
-
-// sweepLeases returns the unused units of expired grants and forgets keys
-// idle for idleAfter whose grant, if any, has expired. It runs on the
-// node's janitor.
-func (n *Node) sweepLeases(ctx context.Context, idleAfter time.Duration) {
-	n.giveBack(ctx, true, func(l *lease, now int64) bool {
-		if g := l.cur.Load(); g != nil && now < g.expiresAt {
-			return false
-		}
-		return now-l.lastUsed.Load() > int64(idleAfter)
-	})
-}
-
-// releaseAll returns every lease's unused units and forgets every lease;
-// used on shutdown.
-func (n *Node) releaseAll(ctx context.Context) {
-	n.giveBack(ctx, false, func(*lease, int64) bool { return true })
-}
-
-// giveBack returns the unspent units of every grant (only expired ones if
-// onlyExpired) and drops the leases forget picks. The releases run
-// concurrently, so the store pipelines them into few round trips.
-func (n *Node) giveBack(ctx context.Context, onlyExpired bool, forget func(*lease, int64) bool) {
-	type pending struct {
-		k     leaseKey
-		l     *lease
-		g     *grant
-		units int64
-	}
-	var toRelease, toForget []pending
-	now := n.clock()
-	// Collect under read locks; checks on a shard only wait for the brief
-	// write lock of each removal.
-	n.leases.eachRead(func(k leaseKey, l *lease) {
-		if g, left := l.unspent(now, onlyExpired); left > 0 {
-			toRelease = append(toRelease, pending{k, l, g, left})
-		}
-		if forget(l, now) {
-			toForget = append(toForget, pending{k: k, l: l})
-		}
-	})
-	for _, p := range toForget {
-		// Checked again under the write lock: a check may have used the key
-		// since. A lease in the middle of a refill stays; the next sweep sees
-		// it.
-		n.leases.removeIf(p.k, p.l, func(l *lease) bool { return forget(l, now) && !l.busy() })
-	}
-	var wg sync.WaitGroup
-	for _, p := range toRelease {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = n.release(ctx, p.k, p.l, p.g, p.units) // logged
-		}()
-	}
-	wg.Wait()
-}
-
-// busy reports whether a store call for l is in flight.
-func (l *lease) busy() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.refilling != nil
-}
-
-// unitsHeld sums the unspent units of every lease, expired ones included
-// until the janitor returns them.
-func (n *Node) unitsHeld() int64 {
-	var held int64
-	n.leases.eachRead(func(_ leaseKey, l *lease) {
-		if g := l.cur.Load(); g != nil {
-			held += g.units.Load()
-		}
-	})
-	return held
+	return max(l.smoothed, float64(demand)/horizon.Seconds())
 }

@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // countingStore counts the calls a node makes to the store it wraps, and
@@ -44,12 +47,12 @@ func (s *countingStore) CallTimeout() time.Duration {
 	if ct, ok := s.Store.(interface{ CallTimeout() time.Duration }); ok {
 		return ct.CallTimeout()
 	}
-	return node.DefaultRedisTimeout
+	return redis.DefaultTimeout
 }
 
 // remoteMemory is the memory store presented as a remote one, so the node
 // leases in front of it: the local paths measured without a network.
-type remoteMemory struct{ *node.MemoryStore }
+type remoteMemory struct{ *memory.Store }
 
 func (remoteMemory) Remote() bool { return true }
 
@@ -61,7 +64,7 @@ func cluster(t *testing.T, r *redistest.Server, k int) ([]*node.Node, []*countin
 	stores := make([]*countingStore, k)
 	for i := range k {
 		stores[i] = &countingStore{Store: newRedisStore(t, r)}
-		nodes[i] = newNode(t, stores[i], node.Config{ClusterSize: func() int { return k }})
+		nodes[i] = newNode(t, stores[i], node.Config{Cluster: quotadtest.SizedCluster(k)})
 	}
 	return nodes, stores
 }
@@ -315,11 +318,11 @@ func TestNodeLossLosesOnlyItsLeasedUnits(t *testing.T) {
 		t.Run(fmt.Sprintf("graceful=%v", graceful), func(t *testing.T) {
 			p := node.Policy{Name: fmt.Sprintf("loss-%v", graceful), Limit: lim}
 			storeA := newRedisStore(t, r)
-			a, err := node.New(node.Config{ClusterSize: func() int { return 2 }}, storeA, nil)
+			a, err := node.New(node.Config{Cluster: quotadtest.SizedCluster(2)}, storeA, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := newNode(t, newRedisStore(t, r), node.Config{ClusterSize: func() int { return 2 }})
+			b := newNode(t, newRedisStore(t, r), node.Config{Cluster: quotadtest.SizedCluster(2)})
 			ctx := context.Background()
 			var spent int64
 			for a.Stats().UnitsHeld < 100 {
@@ -443,7 +446,7 @@ func (s slowStore) Acquire(ctx context.Context, base string, l algorithms.Limit,
 // the authority never counts more than what was admitted plus, at most, the
 // cost of each abandoned check.
 func TestAbandonedChecksLoseNoLeasedUnits(t *testing.T) {
-	mem := node.NewMemoryStore(nil, 0)
+	mem := memory.New(nil, 0)
 	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000_000, Period: algorithms.MaxPeriod}
 	p := node.Policy{Name: "impatient", Limit: lim}
 	// Configured, so that its key is the family read below.
@@ -521,7 +524,7 @@ func leasedNode(t testing.TB) (*node.Node, node.Policy) {
 // leasedNodeWith is leasedNode sending telemetry to tel.
 func leasedNodeWith(t testing.TB, tel node.Telemetry) (*node.Node, node.Policy) {
 	t.Helper()
-	n, err := node.New(node.Config{Lease: node.LeaseConfig{Horizon: time.Second, Hold: time.Hour}, Telemetry: tel}, remoteMemory{node.NewMemoryStore(nil, 0)}, nil)
+	n, err := node.New(node.Config{Lease: node.LeaseConfig{Horizon: time.Second, Hold: time.Hour}, Telemetry: tel}, remoteMemory{memory.New(nil, 0)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +557,7 @@ func BenchmarkLeaseHit(b *testing.B) {
 }
 
 func BenchmarkDeniedCacheHit(b *testing.B) {
-	n, err := node.New(node.Config{}, remoteMemory{node.NewMemoryStore(nil, 0)}, nil)
+	n, err := node.New(node.Config{}, remoteMemory{memory.New(nil, 0)}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,121 +1,20 @@
-// Package node is one quotad member: the check path from a policy and key to
-// a decision, the stores that hold the authoritative counters (Redis and the
-// embedded memory store), and what the node does when the store fails.
 package node
+
+// This file is the Node: New, which composes it from its store and
+// cluster, and the check path from a policy and key to a decision.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
-	"github.com/quotad/quotad/cache"
 	"github.com/quotad/quotad/topkeys"
 )
-
-// Config is a node's configuration. Build it with defaults, apply overrides,
-// then Validate (New does).
-type Config struct {
-	// KeyPrefix starts every Redis key's hash tag, {prefix:policy:key}
-	// (keys.go has the whole layout). Default "quotad". It must not contain
-	// '{' or '}'.
-	KeyPrefix string
-	// Policies are the configured policies; names are unique.
-	Policies []Policy
-	// DefaultFailureMode applies to policies whose OnStoreError is
-	// FailDefault. Default FailOpen.
-	DefaultFailureMode FailureMode
-	// Lease sizes leases (remote stores only).
-	Lease LeaseConfig
-	// DeniedCache sizes the hot denied-key cache (remote stores only).
-	DeniedCache cache.DeniedConfig
-	// Breaker configures the circuit breaker in front of a remote store.
-	Breaker BreakerConfig
-	// ClusterSize reports how many nodes share the store, for lease caps;
-	// nil means Cluster's size, or 1 without one. It is called on the miss
-	// path and must be cheap.
-	ClusterSize func() int
-	// Telemetry is where the node sends traces and metrics; the zero value
-	// sends none.
-	Telemetry Telemetry
-	// TopKeys sizes the tracker of the keys denied most (TopDenied); the
-	// zero value takes package topkeys' defaults.
-	TopKeys topkeys.Config
-	// StoreStateCheck is how often the node asks a remote store whether it
-	// lost or replaced its state (RedisStore: a new run_id, a missing
-	// marker key), and then drops its leases and cached denials; it also
-	// asks whenever the store becomes available again. Default 1s.
-	StoreStateCheck time.Duration
-	// Cluster is this node's cluster membership; nil runs standalone. New
-	// requires a remote store with it (ErrSharedStoreRequired), gossips the
-	// store's denials and this node's resets through it, and applies the
-	// peers'. Once New succeeds the node owns it and Close leaves the
-	// cluster; when New fails, the caller still owns it.
-	Cluster *Membership
-}
-
-// Validate reports the first problem with c.
-func (c Config) Validate() error {
-	if strings.ContainsAny(c.KeyPrefix, "{}") {
-		return fmt.Errorf("key_prefix: %w: %q must not contain '{' or '}'", ErrInvalidConfig, c.KeyPrefix)
-	}
-	switch c.DefaultFailureMode {
-	case FailDefault, FailOpen, FailClosed:
-	default:
-		return fmt.Errorf("default failure mode: %w %d", ErrInvalidFailureMode, int(c.DefaultFailureMode))
-	}
-	if err := c.Lease.withDefaults().Validate(); err != nil {
-		return err
-	}
-	if err := c.Breaker.Validate(); err != nil {
-		return err
-	}
-	if c.StoreStateCheck < 0 {
-		return fmt.Errorf("store state check: %w: %s must not be negative (0 means the default)", ErrInvalidConfig, c.StoreStateCheck)
-	}
-	if err := c.DeniedCache.Validate(); err != nil {
-		return fmt.Errorf("denied cache: %w", err)
-	}
-	if err := c.TopKeys.Validate(); err != nil {
-		return fmt.Errorf("top keys: %w", err)
-	}
-	seen := make(map[string]bool, len(c.Policies))
-	for i, p := range c.Policies {
-		if err := p.Validate(); err != nil {
-			return fmt.Errorf("policies[%d] (%s): %w", i, p.Name, err)
-		}
-		if seen[p.Name] {
-			return fmt.Errorf("policies[%d]: %w %q", i, ErrDuplicatePolicy, p.Name)
-		}
-		seen[p.Name] = true
-	}
-	return nil
-}
-
-func (c Config) withDefaults() Config {
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "quotad"
-	}
-	if c.DefaultFailureMode == FailDefault {
-		c.DefaultFailureMode = FailOpen
-	}
-	c.Lease = c.Lease.withDefaults()
-	if c.StoreStateCheck == 0 {
-		c.StoreStateCheck = DefaultStoreStateCheck
-	}
-	if c.ClusterSize == nil && c.Cluster != nil {
-		c.ClusterSize = c.Cluster.Size
-	}
-	if c.ClusterSize == nil {
-		c.ClusterSize = func() int { return 1 }
-	}
-	return c
-}
 
 // Result is a decision and where it came from.
 type Result struct {
@@ -130,25 +29,22 @@ type Result struct {
 
 // Node answers checks. It is safe for concurrent use.
 type Node struct {
-	cfg         Config
-	lcfg        LeaseConfig
-	store       Store
-	log         *slog.Logger
-	clusterSize func() int
+	cfg     Config
+	store   Store
+	cluster Cluster
+	log     *slog.Logger
 
 	// policies is the configured policies; SetPolicies swaps in a new set
 	// under swapMu.
 	policies atomic.Pointer[PolicySet]
 	swapMu   sync.Mutex
 
-	// Local pre-aggregation, used only with a remote store: in process, the
-	// memory store is as fast as a lease.
-	leases *leaseTable
-	denied *cache.Denied
-	// clients is the client leases this node granted (client_leases.go).
-	clients clientLeases
-	stats   stats
-	tel     *telemetry
+	// local is what the node keeps in front of its store: leases and
+	// remembered denials for a remote store, nothing for the memory store
+	// (local.go).
+	local local
+	stats stats
+	tel   *telemetry
 	// looks shares all-or-nothing batches' reads (batch.go).
 	looks lookFlights
 
@@ -166,12 +62,11 @@ type Node struct {
 	// calls on its key before making its own: the store's call timeout.
 	coalesceFor time.Duration
 
-	stopJanitor context.CancelFunc
-	janitorDone chan struct{}
-	// stateWatch asks the store whether it lost its state; nil when the
-	// store cannot tell.
-	stateWatch *stateWatch
-	closed     atomic.Bool
+	// stopIntervals ends the goroutine that advances topDenied's
+	// intervals; intervalsDone is closed once it has.
+	stopIntervals context.CancelFunc
+	intervalsDone chan struct{}
+	closed        atomic.Bool
 
 	// epoch anchors the node clock: leases and remembered denials measure
 	// time as the monotonic nanoseconds since it, so a step of the wall
@@ -182,87 +77,9 @@ type Node struct {
 // clock is the node clock: monotonic nanoseconds since the node started.
 func (n *Node) clock() int64 { return int64(time.Since(n.epoch)) }
 
-// stats are the node's lease and cache counters.
-type stats struct {
-	leasesGranted, unitsLeased, unitsReturned, denialsCached atomic.Int64
-	leaseHits, deniedCacheHits                               atomic.Int64
-	storeStateLosses                                         atomic.Int64
-}
-
-// Stats is a snapshot of the node's local pre-aggregation.
-type Stats struct {
-	// LeasesGranted counts grants of more than the checking request's cost.
-	LeasesGranted int64
-	// UnitsLeased counts units taken in leases beyond the granting checks'
-	// own cost; UnitsReturned counts those given back unused.
-	UnitsLeased, UnitsReturned int64
-	// UnitsHeld is the units this node's leases hold right now.
-	UnitsHeld int64
-	// LeaseKeys is the keys the node tracks for leasing now (at most
-	// LeaseConfig.MaxKeys); LeaseTableFull counts checks of other keys
-	// that found no room and went to the store without a lease.
-	LeaseKeys, LeaseTableFull int64
-	// DenialsCached counts store denials remembered for later checks.
-	DenialsCached int64
-	// LeaseHits and DeniedCacheHits count checks answered locally.
-	LeaseHits, DeniedCacheHits int64
-	// StoreStateLosses counts the times the store's state changed under
-	// the node (a Redis restart, failover or flush) and the node dropped
-	// every lease and cached denial.
-	StoreStateLosses int64
-	// Denied is the denied cache's own counters.
-	Denied cache.DeniedStats
-	// StoreErrors counts failed store calls (not those the breaker
-	// refused); BreakerOpens counts how often the breaker opened, and
-	// BreakerOpen says whether it is open now. Breaker says whether there
-	// is one: only a remote store has it.
-	StoreErrors, BreakerOpens int64
-	BreakerOpen, Breaker      bool
-	// StoreCalls counts the calls a remote store was sent (checks, lease
-	// grants and returns; not resets, nor calls the breaker refused); 0
-	// for the memory store. Pipelining may carry several in one round
-	// trip.
-	StoreCalls int64
-}
-
-// Stats returns the node's counters.
-func (n *Node) Stats() Stats {
-	st := Stats{
-		LeasesGranted:   n.stats.leasesGranted.Load(),
-		UnitsLeased:     n.stats.unitsLeased.Load(),
-		UnitsReturned:   n.stats.unitsReturned.Load(),
-		UnitsHeld:       n.unitsHeld(),
-		LeaseKeys:       n.leases.size.Load(),
-		LeaseTableFull:  n.leases.full.Load(),
-		DenialsCached:   n.stats.denialsCached.Load(),
-		LeaseHits:       n.stats.leaseHits.Load(),
-		DeniedCacheHits: n.stats.deniedCacheHits.Load(),
-		Denied:          n.denied.Stats(),
-
-		StoreStateLosses: n.stats.storeStateLosses.Load(),
-	}
-	if n.breaker != nil {
-		st.StoreErrors = n.breaker.errors.Load()
-		st.BreakerOpens = n.breaker.opens.Load()
-		st.BreakerOpen = n.breaker.open.Load()
-		st.StoreCalls = n.breaker.calls.Load()
-		st.Breaker = true
-	}
-	return st
-}
-
-// StoreAvailable reports whether checks reach the store: false while the
-// circuit breaker is open. The memory store is always available.
-func (n *Node) StoreAvailable() bool { return n.breaker == nil || !n.breaker.open.Load() }
-
-// OnStoreAvailability registers fn to be called each time the store becomes
-// unavailable (the breaker opens) or available again. fn runs on the node's
-// goroutine that saw the change and must not block.
-func (n *Node) OnStoreAvailability(fn func(available bool)) {
-	if n.breaker != nil {
-		n.breaker.onChange(fn)
-	}
-}
+// millis converts a reading of the node clock (ns) to the denied cache's
+// clock: monotonic milliseconds since the node started.
+func millis(ns int64) int64 { return ns / int64(time.Millisecond) }
 
 // DefaultFailureMode is the failure mode of inline limits and of policies
 // that set none.
@@ -285,14 +102,8 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("top keys: %w", err)
 	}
-	denied, err := cache.NewDenied(cfg.DeniedCache)
-	if err != nil {
-		return nil, fmt.Errorf("denied cache: %w", err)
-	}
 	n := &Node{
-		cfg: cfg, lcfg: cfg.Lease, store: store, log: log, clusterSize: cfg.ClusterSize,
-		leases:    newLeaseTable(cfg.Lease.MaxKeys),
-		denied:    denied,
+		cfg: cfg, store: store, cluster: standalone{}, log: log,
 		topDenied: topDenied,
 		epoch:     time.Now(),
 	}
@@ -300,63 +111,75 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	// pages and ListPolicies show the mode that applies.
 	n.policies.Store(newPolicySet(cfg.Policies, cfg.DefaultFailureMode))
 	n.decisions.init(n.Policies())
-	if n.tel, err = newTelemetry(cfg.Telemetry, n, store); err != nil {
-		denied.Close()
-		return nil, fmt.Errorf("telemetry: %w", err)
-	}
-	if cfg.Cluster != nil {
-		if err := n.attachCluster(cfg.Cluster); err != nil {
-			n.tel.close()
-			denied.Close()
-			return nil, err
+	n.local = direct{n}
+	fail := func(err error) (*Node, error) {
+		if n.stopBreaker != nil {
+			n.stopBreaker()
 		}
+		n.local.drain(context.Background())
+		n.local.close()
+		if n.tel != nil {
+			n.tel.close()
+		}
+		return nil, err
 	}
-	n.coalesceFor = DefaultRedisTimeout
+	n.coalesceFor = defaultCallTimeout
 	if ct, ok := store.(callTimeouter); ok {
 		n.coalesceFor = ct.CallTimeout()
 	}
-	if store.Remote() {
+	// The one place that asks what the store is: a remote store gets a
+	// circuit breaker and the local layer of leases and remembered
+	// denials (leasing.go); the memory store neither (local.go).
+	remote := store.Remote()
+	if remote {
 		ctx, cancel := context.WithCancel(context.Background())
 		n.breaker, n.stopBreaker = newBreaker(ctx, cfg.Breaker, store.Ping, log), cancel
 		n.store = breakerStore{Store: store, b: n.breaker}
-		if es, ok := store.(epochStore); ok {
-			n.watchStoreState(es)
+	}
+	if o, ok := store.(ObservedStore); ok {
+		if n.store, err = o.Observe(n.store, cfg.Telemetry); err != nil {
+			return fail(fmt.Errorf("telemetry: %w", err))
 		}
 	}
+	if remote {
+		l, err := newLeasing(n, store)
+		if err != nil {
+			return fail(err)
+		}
+		n.local = l
+	}
+	if n.tel, err = newTelemetry(cfg.Telemetry, n); err != nil {
+		return fail(fmt.Errorf("telemetry: %w", err))
+	}
+	if cfg.Cluster != nil {
+		if !remote {
+			// Every node on its own memory store would admit the whole
+			// limit: a cluster of k such nodes admits k times it.
+			return fail(fmt.Errorf("cluster: %w: the embedded memory store (%s) is private to each node, so a cluster would admit the limit once per node; configure Redis", ErrSharedStoreRequired, n.store.Describe()))
+		}
+		if err := cfg.Cluster.Serve(receiver{n}); err != nil {
+			return fail(err)
+		}
+		n.cluster = cfg.Cluster
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n.stopJanitor, n.janitorDone = cancel, make(chan struct{})
-	go n.janitor(ctx)
+	n.stopIntervals, n.intervalsDone = cancel, make(chan struct{})
+	go n.advanceIntervals(ctx)
 	return n, nil
 }
 
-// janitor returns the unused units of expired leases and forgets idle
-// keys (remote stores only), and starts a new interval of the top denied
-// keys every TopDeniedInterval, until ctx ends.
-func (n *Node) janitor(ctx context.Context) {
-	defer close(n.janitorDone)
-	var sweep <-chan time.Time
-	if n.store.Remote() {
-		// At least every second, however long the hold: forgetting idle
-		// keys is what makes room in a full lease table.
-		t := time.NewTicker(min(n.lcfg.Hold/2, time.Second))
-		defer t.Stop()
-		sweep = t.C
-	}
-	interval := time.NewTicker(TopDeniedInterval)
-	defer interval.Stop()
+// advanceIntervals starts a new interval of the top denied keys every
+// TopDeniedInterval, until ctx ends.
+func (n *Node) advanceIntervals(ctx context.Context) {
+	defer close(n.intervalsDone)
+	t := time.NewTicker(TopDeniedInterval)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-interval.C:
+		case <-t.C:
 			n.topDenied.Advance()
-		case <-sweep:
-			// A key that needs a lease is checked every few milliseconds
-			// (its rate × horizon must reach minLeaseChecks), so one idle for
-			// a few horizons has nothing worth keeping once its grant has
-			// expired; its denial, if any, lives on in the denied cache.
-			n.sweepLeases(ctx, max(time.Second, 4*n.lcfg.Horizon))
-			n.sweepClientLeases(n.clock())
 		}
 	}
 }
@@ -419,22 +242,7 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 		// Never leased nor answered from the denied cache (slots.go).
 		return n.checkSlot(ctx, p, key, cost)
 	}
-	if n.store.Remote() {
-		return n.checkLeased(ctx, p, key, cost)
-	}
-	d, _, err := n.acquire(ctx, n.keyBase(p, key), p.Limit, cost, cost, 0)
-	if err == nil {
-		return Result{Decision: d, Source: SourceStore}, nil
-	}
-	if errors.Is(err, ErrStoreFull) {
-		// Not a failure the failure mode may paper over: failing open would
-		// stop limiting every new key for as long as the store is full.
-		return Result{}, err
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return Result{}, fmt.Errorf("check %s: %w", p.Name, ctxErr)
-	}
-	return n.storeFailed(p, err), nil
+	return n.local.check(ctx, p, key, cost)
 }
 
 // storeFailed logs a failed store call and returns the policy's
@@ -479,14 +287,11 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 	}
 	// Local state goes first, so no lease or cached denial survives the
 	// authority's reset.
-	n.forgetLocal(policy, key)
+	n.local.forget(policy, key)
 	// Forget again once the authority is reset, and wait for the cache to
 	// apply it: a denial added just before may become visible after the
 	// first Forget.
-	defer func() {
-		n.denied.Forget(cache.Key{Policy: policy, Key: key})
-		n.denied.Wait()
-	}()
+	defer n.local.forgetAgain(policy, key)
 	family := n.keyFamily(policy, key)
 	err := n.store.Reset(ctx, family)
 	if _, configured := n.policies.Load().Policy(policy); !configured && err == nil {
@@ -499,37 +304,8 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 		}
 		return fmt.Errorf("reset %s: %w: %v", policy, ErrStore, err)
 	}
-	n.gossipReset(policy, key)
+	n.cluster.AnnounceReset(policy, key)
 	return nil
-}
-
-// forgetLocal drops this node's lease and remembered denials of key.
-// Units held in the lease are not returned: the authority forgets them
-// anyway.
-func (n *Node) forgetLocal(policy, key string) {
-	if l := n.leases.remove(leaseKey{policy, key}); l != nil {
-		l.kill()
-	}
-	n.forgetClientLeases(func(p, k string) bool { return p == policy && k == key })
-	n.denied.Forget(cache.Key{Policy: policy, Key: key})
-}
-
-// kill ends a lease removed from the table: a store call in flight for l
-// must not install its grant or denial (fetch checks dead under l.mu), and
-// checks still holding l must not spend its units.
-func (l *lease) kill() {
-	l.mu.Lock()
-	l.dead = true
-	l.mu.Unlock()
-	if g := l.cur.Swap(nil); g != nil {
-		g.units.Store(0)
-	}
-	l.denial.Store(nil)
-}
-
-// cacheKey is the denied cache's name for a key under lim.
-func (n *Node) cacheKey(k leaseKey, lim algorithms.Limit) cache.Key {
-	return cache.Key{Policy: k.policy, Key: k.key, Limit: lim}
 }
 
 // Close returns the unused units of every lease to the store, leaves the
@@ -539,26 +315,22 @@ func (n *Node) Close() error {
 	if !n.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	n.stopJanitor()
-	<-n.janitorDone
-	if w := n.stateWatch; w != nil {
-		w.stop()
-		<-w.done
-	}
+	n.stopIntervals()
+	<-n.intervalsDone
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	n.releaseAll(ctx)
-	// Leave once the leases are back (the shutdown order of the issue and
-	// the README): until then this node still counts in its peers' lease
+	n.local.drain(ctx)
+	// Leave once the leases are back (the shutdown order the README
+	// describes): until then this node still counts in its peers' lease
 	// caps, which only keeps theirs a little smaller for a moment.
-	if err := n.cfg.Cluster.Close(); err != nil {
+	if err := n.cluster.Close(); err != nil {
 		n.log.Warn("leaving the cluster", "err", err)
 	}
 	if n.breaker != nil {
 		n.stopBreaker()
 		n.breaker.wait()
 	}
-	n.denied.Close()
+	n.local.close()
 	n.tel.close()
 	if err := n.store.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)

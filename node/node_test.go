@@ -10,6 +10,8 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 var fiveAMinute = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Period: time.Minute}
@@ -24,9 +26,9 @@ func newNode(t *testing.T, store node.Store, cfg node.Config) *node.Node {
 	return n
 }
 
-func newRedisStore(t *testing.T, r *redistest.Server) *node.RedisStore {
+func newRedisStore(t *testing.T, r *redistest.Server) *redis.Store {
 	t.Helper()
-	s, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: time.Second})
+	s, err := redis.New(context.Background(), redis.Config{URL: r.URL(), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +40,7 @@ func newRedisStore(t *testing.T, r *redistest.Server) *node.RedisStore {
 func TestCheckAndReset(t *testing.T) {
 	r := redistest.Start(t)
 	stores := map[string]func() node.Store{
-		"memory": func() node.Store { return node.NewMemoryStore(nil, 0) },
+		"memory": func() node.Store { return memory.New(nil, 0) },
 		"redis":  func() node.Store { return newRedisStore(t, r) },
 	}
 	for name, mk := range stores {
@@ -73,7 +75,7 @@ func TestCheckAndReset(t *testing.T) {
 }
 
 func TestCheckRejectsBadInput(t *testing.T) {
-	n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{})
+	n := newNode(t, memory.New(nil, 0), node.Config{})
 	ctx := context.Background()
 	good := node.Policy{Name: "p", Limit: fiveAMinute}
 	cases := []struct {
@@ -155,7 +157,7 @@ func TestConfigValidation(t *testing.T) {
 		"bad default":                {DefaultFailureMode: 7},
 		"negative store state check": {StoreStateCheck: -time.Second},
 	} {
-		if _, err := node.New(cfg, node.NewMemoryStore(nil, 0), nil); err == nil {
+		if _, err := node.New(cfg, memory.New(nil, 0), nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -169,7 +171,7 @@ func TestMemoryStoreForgetsRestoredKeys(t *testing.T) {
 	var mu sync.Mutex
 	now := time.UnixMilli(1_700_000_000_000)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	s := node.NewMemoryStore(clock, time.Millisecond)
+	s := memory.New(clock, time.Millisecond)
 	defer s.Close()
 	ctx := context.Background()
 	tb := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Period: time.Second}

@@ -8,6 +8,9 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
+// This file is the domain of a check: Policy, FailureMode, Source, the
+// rules for policy names and keys, and the package's errors.
+
 // FailureMode says what a check does when the authoritative store fails.
 type FailureMode int
 

@@ -3,11 +3,10 @@ package node
 import (
 	"context"
 	"sort"
-	"sync"
-	"time"
-
-	"github.com/quotad/quotad/cache"
 )
+
+// This file is the configured policies: an immutable PolicySet, and
+// SetPolicies, which swaps in a new one.
 
 // PolicySet is the node's configured policies at one moment. It is
 // immutable: SetPolicies installs a new set rather than changing one, so
@@ -102,49 +101,11 @@ func (n *Node) SetPolicies(ctx context.Context, ps []Policy) (PolicyChanges, err
 		}
 	}
 	n.decisions.addConfigured(ch.Added)
-	if len(stale) > 0 && n.store.Remote() {
-		n.forgetPolicies(ctx, stale)
+	if len(stale) > 0 {
+		n.local.forgetPolicies(ctx, stale)
 	}
 	return ch, nil
 }
 
 // PolicySet returns the configured policies now.
 func (n *Node) PolicySet() *PolicySet { return n.policies.Load() }
-
-// forgetPolicies drops this node's leases and remembered denials of every
-// key of the named policies, giving the leases' unused units back to the
-// store. As with Reset, a store call in flight for such a lease installs
-// nothing (it gives its grant back), and a later check starts a new lease.
-func (n *Node) forgetPolicies(ctx context.Context, names map[string]bool) {
-	type pending struct {
-		k leaseKey
-		l *lease
-	}
-	var drop []pending
-	n.leases.eachRead(func(k leaseKey, l *lease) {
-		if names[k.policy] {
-			drop = append(drop, pending{k, l})
-		}
-	})
-	n.forgetClientLeases(func(policy, _ string) bool { return names[policy] })
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	now := n.clock()
-	for _, d := range drop {
-		n.leases.removeIf(d.k, d.l, func(*lease) bool { return true })
-		d.l.mu.Lock()
-		d.l.dead = true
-		d.l.mu.Unlock()
-		d.l.denial.Store(nil)
-		n.denied.Forget(cache.Key{Policy: d.k.policy, Key: d.k.key})
-		if g, units := d.l.unspent(now, false); units > 0 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n.release(ctx, d.k, d.l, g, units)
-			}()
-		}
-	}
-	wg.Wait()
-}

@@ -15,6 +15,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 )
 
 func windowPolicy(name string, limit int64) node.Policy {
@@ -24,7 +25,7 @@ func windowPolicy(name string, limit int64) node.Policy {
 // SetPolicies reports what changed, resolves the default failure mode as
 // New does, and changes nothing when the new set is invalid.
 func TestSetPoliciesReplacesTheSet(t *testing.T) {
-	n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{
+	n := newNode(t, memory.New(nil, 0), node.Config{
 		Policies:           []node.Policy{windowPolicy("kept", 5), windowPolicy("changed", 5), windowPolicy("removed", 5)},
 		DefaultFailureMode: node.FailClosed,
 	})
@@ -73,7 +74,7 @@ func policyNames(ps []node.Policy) []string {
 // A check resolving several policies against one PolicySet sees them all
 // from one SetPolicies call, however the swaps interleave.
 func TestPolicySetIsNeverAMix(t *testing.T) {
-	n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{Policies: []node.Policy{windowPolicy("x", 1), windowPolicy("y", 1)}})
+	n := newNode(t, memory.New(nil, 0), node.Config{Policies: []node.Policy{windowPolicy("x", 1), windowPolicy("y", 1)}})
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -175,7 +176,7 @@ func TestDebugLogsEachDecision(t *testing.T) {
 	level := new(slog.LevelVar)
 	level.Set(slog.LevelDebug)
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))
-	n, err := node.New(node.Config{}, node.NewMemoryStore(nil, 0), log)
+	n, err := node.New(node.Config{}, memory.New(nil, 0), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,7 @@ func TestDebugLogsEachDecision(t *testing.T) {
 
 func TestLeaseHitDoesNotAllocateWithInfoLogging(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	n, err := node.New(node.Config{Lease: node.LeaseConfig{Horizon: time.Second, Hold: time.Hour}}, remoteMemory{node.NewMemoryStore(nil, 0)}, log)
+	n, err := node.New(node.Config{Lease: node.LeaseConfig{Horizon: time.Second, Hold: time.Hour}}, remoteMemory{memory.New(nil, 0)}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

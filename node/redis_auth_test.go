@@ -19,6 +19,7 @@ import (
 
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // checkFive runs the five-a-minute limit through a node on store: five
@@ -43,13 +44,13 @@ func TestRedisAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	user, err := node.NewRedisStore(ctx, node.RedisConfig{URL: "redis://quotad:s3cret@" + r.Addr() + "/0", Timeout: time.Second})
+	user, err := redis.New(ctx, redis.Config{URL: "redis://quotad:s3cret@" + r.Addr() + "/0", Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("ACL user: %v", err)
 	}
 	checkFive(t, user)
 
-	if _, err := node.NewRedisStore(ctx, node.RedisConfig{URL: "redis://quotad:wrong@" + r.Addr() + "/0"}); err == nil ||
+	if _, err := redis.New(ctx, redis.Config{URL: "redis://quotad:wrong@" + r.Addr() + "/0"}); err == nil ||
 		!strings.Contains(err.Error(), "WRONGPASS") {
 		t.Fatalf("wrong password: %v, want WRONGPASS", err)
 	}
@@ -57,10 +58,10 @@ func TestRedisAuth(t *testing.T) {
 	if _, err := r.Do("CONFIG", "SET", "requirepass", "hunter2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := node.NewRedisStore(ctx, node.RedisConfig{URL: r.URL()}); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+	if _, err := redis.New(ctx, redis.Config{URL: r.URL()}); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Fatalf("no password: %v, want NOAUTH", err)
 	}
-	pass, err := node.NewRedisStore(ctx, node.RedisConfig{URL: "redis://:hunter2@" + r.Addr() + "/1", Timeout: time.Second})
+	pass, err := redis.New(ctx, redis.Config{URL: "redis://:hunter2@" + r.Addr() + "/1", Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("requirepass: %v", err)
 	}
@@ -86,10 +87,10 @@ func TestRedisTLS(t *testing.T) {
 	// the default 1s, which would turn the certificate error into a
 	// timeout.
 	const connect = 10 * time.Second
-	if _, err := node.NewRedisStore(ctx, node.RedisConfig{URL: url, ConnectTimeout: connect}); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := redis.New(ctx, redis.Config{URL: url, ConnectTimeout: connect}); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("untrusted CA: %v, want a certificate error", err)
 	}
-	s, err := node.NewRedisStore(ctx, node.RedisConfig{URL: url, TLSCAFile: caFile, ConnectTimeout: connect, Timeout: time.Second})
+	s, err := redis.New(ctx, redis.Config{URL: url, TLSCAFile: caFile, ConnectTimeout: connect, Timeout: time.Second})
 	if err != nil {
 		t.Fatalf("trusted CA: %v", err)
 	}

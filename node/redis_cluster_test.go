@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
-func newClusterStore(t *testing.T, c *redistest.Cluster) *node.RedisStore {
+func newClusterStore(t *testing.T, c *redistest.Cluster) *redis.Store {
 	t.Helper()
-	s, err := node.NewRedisStore(context.Background(), node.RedisConfig{ClusterAddrs: c.Addrs(), Timeout: time.Second})
+	s, err := redis.New(context.Background(), redis.Config{ClusterAddrs: c.Addrs(), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +359,7 @@ func startHotLoad(t *testing.T, c *redistest.Cluster, slot int) *hotLoad {
 	h.longLeft = spendLong(t, c, h.longKey, 7)
 	var nodes []*node.Node
 	for range 2 {
-		nodes = append(nodes, newNode(t, newClusterStore(t, c), node.Config{ClusterSize: func() int { return 2 }}))
+		nodes = append(nodes, newNode(t, newClusterStore(t, c), node.Config{Cluster: quotadtest.SizedCluster(2)}))
 	}
 	h.nodes = nodes
 	done := make(chan struct{})

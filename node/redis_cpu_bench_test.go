@@ -13,7 +13,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
-	"github.com/quotad/quotad/node"
+	redisstore "github.com/quotad/quotad/node/store/redis"
 )
 
 // Redis CPU per check on cold keys (issue 12, goal 2), measured in one run
@@ -42,7 +42,7 @@ const (
 func BenchmarkRedisCPU(b *testing.B) {
 	r := redistest.Start(b)
 	ctx := context.Background()
-	s, err := node.NewRedisStore(ctx, node.RedisConfig{URL: r.URL(), Timeout: time.Second})
+	s, err := redisstore.New(ctx, redisstore.Config{URL: r.URL(), Timeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

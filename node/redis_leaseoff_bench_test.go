@@ -11,6 +11,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // BenchmarkLeaseOffHotKey is one hot key whose policy has leases off
@@ -25,7 +26,7 @@ import (
 // (a call that missed the timeout, on a loaded machine).
 func BenchmarkLeaseOffHotKey(b *testing.B) {
 	r := redistest.Start(b)
-	store, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL()})
+	store, err := redis.New(context.Background(), redis.Config{URL: r.URL()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // A hot key with leases off is not decided one Redis call at a time: its
@@ -30,7 +31,7 @@ func TestLeaseOffHotKeyIsPipelinedWithoutOverAdmission(t *testing.T) {
 			var calls, scripts int64
 			for _, s := range stores {
 				calls += s.acquires.Load()
-				scripts += s.Store.(*node.RedisStore).ScriptCalls()
+				scripts += s.Store.(*redis.Store).ScriptCalls()
 			}
 			t.Logf("%s: %d checks, %d allowed (%.1f%% of what the limit permits), %d store calls in %d EVALSHAs", a, total, len(allowed), 100*share, calls, scripts)
 			if scripts >= calls {

@@ -8,6 +8,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // Through Sentinel, every algorithm's limit holds across a failover and
@@ -18,7 +19,7 @@ import (
 func TestRedisSentinelFailover(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	ctx := context.Background()
-	store, err := node.NewRedisStore(ctx, node.RedisConfig{
+	store, err := redis.New(ctx, redis.Config{
 		SentinelAddrs: s.SentinelAddrs(), MasterName: s.MasterName(), Timeout: time.Second,
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/quotad/quotad/internal/delayproxy"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // Redis "18ms away" is the attack of issue 10: a 36ms round trip, inside
@@ -26,7 +27,7 @@ func farRedis(t *testing.T, oneWay time.Duration) (*node.Node, *delayproxy.Proxy
 	r := redistest.Start(t)
 	px := delayproxy.Start(t, r.Addr())
 	px.SetDelay(oneWay, oneWay)
-	store, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: "redis://" + px.Addr() + "/0"})
+	store, err := redis.New(context.Background(), redis.Config{URL: "redis://" + px.Addr() + "/0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestBreakerRecoversFromStallOnFarRedis(t *testing.T) {
 	var stopOnce sync.Once
 	stopLoad := func() { stopOnce.Do(func() { close(stop); wg.Wait() }) }
 	defer stopLoad()
-	timeout := node.DefaultRedisTimeout
+	timeout := redis.DefaultTimeout
 	opened := map[bool]int{}
 	var mu sync.Mutex
 	n.OnStoreAvailability(func(ok bool) { mu.Lock(); opened[ok]++; mu.Unlock() })
@@ -234,7 +235,7 @@ func TestBreakerRecoversFromStallOnFarRedis(t *testing.T) {
 func TestConcurrentChecksWaitAboutOneTimeout(t *testing.T) {
 	n, px := farRedis(t, farAway)
 	lag := startLagMeter(t)
-	timeout := node.DefaultRedisTimeout
+	timeout := redis.DefaultTimeout
 	limit := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1_000_000, Period: time.Hour}
 	open := node.Policy{Name: "open", Limit: limit, OnStoreError: node.FailOpen}
 	noLease := node.Policy{Name: "nolease", Limit: limit, OnStoreError: node.FailClosed, Lease: node.LeaseOff}

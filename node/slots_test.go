@@ -10,6 +10,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 )
 
 var twoSlots = algorithms.Limit{Algorithm: algorithms.Concurrency, Limit: 2, Period: time.Minute}
@@ -21,7 +22,7 @@ var twoSlots = algorithms.Limit{Algorithm: algorithms.Concurrency, Limit: 2, Per
 func TestSlots(t *testing.T) {
 	r := redistest.Start(t)
 	stores := map[string]func() node.Store{
-		"memory": func() node.Store { return node.NewMemoryStore(nil, 0) },
+		"memory": func() node.Store { return memory.New(nil, 0) },
 		"redis":  func() node.Store { return newRedisStore(t, r) },
 	}
 	for name, mk := range stores {
@@ -104,7 +105,7 @@ func TestSlotsExpireUnlessRenewed(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	n := newNode(t, node.NewMemoryStore(clock, 0), node.Config{})
+	n := newNode(t, memory.New(clock, 0), node.Config{})
 	ctx := context.Background()
 	p := node.Policy{Name: "job", Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Limit: 1, Period: time.Second}}
 	a, _ := n.Check(ctx, p, "k", 1)

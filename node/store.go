@@ -2,10 +2,14 @@ package node
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
 )
+
+// This file is what the node asks of its store: the Store interface, the
+// optional ones a store may implement, and ErrStoreFull.
 
 // Store is the authority for limits: Redis through Lua scripts, or the
 // embedded memory store. Implementations are safe for concurrent use.
@@ -27,8 +31,11 @@ type Store interface {
 	// how many made a difference. Each grant's units may be given back at
 	// most once (the sliding log can tell; the other algorithms cannot).
 	Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error)
-	// Remote reports whether calls cross the network; the node leases and
-	// caches denials only for remote stores.
+	// Remote reports whether calls cross the network to a store other
+	// nodes may share. New reads it once, to compose the node: a remote
+	// store gets a circuit breaker and the local layer of leases and
+	// remembered denials in front of it, and may serve a cluster; a store
+	// that is not remote gets neither.
 	Remote() bool
 	// Ping reports whether the store answers, without touching any limit.
 	// The circuit breaker probes with it while open, so it should pass on
@@ -50,10 +57,36 @@ type Store interface {
 	Close() error
 }
 
+// ErrStoreFull means a store holds as many keys as it may (the memory
+// store's memory.Config.MaxKeys) and refused to add another. Keys it already
+// holds are still decided. It is not a store failure (the failure mode does
+// not apply: failing open would stop limiting new keys), and retrying after
+// the full keys' states expire may succeed.
+var ErrStoreFull = errors.New("memory store full")
+
+// defaultCallTimeout is how long a check waits for other checks' store
+// calls on its key when the store does not say (callTimeouter): the Redis
+// store's default call timeout.
+const defaultCallTimeout = 50 * time.Millisecond
+
 // callTimeouter is a store that bounds each call as its caller sees it, as
-// RedisStore does with RedisConfig.Timeout. A check waits that long at
+// the Redis store does with its Config.Timeout. A check waits that long at
 // most for other checks' calls on its key before making its own (see
-// Node.refill); a remote store that does not say gets DefaultRedisTimeout.
+// Node.refill); a remote store that does not say gets defaultCallTimeout.
 type callTimeouter interface {
 	CallTimeout() time.Duration
+}
+
+// ObservedStore is a store that traces or measures itself: the Redis
+// store's calls become client spans and db.client metrics, the memory
+// store reports how full it is. New calls Observe once with its
+// Telemetry and uses the store Observe returns, which wraps next (the
+// store behind the node's circuit breaker, if any), so that the calls the
+// breaker refuses are observed too. The store's instruments share the
+// node's instrumentation scope (Telemetry.Tracer, Telemetry.Meter).
+type ObservedStore interface {
+	Store
+	// Observe returns next, or next wrapped so that its calls are traced
+	// and measured with t. The store stops reporting when it closes.
+	Observe(next Store, t Telemetry) (Store, error)
 }

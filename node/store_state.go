@@ -5,11 +5,14 @@ import (
 	"time"
 )
 
+// This file is the watch of a remote store's state: when Redis restarted,
+// failed over or was flushed, the node drops its leases and cached denials.
+
 // DefaultStoreStateCheck is Config.StoreStateCheck's default.
 const DefaultStoreStateCheck = time.Second
 
 // epochStore is a store that can name the state it holds, so that a node
-// notices when that state was lost or replaced (RedisStore.Epoch).
+// notices when that state was lost or replaced (the Redis store's Epoch).
 type epochStore interface {
 	// Epoch returns a name of the store's current state that changes
 	// whenever the state may have been lost or replaced; marker is a key
@@ -29,9 +32,9 @@ type stateWatch struct {
 	done  chan struct{}
 }
 
-// watchStoreState starts the watch of store, which must be n's remote
-// store, before any wrapper. Close stops it.
-func (n *Node) watchStoreState(store epochStore) {
+// watchStoreState starts the watch of store, which must be the node's
+// remote store, before any wrapper. drain stops it.
+func (n *leasing) watchStoreState(store epochStore) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &stateWatch{store: store, every: n.cfg.StoreStateCheck, nudge: make(chan struct{}, 1), stop: cancel, done: make(chan struct{})}
 	n.stateWatch = w
@@ -52,7 +55,7 @@ func (n *Node) watchStoreState(store epochStore) {
 // changes nothing: the store is down, or slow, and the breaker and the
 // failure modes deal with that; the next check that answers compares with
 // the last state seen.
-func (n *Node) runStateWatch(ctx context.Context, w *stateWatch) {
+func (n *leasing) runStateWatch(ctx context.Context, w *stateWatch) {
 	defer close(w.done)
 	marker := n.stateMarker()
 	var last string
@@ -99,7 +102,7 @@ func (n *Node) runStateWatch(ctx context.Context, w *stateWatch) {
 // old state; spending them now would admit them on top of what the new
 // state admits. They are not given back either: the new state never
 // counted them. Denials of the old state no longer hold.
-func (n *Node) storeStateLost(from, to string) {
+func (n *leasing) storeStateLost(from, to string) {
 	var keys []leaseKey
 	var units int64
 	n.leases.eachRead(func(k leaseKey, l *lease) {
@@ -113,7 +116,7 @@ func (n *Node) storeStateLost(from, to string) {
 			l.kill()
 		}
 	}
-	n.denied.ForgetAll()
+	n.denials.forgetAll()
 	n.forgetClientLeases(func(string, string) bool { return true })
 	n.stats.storeStateLosses.Add(1)
 	n.log.Warn("the store's state changed (Redis restarted, failed over or was flushed): dropped every lease and cached denial; "+

@@ -15,8 +15,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 )
 
 // spanRecorder is an SDK tracer provider that keeps every ended span in
@@ -186,7 +188,7 @@ func TestCheckSpans(t *testing.T) {
 func TestRejectedCheckSpan(t *testing.T) {
 	tp, sr := spanRecorder(t)
 	mp, reader := meterReader(t)
-	n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{Telemetry: node.Telemetry{TracerProvider: tp, MeterProvider: mp}})
+	n := newNode(t, memory.New(nil, 0), node.Config{Telemetry: node.Telemetry{TracerProvider: tp, MeterProvider: mp}})
 	if _, err := n.Check(context.Background(), node.Policy{Name: "p", Limit: fiveAMinute}, "k", -1); err == nil {
 		t.Fatal("cost -1 accepted")
 	}
@@ -259,9 +261,9 @@ func TestMetrics(t *testing.T) {
 	r := redistest.Start(t)
 	mp, reader := meterReader(t)
 	n := newNode(t, newRedisStore(t, r), node.Config{
-		ClusterSize: func() int { return 3 },
-		Breaker:     node.BreakerConfig{Failures: 1, ProbeEvery: time.Hour},
-		Telemetry:   node.Telemetry{MeterProvider: mp},
+		Cluster:   quotadtest.SizedCluster(3),
+		Breaker:   node.BreakerConfig{Failures: 1, ProbeEvery: time.Hour},
+		Telemetry: node.Telemetry{MeterProvider: mp},
 	})
 	ctx := context.Background()
 	p := node.Policy{Name: "three", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 3, Period: time.Hour}}
@@ -323,7 +325,7 @@ func TestMetrics(t *testing.T) {
 // (1000) distinct names, decisions are counted under "(other)".
 func TestPolicyLabelsAreBounded(t *testing.T) {
 	mp, reader := meterReader(t)
-	n := newNode(t, node.NewMemoryStore(nil, 0), node.Config{
+	n := newNode(t, memory.New(nil, 0), node.Config{
 		Policies:  []node.Policy{{Name: "configured", Limit: fiveAMinute}},
 		Telemetry: node.Telemetry{MeterProvider: mp},
 	})

@@ -8,7 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
@@ -16,7 +16,7 @@ import (
 // With an admin token Reset needs it, over every protocol; checks do not.
 // Without one, Reset is open as before.
 func TestAdminToken(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{AdminToken: "t0ken"})
+	ts := startServer(t, memory.New(nil, 0), Config{AdminToken: "t0ken"})
 	reset := &quotadv1.ResetRequest{Policy: "demo", Key: "k"}
 	for _, protocol := range []string{"connect", "grpc", "grpcweb"} {
 		c := ts.client(t, protocol)
@@ -49,7 +49,7 @@ func TestAdminToken(t *testing.T) {
 		t.Errorf("the log should record refusals without tokens:\n%s", ts.log)
 	}
 
-	open := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	open := startServer(t, memory.New(nil, 0), Config{})
 	if _, err := open.client(t, "connect").Reset(context.Background(), connect.NewRequest(reset)); err != nil {
 		t.Errorf("Reset on a server without a token: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -92,7 +93,7 @@ func TestJSONCheck(t *testing.T) {
 // JSON requests are strict: unknown fields and bad enum names are
 // InvalidArgument, as are unknown enum numbers (by the handler's checks).
 func TestJSONRejectsMalformedRequests(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	ts := startServer(t, memory.New(nil, 0), Config{})
 	c := http1Client(t)
 	for name, tc := range map[string]struct{ body, wantInMessage string }{
 		"unknown field": {`{"policy":"demo","key":"u1","cots":3,"limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"60s"}}`, "cots"},
@@ -162,7 +163,7 @@ func TestProtocols(t *testing.T) {
 
 // Cost: omitted spends 1, 0 spends nothing and reports, n spends n.
 func TestCost(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, node.Policy{Name: "demo", Limit: fiveAMinute})
+	ts := startServer(t, memory.New(nil, 0), Config{}, node.Policy{Name: "demo", Limit: fiveAMinute})
 	c := ts.client(t, "connect")
 	check := func(cost *int64) *quotadv1.CheckResponse {
 		t.Helper()
@@ -240,7 +241,7 @@ func TestListPoliciesAndReset(t *testing.T) {
 // ListPolicies over JSON shows every field, so a client sees the
 // resolved failure mode and zero burst rather than their absence.
 func TestJSONListPoliciesShowsEveryField(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, node.Policy{Name: "demo", Limit: fiveAMinute})
+	ts := startServer(t, memory.New(nil, 0), Config{}, node.Policy{Name: "demo", Limit: fiveAMinute})
 	status, body := postJSON(t, http1Client(t), ts.URL, "/quotad.v1.QuotaService/ListPolicies", "application/json", `{}`)
 	if status != http.StatusOK {
 		t.Fatalf("%d %s", status, body)

@@ -12,6 +12,8 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/cluster"
+	"github.com/quotad/quotad/node/store/memory"
 )
 
 func getCluster(t *testing.T, base string) clusterJSON {
@@ -32,7 +34,7 @@ func getCluster(t *testing.T, base string) clusterJSON {
 }
 
 func TestClusterPageStandalone(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	ts := startServer(t, memory.New(nil, 0), Config{})
 	got := getCluster(t, ts.URL)
 	if got.Clustered || got.Node != "" || got.Size != 1 || got.LeaseShare != 0.05 || len(got.Members) != 0 {
 		t.Fatalf("standalone /cluster: %+v", got)
@@ -47,7 +49,7 @@ func TestClusterPageMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	m, err := node.NewMembership(node.MembershipConfig{NodeName: "solo", BindAddr: addr, DeadAfter: time.Second}, nil)
+	m, err := cluster.New(cluster.Config{NodeName: "solo", BindAddr: addr, DeadAfter: time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -85,7 +86,7 @@ func badChecks() []badCheck {
 // Every bad input fails with its exact code and a message naming the field,
 // over Connect and over gRPC.
 func TestBadChecks(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, node.Policy{Name: "configured", Limit: fiveAMinute})
+	ts := startServer(t, memory.New(nil, 0), Config{}, node.Policy{Name: "configured", Limit: fiveAMinute})
 	for _, protocol := range []string{"connect", "grpc"} {
 		c := ts.client(t, protocol)
 		for _, tc := range badChecks() {
@@ -114,7 +115,7 @@ func assertError[T any](t *testing.T, res *connect.Response[T], err error, code 
 // With inline limits disabled, a limit is PermissionDenied and the
 // NotFound hint no longer suggests one.
 func TestInlineLimitsDisabled(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{DisableInlineLimits: true}, node.Policy{Name: "configured", Limit: fiveAMinute})
+	ts := startServer(t, memory.New(nil, 0), Config{DisableInlineLimits: true}, node.Policy{Name: "configured", Limit: fiveAMinute})
 	c := ts.client(t, "grpc")
 	ctx := context.Background()
 	res, err := c.Check(ctx, connect.NewRequest(&quotadv1.CheckRequest{Policy: "demo", Key: "k", Limit: fw5()}))
@@ -131,7 +132,7 @@ func TestInlineLimitsDisabled(t *testing.T) {
 }
 
 func TestBatch(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, node.Policy{Name: "configured", Limit: fiveAMinute})
+	ts := startServer(t, memory.New(nil, 0), Config{}, node.Policy{Name: "configured", Limit: fiveAMinute})
 	c := ts.client(t, "connect")
 	ctx := context.Background()
 	good := func(key string) *quotadv1.CheckRequest {
@@ -201,7 +202,7 @@ func TestBatch(t *testing.T) {
 		}
 	})
 	t.Run("configured maximum", func(t *testing.T) {
-		ts := startServer(t, node.NewMemoryStore(nil, 0), Config{MaxBatch: 10}, node.Policy{Name: "configured", Limit: fiveAMinute})
+		ts := startServer(t, memory.New(nil, 0), Config{MaxBatch: 10}, node.Policy{Name: "configured", Limit: fiveAMinute})
 		c := ts.client(t, "connect")
 		res, err := c.CheckBatch(ctx, connect.NewRequest(batch(11)))
 		assertError(t, res, err, connect.CodeInvalidArgument, "requests: invalid request: 11 checks; send 1 to 10")
@@ -212,7 +213,7 @@ func TestBatch(t *testing.T) {
 }
 
 func TestBadResets(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	ts := startServer(t, memory.New(nil, 0), Config{})
 	c := ts.client(t, "connect")
 	for _, tc := range []struct {
 		req     *quotadv1.ResetRequest
@@ -232,7 +233,7 @@ func TestBadResets(t *testing.T) {
 // is larger than configured max 200", grpc-go's "grpc: received message
 // larger than max (319 vs. 200)".
 func TestMaxRequestBytes(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{MaxRequestBytes: 200})
+	ts := startServer(t, memory.New(nil, 0), Config{MaxRequestBytes: 200})
 	for protocol, want := range map[string]string{
 		"connect": "larger than configured max 200",
 		"grpcweb": "larger than configured max 200",

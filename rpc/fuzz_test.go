@@ -12,6 +12,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
@@ -97,7 +98,7 @@ func FuzzCheckRequest(f *testing.F) {
 		f.Add(s.policy, s.key, s.hasCost, s.cost, s.hasLimit, s.algorithm, s.limit, s.hasPeriod, s.periodSeconds, s.periodNanos, s.burst, s.failureMode)
 	}
 
-	n, err := node.New(node.Config{Policies: []node.Policy{{Name: "configured", Limit: fiveAMinute}}}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{Policies: []node.Policy{{Name: "configured", Limit: fiveAMinute}}}, memory.New(nil, 0), nil)
 	if err != nil {
 		f.Fatal(err)
 	}

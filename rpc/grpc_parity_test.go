@@ -21,6 +21,7 @@ import (
 
 	"github.com/quotad/quotad/internal/attack"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -31,7 +32,7 @@ import (
 
 // An all-or-nothing batch answers the same over both front ends.
 func TestAllOrNothingOverBothFrontEnds(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, node.Policy{Name: "per-user", Limit: fiveAYear})
+	ts := startServer(t, memory.New(nil, 0), Config{}, node.Policy{Name: "per-user", Limit: fiveAYear})
 	ctx := context.Background()
 	type answer struct {
 		code    connect.Code
@@ -77,7 +78,7 @@ func TestAllOrNothingOverBothFrontEnds(t *testing.T) {
 // in flight on it: at the cap, a new connection takes the place of an idle
 // gRPC connection, never of one with an open stream.
 func TestConnectionCapCountsGRPC(t *testing.T) {
-	n, err := node.New(node.Config{Policies: []node.Policy{{Name: "p", Limit: fiveAYear}}}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{Policies: []node.Policy{{Name: "p", Limit: fiveAYear}}}, memory.New(nil, 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // A client that resets its gRPC streams in bulk gets the guard's GOAWAY on
 // grpc-go's transport too, in cleartext and inside TLS.
 func TestRapidResetOnTheGRPCFrontEnd(t *testing.T) {
-	n, err := node.New(node.Config{}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{}, memory.New(nil, 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
@@ -82,7 +83,7 @@ func TestGRPCMethodsMatchProto(t *testing.T) {
 // Every service of the API answers a stock grpc-go client, on grpc-go's
 // transport: the HTTP front end sees none of it.
 func TestGRPCFrontEnd(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{Envoy: rlsServerConfig()}, rlsServerPolicies()...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: rlsServerConfig()}, rlsServerPolicies()...)
 	conn := grpcConn(t, ts)
 	ctx := context.Background()
 	before := ts.httpRequests.Load()
@@ -127,7 +128,7 @@ func TestGRPCFrontEnd(t *testing.T) {
 // front end: SERVING, NotFound for an unknown service, and a Watch that
 // sees a drain.
 func TestGRPCHealth(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	ts := startServer(t, memory.New(nil, 0), Config{})
 	c := healthv1.NewHealthClient(grpcConn(t, ts))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -159,7 +160,7 @@ func TestGRPCHealth(t *testing.T) {
 // Reflection on grpc-go, v1 and v1alpha, lists the services the HTTP front
 // end's reflection lists, and describes them.
 func TestGRPCReflection(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{Envoy: rlsServerConfig()}, rlsServerPolicies()...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: rlsServerConfig()}, rlsServerPolicies()...)
 	conn := grpcConn(t, ts)
 	want := slices.Sorted(slices.Values(ts.handler.reflected))
 	ctx := context.Background()
@@ -227,7 +228,7 @@ var _ encoding.CodecV2 = rawCodec{}
 // A request that does not decode is InvalidArgument with the same message
 // on both front ends (grpc-go alone would answer Internal).
 func TestGRPCMalformedRequest(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	ts := startServer(t, memory.New(nil, 0), Config{})
 	// policy "demo", key of two bytes that are not UTF-8.
 	bad := []byte{0x0a, 4, 'd', 'e', 'm', 'o', 0x12, 2, 0xff, 0xfe}
 	var out []byte
@@ -274,7 +275,7 @@ func TestGRPCPanicIsInternal(t *testing.T) {
 // rpc.system.name grpc.
 func TestGRPCCallsAreMeasured(t *testing.T) {
 	mp, reader := manualMeter(t)
-	n, err := node.New(node.Config{}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{}, memory.New(nil, 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func TestGRPCCallsAreMeasured(t *testing.T) {
 // multiplexing clients may send): grpc-go refuses the Connect request, so
 // the connection needs ConnectOnly, with which both are served.
 func TestMixedConnection(t *testing.T) {
-	n, err := node.New(node.Config{}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{}, memory.New(nil, 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

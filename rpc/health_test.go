@@ -15,6 +15,7 @@ import (
 
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
 
@@ -47,7 +48,7 @@ func grpcStatus(t *testing.T, url, service string) grpchealth.Status {
 // service, NotFound for other services; a drain turns both and /readyz to
 // not serving while /healthz (liveness) stays 200.
 func TestHealthAndDrain(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	ts := startServer(t, memory.New(nil, 0), Config{})
 	for _, service := range []string{"", quotadv1connect.QuotaServiceName} {
 		if got := grpcStatus(t, ts.URL, service); got != grpchealth.StatusServing {
 			t.Errorf("%q: %s, want SERVING", service, got)
@@ -132,7 +133,7 @@ func TestHealthFollowsTheStore(t *testing.T) {
 
 // Only GET (and HEAD) /healthz exist; other methods are refused.
 func TestHealthzMethod(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	ts := startServer(t, memory.New(nil, 0), Config{})
 	res, err := http1Client(t).Post(ts.URL+"/healthz", "text/plain", strings.NewReader(""))
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +147,7 @@ func TestHealthzMethod(t *testing.T) {
 // gRPC server reflection lists and describes quotad.v1.QuotaService, over
 // v1 and, for older tools, v1alpha.
 func TestReflection(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	ts := startServer(t, memory.New(nil, 0), Config{})
 	// The same handler with v1 hidden: the client then falls back to
 	// v1alpha (a 404 reads as Unimplemented).
 	hideV1 := http.NewServeMux()

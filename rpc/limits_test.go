@@ -16,6 +16,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -24,7 +25,7 @@ import (
 // policies are not bounded.
 func TestMaxInlinePeriod(t *testing.T) {
 	long := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Period: algorithms.MaxPeriod}
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, node.Policy{Name: "yearly", Limit: long})
+	ts := startServer(t, memory.New(nil, 0), Config{}, node.Policy{Name: "yearly", Limit: long})
 	c := ts.client(t, "grpc")
 	ctx := context.Background()
 	check := func(l *quotadv1.Limit) (*connect.Response[quotadv1.CheckResponse], error) {
@@ -46,7 +47,7 @@ func TestMaxInlinePeriod(t *testing.T) {
 		t.Errorf("a configured 365-day policy: %v, %v", res, err)
 	}
 
-	all := startServer(t, node.NewMemoryStore(nil, 0), Config{MaxInlinePeriod: algorithms.MaxPeriod}).client(t, "grpc")
+	all := startServer(t, memory.New(nil, 0), Config{MaxInlinePeriod: algorithms.MaxPeriod}).client(t, "grpc")
 	if res, err := all.Check(ctx, connect.NewRequest(&quotadv1.CheckRequest{Policy: "demo", Key: "k", Limit: withLimit(func(l *quotadv1.Limit) {
 		l.Period = durationpb.New(algorithms.MaxPeriod)
 	})})); err != nil || !res.Msg.GetAllowed() {
@@ -60,7 +61,7 @@ func TestMaxInlinePeriod(t *testing.T) {
 // A gzip message that inflates past MaxRequestBytes is ResourceExhausted,
 // and inflating stops just past the limit.
 func TestGzipStopsAtTheLimit(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{MaxRequestBytes: 2000})
+	ts := startServer(t, memory.New(nil, 0), Config{MaxRequestBytes: 2000})
 	var body bytes.Buffer
 	zw := gzip.NewWriter(&body)
 	_, _ = zw.Write(make([]byte, 1<<20))

@@ -11,7 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -19,7 +19,7 @@ import (
 // MaxRequestBytes allows, compressed or not, on every protocol; a
 // CheckBatch of the same size is within MaxRequestBytes and decided.
 func TestMaxCallRequestBytes(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	ts := startServer(t, memory.New(nil, 0), Config{})
 	ctx := context.Background()
 	big := strings.Repeat("k", MaxCallRequestBytes)
 	for _, proto := range []string{"connect", "grpc", "grpcweb"} {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
@@ -47,7 +48,7 @@ func compiled(t testing.TB, c EnvoyConfig, policies []node.Policy) *EnvoyRules {
 // SetRules changes nothing; GET /cluster shows the version.
 func TestSetRulesReplacesEnvoyRules(t *testing.T) {
 	policies := []node.Policy{minutePolicy("pa", 100), minutePolicy("pb", 100)}
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{Envoy: twoRuleEnvoy(), ConfigVersion: ConfigVersion{Generation: 1, Hash: "first"}}, policies...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: twoRuleEnvoy(), ConfigVersion: ConfigVersion{Generation: 1, Hash: "first"}}, policies...)
 	h := ts.handler
 	c := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("a", "1")}}
@@ -82,7 +83,7 @@ func TestSetRulesReplacesEnvoyRules(t *testing.T) {
 // A handler that does not serve Envoy's service cannot start serving it
 // without a restart, but still takes the version.
 func TestSetRulesCannotMountEnvoyLater(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, minutePolicy("pa", 1), minutePolicy("pb", 1))
+	ts := startServer(t, memory.New(nil, 0), Config{}, minutePolicy("pa", 1), minutePolicy("pb", 1))
 	h := ts.handler
 	err := h.SetRules(Rules{Envoy: compiled(t, twoRuleEnvoy(), []node.Policy{minutePolicy("pa", 1), minutePolicy("pb", 1)}), Version: ConfigVersion{Generation: 4}})
 	if !errors.Is(err, ErrRestartRequired) || !strings.Contains(err.Error(), "envoy") {
@@ -106,7 +107,7 @@ func TestReloadIsNeverSeenHalfDone(t *testing.T) {
 	setOf := func(limit int64) []node.Policy {
 		return []node.Policy{minutePolicy("pa", limit), minutePolicy("pb", limit)}
 	}
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{Envoy: twoRuleEnvoy()}, setOf(1000)...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: twoRuleEnvoy()}, setOf(1000)...)
 	h := ts.handler
 	rls := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 	api := ts.client(t, "grpc")
@@ -179,7 +180,7 @@ func TestReloadIsNeverSeenHalfDone(t *testing.T) {
 // A POST without a Content-Type that quotad serves, as curl -d sends it,
 // gets a 415 that says what to send.
 func TestUnsupportedContentTypeIsExplained(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, minutePolicy("pa", 1))
+	ts := startServer(t, memory.New(nil, 0), Config{}, minutePolicy("pa", 1))
 	for _, ct := range []string{"", "application/x-www-form-urlencoded", "text/plain"} {
 		req, err := http.NewRequest(http.MethodPost, ts.URL+"/quotad.v1.QuotaService/Check", strings.NewReader(`{"policy":"pa","key":"k"}`))
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 )
 
 // Every configuration mistake is refused, naming the field as the config
@@ -92,7 +93,7 @@ func TestEnvoyConfigInHandler(t *testing.T) {
 	if err := (Config{Envoy: unknown}).Validate(); err != nil {
 		t.Fatalf("Config.Validate cannot know the policies, yet: %v", err)
 	}
-	n, err := node.New(node.Config{Policies: rlsPolicies()}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{Policies: rlsPolicies()}, memory.New(nil, 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
@@ -192,7 +193,7 @@ func fileServer(t *testing.T, cfg EnvoyConfig, policies ...node.Policy) (ratelim
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{Envoy: cfg, Telemetry: Telemetry{MeterProvider: mp}}, policies...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: cfg, Telemetry: Telemetry{MeterProvider: mp}}, policies...)
 	return ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC()), reader
 }
 
@@ -407,7 +408,7 @@ func TestEnvoySwitchIsAtomic(t *testing.T) {
 	}
 	old, next := compile("old"), compile("new")
 	sw := NewEnvoySwitch(old)
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{EnvoyRules: sw})
+	ts := startServer(t, memory.New(nil, 0), Config{EnvoyRules: sw})
 	c := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 
 	stop := make(chan struct{})

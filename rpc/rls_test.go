@@ -13,6 +13,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
@@ -139,7 +140,7 @@ func TestRLSOKThenOverLimit(t *testing.T) {
 // One request, several descriptors: each gets its own status, and the
 // request is over the limit when any descriptor is.
 func TestRLSMultipleDescriptors(t *testing.T) {
-	c := startRLSServer(t, node.NewMemoryStore(nil, 0))
+	c := startRLSServer(t, memory.New(nil, 0))
 	req := func() *rlsv3.RateLimitRequest {
 		return &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 2, Descriptors: []*rlscommonv3.RateLimitDescriptor{
 			desc("path", "/unconfigured"),
@@ -167,7 +168,7 @@ func TestRLSMultipleDescriptors(t *testing.T) {
 // descriptor's own overrides it, and its 0 checks without spending. Hits
 // beyond what the limit can ever hold are over the limit and spend nothing.
 func TestRLSHitsAddend(t *testing.T) {
-	c := startRLSServer(t, node.NewMemoryStore(nil, 0))
+	c := startRLSServer(t, memory.New(nil, 0))
 	for _, tc := range []struct {
 		name      string
 		req       *rlsv3.RateLimitRequest
@@ -194,7 +195,7 @@ func TestRLSHitsAddend(t *testing.T) {
 // A shadow rule counts and reports, but answers OK; a bucket reports its
 // rate and period in Envoy's terms, and its remaining capacity.
 func TestRLSShadowAndUnits(t *testing.T) {
-	c := startRLSServer(t, node.NewMemoryStore(nil, 0))
+	c := startRLSServer(t, memory.New(nil, 0))
 	beta := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("beta", "on")}}
 	wantStatus(t, "first shadow request", shouldRateLimit(t, c, beta).GetStatuses()[0], rlsOK, "shadowed", 1, "MINUTE", 0, 0)
 	res := shouldRateLimit(t, c, beta)
@@ -213,7 +214,7 @@ func TestRLSShadowAndUnits(t *testing.T) {
 // Malformed requests fail whole, with InvalidArgument naming the field, and
 // before any descriptor spends; an unknown domain is NotFound.
 func TestRLSRejectsMalformedRequests(t *testing.T) {
-	c := startRLSServer(t, node.NewMemoryStore(nil, 0))
+	c := startRLSServer(t, memory.New(nil, 0))
 	good := func() *rlscommonv3.RateLimitDescriptor { return desc("remote_address", "192.0.2.9") }
 	for _, tc := range []struct {
 		name string
@@ -258,7 +259,7 @@ func TestRLSRejectsMalformedRequests(t *testing.T) {
 
 // Without Envoy domains, the service is not served.
 func TestRLSNotServedUnlessConfigured(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, rlsServerPolicies()...)
+	ts := startServer(t, memory.New(nil, 0), Config{}, rlsServerPolicies()...)
 	c := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 	_, err := c.ShouldRateLimit(context.Background(), connect.NewRequest(&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "a")}}))
 	if connect.CodeOf(err) != connect.CodeUnimplemented {

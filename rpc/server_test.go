@@ -18,6 +18,8 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
+	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
 
@@ -46,7 +48,7 @@ type storeFactory func(t *testing.T) node.Store
 // memory store, and Redis on a redis-server this test starts.
 func stores() map[string]storeFactory {
 	return map[string]storeFactory{
-		"memory": func(*testing.T) node.Store { return node.NewMemoryStore(nil, 0) },
+		"memory": func(*testing.T) node.Store { return memory.New(nil, 0) },
 		"redis":  redisStore,
 	}
 }
@@ -59,7 +61,7 @@ func redisStore(t *testing.T) node.Store {
 // redisStoreOn is a store on r, a redis-server the test controls.
 func redisStoreOn(t *testing.T, r *redistest.Server) node.Store {
 	t.Helper()
-	s, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: 2 * time.Second})
+	s, err := redis.New(context.Background(), redis.Config{URL: r.URL(), Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
@@ -59,7 +60,7 @@ func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
 // one TLS port.
 func TestServerOverTLS(t *testing.T) {
 	cert, pool := selfSigned(t)
-	n, err := node.New(node.Config{}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{}, memory.New(nil, 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -74,7 +75,7 @@ func TestSlotsOverTheAPI(t *testing.T) {
 // Over HTTP/JSON, the second release of a slot is a 404 with code
 // not_found.
 func TestSlotsOverJSON(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{})
+	ts := startServer(t, memory.New(nil, 0), Config{})
 	post := func(method, body string) (int, string) {
 		t.Helper()
 		resp, err := http.Post(ts.URL+"/quotad.v1.QuotaService/"+method, "application/json", strings.NewReader(body))
@@ -116,7 +117,7 @@ func TestSlotsOverJSON(t *testing.T) {
 // Every bad renew or release fails with its code and a message naming the
 // field.
 func TestBadSlotRequests(t *testing.T) {
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{}, node.Policy{Name: "configured", Limit: fiveAMinute})
+	ts := startServer(t, memory.New(nil, 0), Config{}, node.Policy{Name: "configured", Limit: fiveAMinute})
 	c := ts.client(t, "connect")
 	ctx := context.Background()
 	ia, nf := connect.CodeInvalidArgument, connect.CodeNotFound

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -92,7 +93,7 @@ func TestStatusPage(t *testing.T) {
 // hook is what the page reports; the memory store has no breaker.
 func TestStatusPageHidesKeysAndReportsTheGeneration(t *testing.T) {
 	loaded := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	ts := startServer(t, node.NewMemoryStore(nil, 0), Config{HideKeys: true, DisableInlineLimits: true,
+	ts := startServer(t, memory.New(nil, 0), Config{HideKeys: true, DisableInlineLimits: true,
 		ConfigGeneration: func() (uint64, time.Time) { return 7, loaded }},
 		node.Policy{Name: "login", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Period: time.Hour}})
 	checkN(t, ts, "login", "alice@example.com", nil, 3)
@@ -116,7 +117,7 @@ func TestStatusPageHidesKeysAndReportsTheGeneration(t *testing.T) {
 // GET /status is served either way.
 func TestConsoleMount(t *testing.T) {
 	for _, disabled := range []bool{false, true} {
-		ts := startServer(t, node.NewMemoryStore(nil, 0), Config{DisableConsole: disabled})
+		ts := startServer(t, memory.New(nil, 0), Config{DisableConsole: disabled})
 		want := http.StatusOK
 		if disabled {
 			want = http.StatusNotFound

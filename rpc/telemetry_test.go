@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
@@ -27,7 +28,7 @@ func tracedServer(t *testing.T) (string, *tracetest.SpanRecorder) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	n, err := node.New(node.Config{Telemetry: node.Telemetry{TracerProvider: tp}}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{Telemetry: node.Telemetry{TracerProvider: tp}}, memory.New(nil, 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -22,7 +23,7 @@ import (
 // net/http's TLS and HTTP/2 server. 16 clients, one hot key; cpu-µs/op is
 // the process's CPU (client and server; the client is the same in all).
 func BenchmarkGRPCOverTLS(b *testing.B) {
-	n, err := node.New(node.Config{Policies: []node.Policy{{Name: "p", Limit: fiveAYear}}}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{Policies: []node.Policy{{Name: "p", Limit: fiveAYear}}}, memory.New(nil, 0), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

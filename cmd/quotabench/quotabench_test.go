@@ -15,6 +15,8 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
+	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
 )
 
@@ -70,7 +72,7 @@ func bench(t *testing.T, args ...string) (report, error) {
 // admitted and the rest denied, all by the store, over both protocols.
 func TestSingleKeyFixedWindowIsExact(t *testing.T) {
 	const n, limit = 300, 37
-	url := startQuotad(t, node.NewMemoryStore(nil, 0))
+	url := startQuotad(t, memory.New(nil, 0))
 	for _, protocol := range []string{protocolConnect, protocolGRPC} {
 		t.Run(protocol, func(t *testing.T) {
 			rep, err := bench(t, "-addr", url, "-protocol", protocol, "-clients", "8",
@@ -107,7 +109,7 @@ func TestSingleKeyFixedWindowIsExact(t *testing.T) {
 // cache), every check is one EVALSHA: one Redis round trip.
 func TestRedisCallsPerCheck(t *testing.T) {
 	r := redistest.Start(t)
-	store, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: 2 * time.Second})
+	store, err := redis.New(context.Background(), redis.Config{URL: r.URL(), Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +172,7 @@ func TestEveryCheckFailedIsAnError(t *testing.T) {
 // Denials by a configured policy that does not exist are errors by code,
 // and the text report names them.
 func TestErrorsByCodeInText(t *testing.T) {
-	url := startQuotad(t, node.NewMemoryStore(nil, 0))
+	url := startQuotad(t, memory.New(nil, 0))
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{"-addr", url, "-policy", "nope", "-requests", "5", "-clients", "1"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "not_found: 5") {

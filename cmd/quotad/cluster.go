@@ -16,7 +16,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/cluster"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // clusterConfig makes this node a member of a quotad cluster. The zero
@@ -84,15 +85,15 @@ func (c clusterConfig) validate(usesRedis bool) error {
 }
 
 // membershipConfig is node's view of c; it reads the key file.
-func (c clusterConfig) membershipConfig() (node.MembershipConfig, error) {
-	mc := node.MembershipConfig{
+func (c clusterConfig) membershipConfig() (cluster.Config, error) {
+	mc := cluster.Config{
 		NodeName: c.NodeName, BindAddr: c.Addr, AdvertiseAddr: c.Advertise, Join: c.Join,
 		DeadAfter: c.DeadAfter, RejoinInterval: c.RejoinInterval,
 	}
 	if c.KeyFile != "" {
 		key, err := readClusterKey(c.KeyFile)
 		if err != nil {
-			return node.MembershipConfig{}, err
+			return cluster.Config{}, err
 		}
 		mc.SecretKey = key
 	}
@@ -121,7 +122,7 @@ func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
 // openCluster starts this node's membership, or returns nil when it runs
 // standalone. Members refuse peers with another key prefix or Redis.
-func openCluster(cfg config, log *slog.Logger) (*node.Membership, error) {
+func openCluster(cfg config, log *slog.Logger) (*cluster.Membership, error) {
 	if cfg.Cluster.Addr == "" {
 		return nil, nil
 	}
@@ -130,7 +131,7 @@ func openCluster(cfg config, log *slog.Logger) (*node.Membership, error) {
 		return nil, err
 	}
 	mc.KeyPrefix, mc.StoreID = cfg.KeyPrefix, redisIdentity(cfg.Redis)
-	m, err := node.NewMembership(mc, log)
+	m, err := cluster.New(mc, log)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +147,7 @@ func openCluster(cfg config, log *slog.Logger) (*node.Membership, error) {
 // seeds, lower-cased and sorted. Two nodes that name one Redis differently
 // (a name and an IP, other seeds) refuse each other; the log says so. It
 // never holds credentials or TLS settings. r must be valid.
-func redisIdentity(r node.RedisConfig) string {
+func redisIdentity(r redis.Config) string {
 	switch {
 	case r.URL != "":
 		u, err := url.Parse(r.URL)

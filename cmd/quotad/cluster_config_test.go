@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 func TestClusterSettings(t *testing.T) {
@@ -143,7 +143,7 @@ func TestClusterConfigErrors(t *testing.T) {
 // Nodes compare their Redis by these names: equal for the spellings of one
 // server, different for another server or database, never a credential.
 func TestRedisIdentity(t *testing.T) {
-	same := []node.RedisConfig{
+	same := []redis.Config{
 		{URL: "redis://Redis.Example:6379/0"},
 		{URL: "redis://redis.example/0"},
 		{URL: "redis://user:s3cret@redis.example:6379"},
@@ -155,7 +155,7 @@ func TestRedisIdentity(t *testing.T) {
 			t.Errorf("%s: %q; want %q", r.URL, got, want)
 		}
 	}
-	distinct := map[string]node.RedisConfig{
+	distinct := map[string]redis.Config{
 		"another db":     {URL: "redis://redis.example:6379/1"},
 		"another port":   {URL: "redis://redis.example:6380/0"},
 		"another host":   {URL: "redis://10.0.0.5:6379/0"},
@@ -175,10 +175,10 @@ func TestRedisIdentity(t *testing.T) {
 			t.Errorf("%s: %q holds a credential", name, id)
 		}
 	}
-	if got := redisIdentity(node.RedisConfig{ClusterAddrs: []string{"b:7001", "a:7000"}}); got != redisIdentity(distinct["cluster"]) || got != "redis cluster a:7000,b:7001" {
+	if got := redisIdentity(redis.Config{ClusterAddrs: []string{"b:7001", "a:7000"}}); got != redisIdentity(distinct["cluster"]) || got != "redis cluster a:7000,b:7001" {
 		t.Errorf("cluster seeds in another order: %q", got)
 	}
-	if got := redisIdentity(node.RedisConfig{SentinelAddrs: []string{"t:26379"}, MasterName: "main"}); got != redisIdentity(distinct["sentinel"]) {
+	if got := redisIdentity(redis.Config{SentinelAddrs: []string{"t:26379"}, MasterName: "main"}); got != redisIdentity(distinct["sentinel"]) {
 		t.Errorf("the same master through other sentinels: %q", got)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/cache"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
+	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
 )
 
@@ -26,9 +28,9 @@ type config struct {
 	Listen string
 	// Redis makes Redis the authoritative store (a URL, Cluster seeds or
 	// Sentinel); none of them set means the embedded memory store.
-	// Redis.Timeout defaults to node.DefaultRedisTimeout and
-	// Redis.ConnectTimeout to node.DefaultRedisConnectTimeout.
-	Redis node.RedisConfig
+	// Redis.Timeout defaults to redis.DefaultTimeout and
+	// Redis.ConnectTimeout to redis.DefaultConnectTimeout.
+	Redis redis.Config
 	// Breaker configures the circuit breaker in front of Redis; the zero
 	// value takes node's defaults (5 failures, probe every 250ms).
 	Breaker node.BreakerConfig
@@ -110,7 +112,7 @@ type configFile struct {
 func defaultConfig() config {
 	return config{
 		Listen:              ":8080",
-		Redis:               node.RedisConfig{Timeout: node.DefaultRedisTimeout, ConnectTimeout: node.DefaultRedisConnectTimeout},
+		Redis:               redis.Config{Timeout: redis.DefaultTimeout, ConnectTimeout: redis.DefaultConnectTimeout},
 		KeyPrefix:           "quotad",
 		InlineLimits:        true,
 		DefaultOnStoreError: node.FailOpen,
@@ -185,7 +187,7 @@ func (c config) validate() error {
 	if err := c.Server.Validate(); err != nil {
 		return err
 	}
-	if err := (node.MemoryConfig{MaxKeys: c.MemoryMaxKeys}).Validate(); err != nil {
+	if err := (memory.Config{MaxKeys: c.MemoryMaxKeys}).Validate(); err != nil {
 		return err
 	}
 	if err := c.Cluster.validate(c.usesRedis()); err != nil {

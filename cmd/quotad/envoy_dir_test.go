@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
@@ -282,7 +283,7 @@ func TestReloaderFollowsEnvoyDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := node.New(cfg.nodeConfig(), node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(cfg.nodeConfig(), memory.New(nil, 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
+	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
 )
 
@@ -352,7 +354,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	nodeCfg := cfg.nodeConfig()
 	nodeCfg.Telemetry = tel.node()
-	nodeCfg.Cluster = cluster // n leaves it in Close, after the server stops
+	if cluster != nil {
+		nodeCfg.Cluster = cluster // n leaves it in Close, after the server stops
+	}
 	n, err := node.New(nodeCfg, store, log)
 	if err != nil {
 		store.Close()
@@ -466,9 +470,9 @@ func listenAPI(cfg config, h *rpc.Handler, api http.Handler, tel rpc.Telemetry, 
 
 func openStore(ctx context.Context, cfg config) (node.Store, error) {
 	if !cfg.usesRedis() {
-		return node.OpenMemoryStore(node.MemoryConfig{MaxKeys: cfg.MemoryMaxKeys})
+		return memory.Open(memory.Config{MaxKeys: cfg.MemoryMaxKeys})
 	}
-	s, err := node.NewRedisStore(ctx, cfg.Redis)
+	s, err := redis.New(ctx, cfg.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}

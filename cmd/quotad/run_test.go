@@ -17,6 +17,7 @@ import (
 
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // startQuotad runs quotad in-process on a free loopback port and returns its
@@ -305,7 +306,7 @@ func TestHelpDocumentsEverySetting(t *testing.T) {
 	}
 }
 
-// Cluster and Sentinel settings reach node.RedisConfig from the file, the
+// Cluster and Sentinel settings reach redis.Config from the file, the
 // environment and flags, and the breaker settings reach node.Config.
 func TestRedisDeploymentSettings(t *testing.T) {
 	file := writeFile(t, "q.yaml", "redis:\n  sentinel: [s1:26379, s2:26379]\n  master: mymaster\n  db: 2\n  username: app\n  tls: true\n  timeout: 80ms\n  connect_timeout: 3s\nbreaker:\n  failures: 9\n  probe_every: 1s\n")
@@ -327,8 +328,8 @@ func TestRedisDeploymentSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.Redis.ClusterAddrs, []string{"a:7000", "b:7001"}) || !c.usesRedis() || c.Redis.Timeout != node.DefaultRedisTimeout ||
-		c.Redis.ConnectTimeout != node.DefaultRedisConnectTimeout {
+	if !slices.Equal(c.Redis.ClusterAddrs, []string{"a:7000", "b:7001"}) || !c.usesRedis() || c.Redis.Timeout != redis.DefaultTimeout ||
+		c.Redis.ConnectTimeout != redis.DefaultConnectTimeout {
 		t.Errorf("cluster: %+v", c.Redis)
 	}
 }

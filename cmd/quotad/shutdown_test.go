@@ -19,7 +19,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
-	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
@@ -89,7 +89,7 @@ func sigtermUnderLoad(t *testing.T, protocol string) {
 	const shutdownTimeout = 10 * time.Second
 	p := startProcess(t, "--config", cfg, "--redis", r.URL(), "--redis-timeout", "1s", "--shutdown-timeout", shutdownTimeout.String())
 
-	store, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: time.Second})
+	store, err := redis.New(context.Background(), redis.Config{URL: r.URL(), Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

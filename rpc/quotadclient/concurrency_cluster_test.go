@@ -20,6 +20,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
 	"github.com/quotad/quotad/rpc/quotadclient"
 )
@@ -36,7 +37,7 @@ var fiveSlots = node.Policy{Name: "gpu", Limit: algorithms.Limit{Algorithm: algo
 // out into the failure mode.
 func startSlotNode(t *testing.T, r *redistest.Server, p node.Policy) string {
 	t.Helper()
-	store, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: 5 * time.Second})
+	store, err := redis.New(context.Background(), redis.Config{URL: r.URL(), Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

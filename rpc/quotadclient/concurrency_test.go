@@ -17,6 +17,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/rpc"
 	"github.com/quotad/quotad/rpc/quotadclient"
@@ -208,7 +209,7 @@ func TestConcurrencyMiddlewareReleasesOnPanicAndDisconnect(t *testing.T) {
 // calls it answers.
 func countRenews(t *testing.T, policies ...node.Policy) (string, *atomic.Int64) {
 	t.Helper()
-	n, err := node.New(node.Config{Policies: policies}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{Policies: policies}, memory.New(nil, 0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

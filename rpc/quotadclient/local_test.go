@@ -17,6 +17,7 @@ import (
 	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
 	"github.com/quotad/quotad/rpc/quotadclient"
 )
@@ -53,11 +54,11 @@ func startLeaseNodes(t testing.TB, r *redistest.Server, n int, policies ...node.
 	t.Helper()
 	var out []leaseNode
 	for range n {
-		store, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: 5 * time.Second})
+		store, err := redis.New(context.Background(), redis.Config{URL: r.URL(), Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		nd, err := node.New(node.Config{Policies: policies, ClusterSize: func() int { return n }}, store, nil)
+		nd, err := node.New(node.Config{Policies: policies, Cluster: quotadtest.SizedCluster(n)}, store, nil)
 		if err != nil {
 			store.Close()
 			t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
+	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
 	"github.com/quotad/quotad/rpc/quotadclient"
 )
@@ -30,9 +32,9 @@ var threeAMinute = node.Policy{
 // nil.
 func startQuotad(t *testing.T, r *redistest.Server, cfg rpc.Config, policies ...node.Policy) string {
 	t.Helper()
-	store := node.Store(node.NewMemoryStore(nil, 0))
+	store := node.Store(memory.New(nil, 0))
 	if r != nil {
-		rs, err := node.NewRedisStore(context.Background(), node.RedisConfig{URL: r.URL(), Timeout: 500 * time.Millisecond})
+		rs, err := redis.New(context.Background(), redis.Config{URL: r.URL(), Timeout: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package node_test
+package cluster_test
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package node_test
+package cluster_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/cluster"
 )
 
 // testDeadAfter is the tests' DeadAfter: memberlist probes every 100ms.
@@ -18,17 +19,17 @@ const testDeadAfter = time.Second
 
 // member is one in-process cluster member on a faultNet.
 type member struct {
-	*node.Membership
+	*cluster.Membership
 	end *faultEnd
 }
 
 // startMember starts a membership called name on its own end of fn,
 // joining seeds. tweak, if not nil, adjusts the config first. It is shut
 // down when the test ends.
-func startMember(t *testing.T, fn *faultNet, name string, seeds []string, tweak func(*node.MembershipConfig)) member {
+func startMember(t *testing.T, fn *faultNet, name string, seeds []string, tweak func(*cluster.Config)) member {
 	t.Helper()
 	end := fn.newEnd()
-	cfg := node.MembershipConfig{
+	cfg := cluster.Config{
 		NodeName:       name,
 		Join:           seeds,
 		DeadAfter:      testDeadAfter,
@@ -38,7 +39,7 @@ func startMember(t *testing.T, fn *faultNet, name string, seeds []string, tweak 
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	m, err := node.NewMembership(cfg, nil)
+	m, err := cluster.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func startMember(t *testing.T, fn *faultNet, name string, seeds []string, tweak 
 }
 
 // startCluster starts members called a, b, c, ... each joining the first.
-func startCluster(t *testing.T, fn *faultNet, k int, tweak func(*node.MembershipConfig)) []member {
+func startCluster(t *testing.T, fn *faultNet, k int, tweak func(*cluster.Config)) []member {
 	t.Helper()
 	ms := make([]member, k)
 	for i := range k {
@@ -61,7 +62,7 @@ func startCluster(t *testing.T, fn *faultNet, k int, tweak func(*node.Membership
 }
 
 // view is what a member sees: each member's name and state.
-func view(m *node.Membership) map[string]string {
+func view(m *cluster.Membership) map[string]string {
 	v := map[string]string{}
 	for _, mb := range m.Members() {
 		v[mb.Name] = mb.State.String()
@@ -129,7 +130,7 @@ func TestMembershipJoinsEveryAddressOfADNSName(t *testing.T) {
 	a := startMember(t, fn, "a", nil, nil)
 	b := startMember(t, fn, "b", nil, nil)
 	lookups := make(chan string, 100)
-	c := startMember(t, fn, "c", []string{"quotad-headless.test"}, func(cfg *node.MembershipConfig) {
+	c := startMember(t, fn, "c", []string{"quotad-headless.test"}, func(cfg *cluster.Config) {
 		cfg.LookupHost = func(_ context.Context, host string) ([]string, error) {
 			lookups <- host
 			if host != "quotad-headless.test" {
@@ -212,8 +213,8 @@ func TestMembershipPartitionHeals(t *testing.T) {
 func TestMembershipRefusesAWrongKey(t *testing.T) {
 	fn := newFaultNet()
 	key := []byte("0123456789abcdef0123456789abcdef")
-	withKey := func(k []byte) func(*node.MembershipConfig) {
-		return func(c *node.MembershipConfig) { c.SecretKey = k }
+	withKey := func(k []byte) func(*cluster.Config) {
+		return func(c *cluster.Config) { c.SecretKey = k }
 	}
 	ms := startCluster(t, fn, 2, withKey(key))
 	two := map[string]string{"a": "alive", "b": "alive"}
@@ -238,22 +239,22 @@ func TestMembershipRefusesAWrongKey(t *testing.T) {
 func TestMembershipConfigErrors(t *testing.T) {
 	cases := []struct {
 		name string
-		cfg  node.MembershipConfig
+		cfg  cluster.Config
 		want string
 	}{
-		{"no address", node.MembershipConfig{}, "bind address"},
-		{"bind to a name", node.MembershipConfig{BindAddr: "localhost:7946"}, "not an IP"},
-		{"bind without port", node.MembershipConfig{BindAddr: "127.0.0.1"}, "host:port"},
-		{"bad port", node.MembershipConfig{BindAddr: "127.0.0.1:99999"}, "port"},
-		{"advertise without host", node.MembershipConfig{BindAddr: ":7946", AdvertiseAddr: ":7946"}, "advertise"},
-		{"bad seed", node.MembershipConfig{BindAddr: ":7946", Join: []string{"a:b:c"}}, "join[0]"},
-		{"short key", node.MembershipConfig{BindAddr: ":7946", SecretKey: []byte("short")}, "16, 24 or 32"},
-		{"tiny dead after", node.MembershipConfig{BindAddr: ":7946", DeadAfter: time.Millisecond}, "dead after"},
-		{"negative rejoin", node.MembershipConfig{BindAddr: ":7946", RejoinInterval: -time.Second}, "rejoin interval"},
+		{"no address", cluster.Config{}, "bind address"},
+		{"bind to a name", cluster.Config{BindAddr: "localhost:7946"}, "not an IP"},
+		{"bind without port", cluster.Config{BindAddr: "127.0.0.1"}, "host:port"},
+		{"bad port", cluster.Config{BindAddr: "127.0.0.1:99999"}, "port"},
+		{"advertise without host", cluster.Config{BindAddr: ":7946", AdvertiseAddr: ":7946"}, "advertise"},
+		{"bad seed", cluster.Config{BindAddr: ":7946", Join: []string{"a:b:c"}}, "join[0]"},
+		{"short key", cluster.Config{BindAddr: ":7946", SecretKey: []byte("short")}, "16, 24 or 32"},
+		{"tiny dead after", cluster.Config{BindAddr: ":7946", DeadAfter: time.Millisecond}, "dead after"},
+		{"negative rejoin", cluster.Config{BindAddr: ":7946", RejoinInterval: -time.Second}, "rejoin interval"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := node.NewMembership(tc.cfg, nil)
+			m, err := cluster.New(tc.cfg, nil)
 			if err == nil {
 				m.Shutdown()
 				t.Fatal("accepted")

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"encoding/binary"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/node"
 )
 
 // Gossip messages tell the other nodes what spares them store calls
@@ -249,8 +250,8 @@ func decodeGossip(b []byte) (gossipMsg, error) {
 	case r.err != nil:
 	case m.kind == kindDenial:
 		d := &m.denial
-		d.policy = r.string("policy", MaxPolicyNameLen)
-		d.key = r.string("key", MaxKeyLen)
+		d.policy = r.string("policy", node.MaxPolicyNameLen)
+		d.key = r.string("key", node.MaxKeyLen)
 		d.limit.Algorithm = algorithms.Algorithm(r.byte("algorithm"))
 		d.limit.Limit = r.int("limit", math.MaxInt64)
 		d.limit.Period = time.Duration(r.int("period", maxMillis)) * time.Millisecond
@@ -264,8 +265,8 @@ func decodeGossip(b []byte) (gossipMsg, error) {
 		}
 	case m.kind == kindReset:
 		m.reset.id = r.uint64("id")
-		m.reset.policy = r.string("policy", MaxPolicyNameLen)
-		m.reset.key = r.string("key", MaxKeyLen)
+		m.reset.policy = r.string("policy", node.MaxPolicyNameLen)
+		m.reset.key = r.string("key", node.MaxKeyLen)
 		if r.err == nil {
 			r.err = validateNames(m.reset.policy, m.reset.key)
 		}
@@ -282,10 +283,10 @@ func decodeGossip(b []byte) (gossipMsg, error) {
 }
 
 func validateNames(policy, key string) error {
-	if err := ValidatePolicyName(policy); err != nil {
+	if err := node.ValidatePolicyName(policy); err != nil {
 		return fmt.Errorf("%w: %w", errMalformedGossip, err)
 	}
-	if err := ValidateKey(key); err != nil {
+	if err := node.ValidateKey(key); err != nil {
 		return fmt.Errorf("%w: %w", errMalformedGossip, err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package node_test
+package cluster_test
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/quotad/quotad/internal/attack"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/cluster"
 )
 
 // The attacks on gossip, against in-process nodes on real UDP and
@@ -31,10 +32,10 @@ import (
 // one cluster gossiping on 127.0.0.1 (each joining the first), and waits
 // until each sees all k. tweak, if not nil, adjusts each member's config;
 // wrap, if not nil, wraps each member's transport.
-func loopbackCluster(t *testing.T, r *redistest.Server, k int, cfg node.Config, tweak func(*node.MembershipConfig), wrap func(i int, tr *memberlist.NetTransport) memberlist.NodeAwareTransport) ([]*node.Node, []*node.Membership) {
+func loopbackCluster(t *testing.T, r *redistest.Server, k int, cfg node.Config, tweak func(*cluster.Config), wrap func(i int, tr *memberlist.NetTransport) memberlist.NodeAwareTransport) ([]*node.Node, []*cluster.Membership) {
 	t.Helper()
 	nodes := make([]*node.Node, k)
-	ms := make([]*node.Membership, k)
+	ms := make([]*cluster.Membership, k)
 	for i := range k {
 		var join []string
 		if i > 0 {
@@ -60,7 +61,7 @@ func loopbackCluster(t *testing.T, r *redistest.Server, k int, cfg node.Config, 
 
 // startLoopbackMember starts a membership gossiping on a free port of
 // 127.0.0.1 over memberlist's UDP and TCP transport (wrapped by wrap).
-func startLoopbackMember(t *testing.T, name string, join []string, tweak func(*node.MembershipConfig), wrap func(*memberlist.NetTransport) memberlist.NodeAwareTransport) *node.Membership {
+func startLoopbackMember(t *testing.T, name string, join []string, tweak func(*cluster.Config), wrap func(*memberlist.NetTransport) memberlist.NodeAwareTransport) *cluster.Membership {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		port, err := redistest.FreePort()
@@ -76,14 +77,14 @@ func startLoopbackMember(t *testing.T, name string, join []string, tweak func(*n
 			}
 			t.Fatal(err)
 		}
-		cfg := node.MembershipConfig{
+		cfg := cluster.Config{
 			NodeName: name, Join: join, DeadAfter: testDeadAfter, RejoinInterval: 200 * time.Millisecond,
 			Transport: wrap(tr),
 		}
 		if tweak != nil {
 			tweak(&cfg)
 		}
-		m, err := node.NewMembership(cfg, nil)
+		m, err := cluster.New(cfg, nil)
 		if err != nil {
 			tr.Shutdown()
 			t.Fatal(err)
@@ -141,10 +142,10 @@ func sendTCP(t *testing.T, to string, payload []byte) {
 	}
 }
 
-func gossipOf(m *node.Membership) node.GossipStats { return m.Stats().Gossip }
+func gossipOf(m *cluster.Membership) node.GossipStats { return m.Stats().Gossip }
 
 // waitStats waits until cond holds for m's gossip counters.
-func waitStats(t *testing.T, m *node.Membership, what string, cond func(node.GossipStats) bool) {
+func waitStats(t *testing.T, m *cluster.Membership, what string, cond func(node.GossipStats) bool) {
 	t.Helper()
 	waitFor(t, 20*testDeadAfter, func() (bool, string) {
 		g := gossipOf(m)
@@ -190,7 +191,7 @@ func TestForgedGossipDenialIsDroppedOrCapped(t *testing.T) {
 
 	// Impersonating b: its gossip id is in its metadata, which travels in
 	// plaintext without a key.
-	b := node.GossipID(ms[1])
+	b := cluster.GossipID(ms[1])
 	sendUDP(t, a.Addr(), attack.GossipPacket(b, 1<<40, time.Now(), attack.DenialMessage("api", "victim", api.Limit, 1, hundredYears)))
 	sendTCP(t, a.Addr(), attack.GossipPacket(b, 1<<40+1, time.Now(), attack.DenialMessage("api", "victim-tcp", api.Limit, 1, hundredYears)))
 	waitStats(t, a, "the impersonated denials", func(g node.GossipStats) bool { return g.DenialsReceived >= 2 })
@@ -251,7 +252,7 @@ func (r *recorder) recordTo(addr string) {
 func TestReplayedGossipIsRefused(t *testing.T) {
 	r := redistest.Start(t)
 	key := []byte("0123456789abcdef0123456789abcdef")
-	keyed := func(c *node.MembershipConfig) { c.SecretKey = key }
+	keyed := func(c *cluster.Config) { c.SecretKey = key }
 	var wire *recorder
 	nodes, ms := loopbackCluster(t, r, 2, node.Config{}, keyed, func(i int, tr *memberlist.NetTransport) memberlist.NodeAwareTransport {
 		if i > 0 {
@@ -308,7 +309,7 @@ func TestReplayedGossipIsRefused(t *testing.T) {
 	// A node that never saw the packets refuses them once they are older
 	// than its GossipMaxAge.
 	const maxAge = time.Second
-	c := startLoopbackMember(t, "c", []string{a.Addr()}, func(c *node.MembershipConfig) {
+	c := startLoopbackMember(t, "c", []string{a.Addr()}, func(c *cluster.Config) {
 		keyed(c)
 		c.GossipMaxAge = maxAge
 	}, func(tr *memberlist.NetTransport) memberlist.NodeAwareTransport { return tr })
@@ -338,7 +339,7 @@ func TestForgedResetFloodIsBounded(t *testing.T) {
 	r := redistest.Start(t)
 	nodes, ms := loopbackCluster(t, r, 2, node.Config{}, nil, nil)
 	a := ms[0]
-	impersonated := node.GossipID(ms[1]) // insecure: read off the wire
+	impersonated := cluster.GossipID(ms[1]) // insecure: read off the wire
 	const (
 		perPacket = 40
 		perBurst  = 25 // packets: well within memberlist's handler queue
@@ -398,8 +399,8 @@ func TestPeerWithAnotherPrefixOrRedisIsRefused(t *testing.T) {
 	fn := newFaultNet()
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ident := func(prefix, store string) func(*node.MembershipConfig) {
-		return func(c *node.MembershipConfig) { c.KeyPrefix, c.StoreID = prefix, store }
+	ident := func(prefix, store string) func(*cluster.Config) {
+		return func(c *cluster.Config) { c.KeyPrefix, c.StoreID = prefix, store }
 	}
 	a := startMember(t, fn, "a", nil, ident("q", "redis 10.0.0.9:6379/0"))
 	b := startMember(t, fn, "b", []string{a.end.addr}, ident("q", "redis 10.0.0.9:6379/0"))
@@ -413,7 +414,7 @@ func TestPeerWithAnotherPrefixOrRedisIsRefused(t *testing.T) {
 		{"other-redis", "q", "redis 10.0.0.8:6379/0", "another Redis"},
 	} {
 		end := fn.newEnd()
-		m, err := node.NewMembership(node.MembershipConfig{
+		m, err := cluster.New(cluster.Config{
 			NodeName: tc.name, DeadAfter: testDeadAfter, RejoinInterval: time.Hour, Transport: end,
 			KeyPrefix: tc.prefix, StoreID: tc.store,
 		}, logger)

@@ -1,29 +1,29 @@
-package node
+package redis
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/node"
 )
 
-// RedisConfig says how to reach the authoritative Redis: a single server
+// This file is the Redis store: its Config, New, which connects and loads
+// the scripts, and the node.Store calls over the pipelines.
+
+// Config says how to reach the authoritative Redis: a single server
 // (URL), a Redis Cluster (ClusterAddrs) or a master watched by Sentinel
 // (SentinelAddrs and MasterName). Exactly one of the three is set. Commands
 // go to primaries only: a replica's counters may lag, and a limiter that
 // reads lagging counters over-admits.
-type RedisConfig struct {
+type Config struct {
 	// URL is a single server: redis://[user:password@]host:port/db, or
 	// rediss:// for TLS.
 	URL string
@@ -64,7 +64,7 @@ type RedisConfig struct {
 }
 
 // Validate reports the first problem with c.
-func (c RedisConfig) Validate() error {
+func (c Config) Validate() error {
 	modes := 0
 	for _, set := range []bool{c.URL != "", len(c.ClusterAddrs) > 0, len(c.SentinelAddrs) > 0} {
 		if set {
@@ -73,58 +73,58 @@ func (c RedisConfig) Validate() error {
 	}
 	switch {
 	case modes == 0:
-		return fmt.Errorf("redis: %w: set a URL, cluster addresses or sentinel addresses", ErrInvalidConfig)
+		return fmt.Errorf("redis: %w: set a URL, cluster addresses or sentinel addresses", node.ErrInvalidConfig)
 	case modes > 1:
-		return fmt.Errorf("redis: %w: set only one of a URL, cluster addresses and sentinel addresses", ErrInvalidConfig)
+		return fmt.Errorf("redis: %w: set only one of a URL, cluster addresses and sentinel addresses", node.ErrInvalidConfig)
 	}
 	if c.URL != "" {
-		if _, err := redis.ParseURL(c.URL); err != nil {
-			return fmt.Errorf("redis url: %w: %v (want redis://[user:password@]host:port/db or rediss://...)", ErrInvalidConfig, err)
+		if _, err := goredis.ParseURL(c.URL); err != nil {
+			return fmt.Errorf("redis url: %w: %v (want redis://[user:password@]host:port/db or rediss://...)", node.ErrInvalidConfig, err)
 		}
 	}
 	for field, addrs := range map[string][]string{"redis cluster": c.ClusterAddrs, "redis sentinel": c.SentinelAddrs} {
 		for _, a := range addrs {
 			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-				return fmt.Errorf("%s address %q: %w: want host:port", field, a, ErrInvalidConfig)
+				return fmt.Errorf("%s address %q: %w: want host:port", field, a, node.ErrInvalidConfig)
 			}
 		}
 	}
 	if len(c.SentinelAddrs) > 0 && c.MasterName == "" {
-		return fmt.Errorf("redis master name: %w: sentinel addresses need the name of the master they watch", ErrInvalidConfig)
+		return fmt.Errorf("redis master name: %w: sentinel addresses need the name of the master they watch", node.ErrInvalidConfig)
 	}
 	if (c.SentinelUsername != "" || c.SentinelPassword != "") && len(c.SentinelAddrs) == 0 {
-		return fmt.Errorf("redis sentinel credentials: %w: only meaningful with sentinel addresses", ErrInvalidConfig)
+		return fmt.Errorf("redis sentinel credentials: %w: only meaningful with sentinel addresses", node.ErrInvalidConfig)
 	}
 	if c.MasterName != "" && len(c.SentinelAddrs) == 0 {
-		return fmt.Errorf("redis master name: %w: only meaningful with sentinel addresses", ErrInvalidConfig)
+		return fmt.Errorf("redis master name: %w: only meaningful with sentinel addresses", node.ErrInvalidConfig)
 	}
 	if c.DB != 0 && len(c.SentinelAddrs) == 0 {
-		return fmt.Errorf("redis db: %w: only meaningful with sentinel (a URL names its own; Cluster has only db 0)", ErrInvalidConfig)
+		return fmt.Errorf("redis db: %w: only meaningful with sentinel (a URL names its own; Cluster has only db 0)", node.ErrInvalidConfig)
 	}
 	if c.DB < 0 {
-		return fmt.Errorf("redis db: %w: %d must not be negative", ErrInvalidConfig, c.DB)
+		return fmt.Errorf("redis db: %w: %d must not be negative", node.ErrInvalidConfig, c.DB)
 	}
 	if c.URL != "" && (c.Username != "" || c.Password != "" || c.TLS) {
-		return fmt.Errorf("redis: %w: a URL carries its own user, password and TLS (rediss://)", ErrInvalidConfig)
+		return fmt.Errorf("redis: %w: a URL carries its own user, password and TLS (rediss://)", node.ErrInvalidConfig)
 	}
 	if c.TLSCAFile != "" && !c.TLS && !strings.HasPrefix(c.URL, "rediss://") {
-		return fmt.Errorf("redis tls ca file: %w: %s given but the connection does not use TLS (rediss:// or TLS on)", ErrInvalidConfig, c.TLSCAFile)
+		return fmt.Errorf("redis tls ca file: %w: %s given but the connection does not use TLS (rediss:// or TLS on)", node.ErrInvalidConfig, c.TLSCAFile)
 	}
 	if c.Timeout < 0 {
-		return fmt.Errorf("redis timeout: %w: %s must not be negative (0 means the default)", ErrInvalidConfig, c.Timeout)
+		return fmt.Errorf("redis timeout: %w: %s must not be negative (0 means the default)", node.ErrInvalidConfig, c.Timeout)
 	}
 	if c.ConnectTimeout < 0 {
-		return fmt.Errorf("redis connect timeout: %w: %s must not be negative (0 means the default)", ErrInvalidConfig, c.ConnectTimeout)
+		return fmt.Errorf("redis connect timeout: %w: %s must not be negative (0 means the default)", node.ErrInvalidConfig, c.ConnectTimeout)
 	}
 	return nil
 }
 
-func (c RedisConfig) withDefaults() RedisConfig {
+func (c Config) withDefaults() Config {
 	if c.Timeout == 0 {
-		c.Timeout = DefaultRedisTimeout
+		c.Timeout = DefaultTimeout
 	}
 	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = DefaultRedisConnectTimeout
+		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	return c
 }
@@ -133,65 +133,65 @@ func (c RedisConfig) withDefaults() RedisConfig {
 // its connection is given up: long enough to open a connection first, so
 // neither a new connection nor a late reply is judged by one call's
 // deadline.
-func (c RedisConfig) netTimeout() time.Duration { return c.ConnectTimeout + c.Timeout }
+func (c Config) netTimeout() time.Duration { return c.ConnectTimeout + c.Timeout }
 
-// DefaultRedisTimeout is RedisConfig.Timeout's default: long enough for a
+// DefaultTimeout is Config.Timeout's default: long enough for a
 // loaded Redis's round trip, short enough that a check never waits long on
 // a sick one (the circuit breaker then stops the waiting altogether).
-const DefaultRedisTimeout = 50 * time.Millisecond
+const DefaultTimeout = 50 * time.Millisecond
 
-// DefaultRedisConnectTimeout is RedisConfig.ConnectTimeout's default: a new
+// DefaultConnectTimeout is Config.ConnectTimeout's default: a new
 // connection to a Redis 100ms away, TLS included, fits several times over.
-const DefaultRedisConnectTimeout = time.Second
+const DefaultConnectTimeout = time.Second
 
-// RedisStore runs the algorithms' Lua scripts on Redis, the authority shared
+// Store runs the algorithms' Lua scripts on Redis, the authority shared
 // by every node. Script calls are pipelined (see redis_pipeline.go). Safe
 // for concurrent use.
-type RedisStore struct {
+type Store struct {
 	// client runs checks and resets. releases runs releases: on Redis
 	// Cluster it is a second client that never resends a command (see
-	// newRedisClients); otherwise it is client.
-	client, releases redis.UniversalClient
-	cfg              RedisConfig
+	// newClients); otherwise it is client.
+	client, releases goredis.UniversalClient
+	cfg              Config
 	describe         string
-	check            map[algorithms.Algorithm]*redis.Script
+	check            map[algorithms.Algorithm]*goredis.Script
 	// batch decides several checks of one algorithm in one call.
-	batch       map[algorithms.Algorithm]*redis.Script
-	release     map[algorithms.Algorithm]*redis.Script
+	batch       map[algorithms.Algorithm]*goredis.Script
+	release     map[algorithms.Algorithm]*goredis.Script
 	slots       slotScripts
 	checkPipe   *pipeline
 	releasePipe *pipeline
 	closed      sync.Once
 }
 
-// NewRedisStore connects to Redis, checks that it answers, loads every
+// New connects to Redis, checks that it answers, loads every
 // script on every primary and opens the connections the pipelines use (so
 // the first checks pay neither for EVAL nor for a new connection). It
 // fails when Redis is unreachable: a node should not start against an
 // authority it cannot reach.
-func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
+func New(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	client, releases, describe, err := newRedisClients(cfg)
+	client, releases, describe, err := newClients(cfg)
 	if err != nil {
 		return nil, err
 	}
-	s := &RedisStore{
+	s := &Store{
 		client:   client,
 		releases: releases,
 		cfg:      cfg,
 		describe: describe,
-		check:    make(map[algorithms.Algorithm]*redis.Script),
-		batch:    make(map[algorithms.Algorithm]*redis.Script),
-		release:  make(map[algorithms.Algorithm]*redis.Script),
+		check:    make(map[algorithms.Algorithm]*goredis.Script),
+		batch:    make(map[algorithms.Algorithm]*goredis.Script),
+		release:  make(map[algorithms.Algorithm]*goredis.Script),
 		slots:    newSlotScripts(),
 	}
 	for _, a := range algorithms.Algorithms() {
-		s.check[a] = redis.NewScript(algorithms.CheckScript(a))
-		s.batch[a] = redis.NewScript(algorithms.BatchCheckScript(a))
-		s.release[a] = redis.NewScript(algorithms.ReleaseScript(a))
+		s.check[a] = goredis.NewScript(algorithms.CheckScript(a))
+		s.batch[a] = goredis.NewScript(algorithms.BatchCheckScript(a))
+		s.release[a] = goredis.NewScript(algorithms.ReleaseScript(a))
 	}
 	if err := s.loadScripts(ctx); err != nil {
 		s.closeClients()
@@ -203,118 +203,18 @@ func NewRedisStore(ctx context.Context, cfg RedisConfig) (*RedisStore, error) {
 	// Batches go through the client that never resends (see
 	// redis_pipeline.go for why, on Redis Cluster); checks a slot move
 	// redirected are resent through the one that follows redirections.
-	// Releases that meet a slot move fail (see newRedisClients).
+	// Releases that meet a slot move fail (see newClients).
 	s.checkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), s.loadScripts)
 	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, cfg.netTimeout(), s.loadScripts)
 	return s, nil
 }
 
-// newRedisClients builds the clients for cfg (validated) and describes them
-// without secrets.
-//
-// No client resends a command after a connection error: a script whose
-// reply was lost may have run, and a release run twice would hand back its
-// units twice (a check run twice only spends twice, which under-admits).
-// Single servers and Sentinel have MaxRetries off. The Cluster client also
-// resends on MOVED and ASK, which it needs to follow slot moves, and it
-// counts connection-error resends in the same budget; so checks, which may
-// safely run twice, use a client that follows redirects, and releases use
-// one with MaxRedirects off: a release that meets a moving slot fails and
-// its units stay spent.
-func newRedisClients(cfg RedisConfig) (checks, releases redis.UniversalClient, describe string, err error) {
-	var tlsConfig *tls.Config
-	if cfg.TLS {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	if cfg.URL != "" {
-		opts, _ := redis.ParseURL(cfg.URL) // validated
-		tlsConfig = opts.TLSConfig
-		if err := withCAFile(tlsConfig, cfg.TLSCAFile); err != nil {
-			return nil, nil, "", err
-		}
-		opts.MaxRetries = -1
-		opts.ContextTimeoutEnabled = true
-		// The breaker, not the dialer, decides how often a down server is
-		// tried.
-		opts.DialerRetries = 1
-		opts.DialTimeout = cfg.ConnectTimeout
-		opts.DisableIdentity = true // see the UniversalOptions below
-		// Unless the URL sets pool_size.
-		if opts.PoolSize == 0 {
-			opts.PoolSize = poolSize
-		}
-		describe = fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB)
-		if tlsConfig != nil {
-			describe += " (tls)"
-		}
-		c := redis.NewClient(opts)
-		return c, c, describe, nil
-	}
-	if err := withCAFile(tlsConfig, cfg.TLSCAFile); err != nil {
-		return nil, nil, "", err
-	}
-	u := &redis.UniversalOptions{
-		Addrs:                 slices.Clone(cfg.ClusterAddrs),
-		Username:              cfg.Username,
-		Password:              cfg.Password,
-		TLSConfig:             tlsConfig,
-		MaxRetries:            -1,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           cfg.ConnectTimeout,
-		PoolSize:              poolSize,
-		// CLIENT SETINFO only labels the connection in CLIENT LIST, and it
-		// costs every new connection one more round trip.
-		DisableIdentity: true,
-		// Primaries only: ReadOnly, RouteByLatency and RouteRandomly
-		// would send reads to replicas, and every script writes anyway.
-		ReadOnly:       false,
-		RouteByLatency: false,
-		RouteRandomly:  false,
-	}
-	suffix := ""
-	if tlsConfig != nil {
-		suffix = " (tls)"
-	}
-	if len(cfg.ClusterAddrs) > 0 {
-		checks := redis.NewClusterClient(u.Cluster())
-		noResend := u.Cluster()
-		noResend.MaxRedirects = -1
-		return checks, redis.NewClusterClient(noResend), "redis cluster " + strings.Join(cfg.ClusterAddrs, ",") + suffix, nil
-	}
-	u.Addrs = slices.Clone(cfg.SentinelAddrs)
-	u.MasterName = cfg.MasterName
-	u.SentinelUsername = cfg.SentinelUsername
-	u.SentinelPassword = cfg.SentinelPassword
-	u.DB = cfg.DB
-	c := redis.NewFailoverClient(u.Failover())
-	return c, c, fmt.Sprintf("redis sentinel %s master %s db %d%s", strings.Join(cfg.SentinelAddrs, ","), cfg.MasterName, cfg.DB, suffix), nil
-}
-
-// withCAFile makes tlsConfig trust the certificate authorities in the PEM
-// file path instead of the system's. An empty path changes nothing;
-// Validate refused a path without TLS.
-func withCAFile(tlsConfig *tls.Config, path string) error {
-	if path == "" || tlsConfig == nil {
-		return nil
-	}
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("redis tls ca file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return fmt.Errorf("redis tls ca file %s: %w: no PEM certificate in it", path, ErrInvalidConfig)
-	}
-	tlsConfig.RootCAs = pool
-	return nil
-}
-
 // loadScripts loads every script into Redis's script cache: on Redis
 // Cluster, into every node's.
-func (s *RedisStore) loadScripts(ctx context.Context) error {
+func (s *Store) loadScripts(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	for _, scripts := range []map[algorithms.Algorithm]*redis.Script{s.check, s.batch, s.release} {
+	for _, scripts := range []map[algorithms.Algorithm]*goredis.Script{s.check, s.batch, s.release} {
 		for a, sc := range scripts {
 			if err := sc.Load(ctx, s.client).Err(); err != nil {
 				return fmt.Errorf("load scripts on %s (%s failed first): %w", s.describe, a, err)
@@ -329,8 +229,8 @@ func (s *RedisStore) loadScripts(ctx context.Context) error {
 	return nil
 }
 
-// Acquire implements Store.
-func (s *RedisStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+// Acquire implements node.Store.
+func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
 	sc := s.check[l.Algorithm]
 	if sc == nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
@@ -348,8 +248,8 @@ func (s *RedisStore) Acquire(ctx context.Context, base string, l algorithms.Limi
 	return d, g, nil
 }
 
-// Release implements Store.
-func (s *RedisStore) Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
+// Release implements node.Store.
+func (s *Store) Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
 	sc := s.release[l.Algorithm]
 	if sc == nil {
 		return 0, fmt.Errorf("redis release: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
@@ -367,34 +267,27 @@ func (s *RedisStore) Release(ctx context.Context, base string, l algorithms.Limi
 	return returned, nil
 }
 
-// CallTimeout is RedisConfig.Timeout: how long each call may take as its
+// CallTimeout is Config.Timeout: how long each call may take as its
 // caller sees it.
-func (s *RedisStore) CallTimeout() time.Duration { return s.cfg.Timeout }
+func (s *Store) CallTimeout() time.Duration { return s.cfg.Timeout }
 
-// Remote implements Store: every call is a network round trip.
-func (s *RedisStore) Remote() bool { return true }
-
-// PipelineStats reports how many script calls the store made and in how
-// many round trips (a retry after NOSCRIPT counts as one more, and so
-// does each call resent after a Redis Cluster redirection). Several checks
-// decided in one batch script call count as that many calls.
-func (s *RedisStore) PipelineStats() (calls, roundTrips int64) {
-	return s.checkPipe.calls.Load() + s.releasePipe.calls.Load(), s.checkPipe.roundTrips.Load() + s.releasePipe.roundTrips.Load()
-}
+// Remote implements node.Store: every call is a network round trip.
+func (s *Store) Remote() bool { return true }
 
 // ScriptCalls reports how many EVALSHAs the store sent (retries after
-// NOSCRIPT and Cluster redirections not counted): fewer than the calls
-// PipelineStats counts when batch script calls decided several checks.
-func (s *RedisStore) ScriptCalls() int64 {
+// NOSCRIPT and Cluster redirections not counted): fewer than the checks
+// and releases it was asked for when batch script calls decided several
+// checks.
+func (s *Store) ScriptCalls() int64 {
 	return s.checkPipe.scripts.Load() + s.releasePipe.scripts.Load()
 }
 
-// Reset implements Store. All keys of one base share a hash tag, so one DEL
+// Reset implements node.Store. All keys of one base share a hash tag, so one DEL
 // covers them even on Redis Cluster.
-func (s *RedisStore) Reset(ctx context.Context, base string) error {
+func (s *Store) Reset(ctx context.Context, base string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	if err := s.client.Del(ctx, algorithms.AllKeys(base)...).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	if err := s.client.Del(ctx, algorithms.AllKeys(base)...).Err(); err != nil && !errors.Is(err, goredis.Nil) {
 		return fmt.Errorf("redis reset: %w", err)
 	}
 	return nil
@@ -404,7 +297,7 @@ func (s *RedisStore) Reset(ctx context.Context, base string) error {
 // step blocks Redis for well under a millisecond.
 const resetScanCount = 1000
 
-// ResetInline implements Store. Nothing records which inline limits a key
+// ResetInline implements node.Store. Nothing records which inline limits a key
 // was checked with (a record would be a second key in every check script,
 // and a script whose keys a slot migration has split between two primaries
 // fails), so it finds them with SCAN on the primary that serves the
@@ -412,9 +305,9 @@ const resetScanCount = 1000
 // store's timeout: about one round trip per thousand keys on that primary.
 // SCAN returns every key that exists throughout the scan; an inline limit
 // first written during it is a check that ran after the reset began.
-func (s *RedisStore) ResetInline(ctx context.Context, family string) error {
-	var node redis.Cmdable = s.client
-	if cc, ok := s.client.(*redis.ClusterClient); ok {
+func (s *Store) ResetInline(ctx context.Context, family string) error {
+	var node goredis.Cmdable = s.client
+	if cc, ok := s.client.(*goredis.ClusterClient); ok {
 		c, err := cc.MasterForKey(ctx, family)
 		if err != nil {
 			return fmt.Errorf("redis reset: find the primary of %s: %w", family, err)
@@ -439,7 +332,7 @@ func (s *RedisStore) ResetInline(ctx context.Context, family string) error {
 	}
 }
 
-func (s *RedisStore) scanStep(ctx context.Context, node redis.Cmdable, cursor uint64, pattern string) ([]string, uint64, error) {
+func (s *Store) scanStep(ctx context.Context, node goredis.Cmdable, cursor uint64, pattern string) ([]string, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	keys, next, err := node.Scan(ctx, cursor, pattern, resetScanCount).Result()
@@ -449,10 +342,10 @@ func (s *RedisStore) scanStep(ctx context.Context, node redis.Cmdable, cursor ui
 	return keys, next, nil
 }
 
-func (s *RedisStore) del(ctx context.Context, keys []string) error {
+func (s *Store) del(ctx context.Context, keys []string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	if err := s.client.Del(ctx, keys...).Err(); err != nil && !errors.Is(err, redis.Nil) {
+	if err := s.client.Del(ctx, keys...).Err(); err != nil && !errors.Is(err, goredis.Nil) {
 		return fmt.Errorf("redis reset: %w", err)
 	}
 	return nil
@@ -473,12 +366,12 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// Describe implements Store.
-func (s *RedisStore) Describe() string { return s.describe }
+// Describe implements node.Store.
+func (s *Store) Describe() string { return s.describe }
 
-// Close implements Store: queued calls fail, then the connections close.
+// Close implements node.Store: queued calls fail, then the connections close.
 // Calls after the first return nil.
-func (s *RedisStore) Close() error {
+func (s *Store) Close() error {
 	var err error
 	s.closed.Do(func() {
 		s.checkPipe.close()
@@ -488,7 +381,7 @@ func (s *RedisStore) Close() error {
 	return err
 }
 
-func (s *RedisStore) closeClients() error {
+func (s *Store) closeClients() error {
 	err := s.client.Close()
 	if s.releases != s.client {
 		err = errors.Join(err, s.releases.Close())
@@ -500,15 +393,15 @@ func (s *RedisStore) closeClients() error {
 // the check pipeline may have in flight at once (releases are rarer).
 const warmConns = pipeliners
 
-// Ping implements Store: PING is answered within ConnectTimeout + Timeout
+// Ping implements node.Store: PING is answered within ConnectTimeout + Timeout
 // (time to open a connection and make one call, so a Redis that is alive
 // but slower than Timeout passes), on Redis Cluster by every primary. Once
 // it is, Ping readies warmConns connections in all the same way, best
 // effort, and they stay open: the calls after a probe that closed the
-// circuit breaker, or after NewRedisStore, then do not each pay for a new
+// circuit breaker, or after New, then do not each pay for a new
 // connection within their own deadline. A Redis that does not answer costs
 // one connection attempt per Ping.
-func (s *RedisStore) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.netTimeout())
 	defer cancel()
 	if err := s.pingOnce(ctx); err != nil {
@@ -528,9 +421,9 @@ func (s *RedisStore) Ping(ctx context.Context) error {
 
 // pingOnce sends one PING to every primary through the client the
 // pipelines send batches with.
-func (s *RedisStore) pingOnce(ctx context.Context) error {
-	if cc, ok := s.releases.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+func (s *Store) pingOnce(ctx context.Context) error {
+	if cc, ok := s.releases.(*goredis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return c.Ping(ctx).Err() })
 	}
 	return s.releases.Ping(ctx).Err()
 }

@@ -1,4 +1,4 @@
-package node_test
+package cluster_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
 )
 
 // gossipCluster is k nodes on one Redis, members of one cluster on fn,
@@ -257,7 +258,7 @@ func TestLeaseCapsFollowClusterSize(t *testing.T) {
 // once per node: New refuses it, saying what to configure.
 func TestClusterNeedsASharedStore(t *testing.T) {
 	m := startMember(t, newFaultNet(), "solo", nil, nil)
-	n, err := node.New(node.Config{Cluster: m.Membership}, node.NewMemoryStore(nil, 0), nil)
+	n, err := node.New(node.Config{Cluster: m.Membership}, memory.New(nil, 0), nil)
 	if err == nil {
 		n.Close()
 		t.Fatal("New accepted a cluster on the memory store")

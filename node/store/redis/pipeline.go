@@ -1,4 +1,4 @@
-package node
+package redis
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/quotad/quotad/algorithms"
 )
@@ -57,12 +57,12 @@ const (
 // scriptCall is one queued EVALSHA and, once done is closed, its outcome.
 type scriptCall struct {
 	ctx    context.Context
-	script *redis.Script
+	script *goredis.Script
 	// batch is script's batch form, which decides several calls of script
 	// in one (nil: the call goes alone). group is what calls must share to
 	// go in one batch call: "" on a single server, the keys' hash tag on
 	// Redis Cluster.
-	batch *redis.Script
+	batch *goredis.Script
 	group string
 	keys  []string
 	args  []any
@@ -74,7 +74,7 @@ type scriptCall struct {
 // wireCall is one EVALSHA a pipeline sends: one queued call, or several
 // calls of one batch script (members, in queue order).
 type wireCall struct {
-	script  *redis.Script
+	script  *goredis.Script
 	keys    []string
 	args    []any
 	members []*scriptCall
@@ -94,11 +94,11 @@ type wireCall struct {
 type pipeline struct {
 	// client sends batches; on Redis Cluster it must not follow
 	// redirections (MaxRedirects -1).
-	client redis.UniversalClient
+	client goredis.UniversalClient
 	// follow resends redirected calls; nil leaves them failed.
-	follow redis.UniversalClient
+	follow goredis.UniversalClient
 	// netTimeout bounds one batch at the network level, a new connection
-	// included (RedisConfig.netTimeout). It is longer than any caller
+	// included (Config.netTimeout). It is longer than any caller
 	// waits: each caller leaves at its own deadline, while a reply that
 	// comes late keeps its connection instead of costing a new one.
 	netTimeout time.Duration
@@ -114,7 +114,7 @@ type pipeline struct {
 	// cluster groups batch calls by hash tag.
 	cluster bool
 	// callTimeout is how long a caller waits for its call
-	// (RedisConfig.Timeout): how many pipeliners take calls adapts to it.
+	// (Config.Timeout): how many pipeliners take calls adapts to it.
 	callTimeout time.Duration
 	// tokens gate the pipeliners: one takes calls off the queue only while
 	// it holds a token, so at most active round trips are in flight.
@@ -123,10 +123,11 @@ type pipeline struct {
 	active int        // tokens in circulation, minActive..pipeliners
 	rtt    time.Duration
 
-	roundTrips, calls, scripts atomic.Int64
+	// scripts counts the EVALSHAs sent (Store.ScriptCalls).
+	scripts atomic.Int64
 }
 
-func newPipeline(client, follow redis.UniversalClient, callTimeout, netTimeout time.Duration, reload func(context.Context) error) *pipeline {
+func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout time.Duration, reload func(context.Context) error) *pipeline {
 	p := &pipeline{
 		client:      client,
 		follow:      follow,
@@ -138,7 +139,7 @@ func newPipeline(client, follow redis.UniversalClient, callTimeout, netTimeout t
 		tokens:      make(chan struct{}, pipeliners),
 		active:      pipeliners,
 	}
-	_, p.cluster = client.(*redis.ClusterClient)
+	_, p.cluster = client.(*goredis.ClusterClient)
 	for range pipeliners {
 		p.tokens <- struct{}{}
 	}
@@ -153,14 +154,14 @@ func newPipeline(client, follow redis.UniversalClient, callTimeout, netTimeout t
 // done. batch, if not nil, is sc's batch form (algorithms.BatchCheckScript):
 // the call may then be decided in one call of it with others queued beside
 // it. A call abandoned by its caller may still reach Redis.
-func (p *pipeline) run(ctx context.Context, sc, batch *redis.Script, keys []string, args []any) (any, error) {
+func (p *pipeline) run(ctx context.Context, sc, batch *goredis.Script, keys []string, args []any) (any, error) {
 	c := &scriptCall{ctx: ctx, script: sc, batch: batch, keys: keys, args: args, done: make(chan struct{})}
 	if batch != nil && p.cluster && len(keys) > 0 {
 		c.group = hashTag(keys[0])
 	}
 	select {
 	case <-p.stop:
-		return nil, redis.ErrClosed
+		return nil, goredis.ErrClosed
 	default:
 	}
 	select {
@@ -168,7 +169,7 @@ func (p *pipeline) run(ctx context.Context, sc, batch *redis.Script, keys []stri
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-p.stop:
-		return nil, redis.ErrClosed
+		return nil, goredis.ErrClosed
 	}
 	select {
 	case <-c.done:
@@ -177,7 +178,7 @@ func (p *pipeline) run(ctx context.Context, sc, batch *redis.Script, keys []stri
 		return nil, ctx.Err()
 	case <-p.stop:
 		// Enqueued as the pipeline closed: nobody may be left to answer.
-		return nil, redis.ErrClosed
+		return nil, goredis.ErrClosed
 	}
 }
 
@@ -189,7 +190,7 @@ func (p *pipeline) close() {
 	for {
 		select {
 		case c := <-p.queue:
-			c.err = redis.ErrClosed
+			c.err = goredis.ErrClosed
 			close(c.done)
 		default:
 			return
@@ -302,10 +303,9 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.netTimeout)
 	defer cancel()
-	p.calls.Add(int64(len(live)))
 	wire := wireCalls(live)
 	p.scripts.Add(int64(len(wire)))
-	cmds := p.exec(ctx, wire, func(s redis.Scripter, w *wireCall) *redis.Cmd {
+	cmds := p.exec(ctx, wire, func(s goredis.Scripter, w *wireCall) *goredis.Cmd {
 		return w.script.EvalSha(ctx, s, w.keys, w.args...)
 	})
 	var missing []*wireCall
@@ -320,7 +320,7 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 		return true
 	}
 	p.reloadInBackground()
-	cmds = p.exec(ctx, missing, func(s redis.Scripter, w *wireCall) *redis.Cmd {
+	cmds = p.exec(ctx, missing, func(s goredis.Scripter, w *wireCall) *goredis.Cmd {
 		return w.script.Eval(ctx, s, w.keys, w.args...)
 	})
 	for i, w := range missing {
@@ -335,7 +335,7 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 // without a batch form, goes as itself.
 func wireCalls(calls []*scriptCall) []*wireCall {
 	type groupKey struct {
-		batch *redis.Script
+		batch *goredis.Script
 		group string
 	}
 	wire := make([]*wireCall, 0, len(calls))
@@ -376,7 +376,7 @@ func wireCalls(calls []*scriptCall) []*wireCall {
 // deliver hands cmd's outcome to w's members: a lone call gets it as it
 // is; the calls of a batch script each get their own reply or error, and
 // all of them the call's error if it failed as a whole.
-func (w *wireCall) deliver(cmd *redis.Cmd) {
+func (w *wireCall) deliver(cmd *goredis.Cmd) {
 	if len(w.members) == 1 {
 		c := w.members[0]
 		c.reply, c.err = cmd.Val(), cmd.Err()
@@ -406,12 +406,11 @@ func (w *wireCall) deliver(cmd *redis.Cmd) {
 // exec sends one command per wire call in one pipeline (a lone call is a
 // pipeline of one: the same single round trip), then resends the calls
 // Redis Cluster redirected, each on its own and all at once.
-func (p *pipeline) exec(ctx context.Context, calls []*wireCall, cmd func(redis.Scripter, *wireCall) *redis.Cmd) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	p.roundTrips.Add(1)
+func (p *pipeline) exec(ctx context.Context, calls []*wireCall, cmd func(goredis.Scripter, *wireCall) *goredis.Cmd) []*goredis.Cmd {
+	cmds := make([]*goredis.Cmd, len(calls))
 	// Exec's own error repeats the first failed command's; each command
 	// carries its own, which is what callers get.
-	_, err := p.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	_, err := p.client.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
 		for i, c := range calls {
 			cmds[i] = cmd(pipe, c)
 		}
@@ -436,7 +435,6 @@ func (p *pipeline) exec(ctx context.Context, calls []*wireCall, cmd func(redis.S
 		if err := cmds[i].Err(); err == nil || !isRedirect(err) {
 			continue
 		}
-		p.roundTrips.Add(1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

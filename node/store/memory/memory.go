@@ -1,8 +1,15 @@
-package node
+// Package memory is the embedded store: the Go models of the algorithms
+// (package algorithms) in process memory, a single node's authority. It
+// holds:
+//
+//   - Store, which implements node.Store and node.SlotStore, and is never
+//     shared: its state is lost when the process exits;
+//   - Config, which bounds the states it holds (a full store refuses new
+//     keys with node.ErrStoreFull rather than forget a limit's state).
+package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -10,36 +17,30 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/node"
 )
 
-// memoryShards spreads keys over independently locked maps so that checks
+// numShards spreads keys over independently locked maps so that checks
 // for different keys rarely contend.
-const memoryShards = 64
+const numShards = 64
 
-// DefaultMemoryMaxKeys is MemoryConfig.MaxKeys's default. A state held
+// DefaultMaxKeys is Config.MaxKeys's default. A state held
 // costs the process about 2.6 KB of resident memory with a 1 KiB key and
 // about 500 bytes with a 30-byte one (measured under a flood of checks,
 // the garbage collector's headroom included), so a full store stays under
 // about 650 MB: an attacker who fills it gets refusals, not an
 // out-of-memory kill that would lose every limit's state.
-const DefaultMemoryMaxKeys = 250_000
+const DefaultMaxKeys = 250_000
 
-// ErrStoreFull means the memory store holds MemoryConfig.MaxKeys states and
-// refused to add another. Keys it already holds are still decided. It is
-// not a store failure (the failure mode does not apply: failing open would
-// stop limiting new keys), and retrying after the full keys' states expire
-// may succeed.
-var ErrStoreFull = errors.New("memory store full")
-
-// MemoryConfig configures the embedded store. The zero value is the
+// Config configures the embedded store. The zero value is the
 // default.
-type MemoryConfig struct {
+type Config struct {
 	// MaxKeys bounds the states the store holds, one per key and algorithm
 	// with state (expired states count until swept). At the bound a check
-	// that would add a state fails with ErrStoreFull, and the store sweeps
+	// that would add a state fails with node.ErrStoreFull, and the store sweeps
 	// expired states at once (at most once a second) to make room. Refusing
 	// is the safe choice: evicting a state would forget what its key has
-	// spent and so loosen its limit. 0 means DefaultMemoryMaxKeys.
+	// spent and so loosen its limit. 0 means DefaultMaxKeys.
 	MaxKeys int
 	// SweepEvery is how often expired states are dropped. 0 means one
 	// minute.
@@ -49,19 +50,19 @@ type MemoryConfig struct {
 }
 
 // Validate reports the first problem with c.
-func (c MemoryConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case c.MaxKeys < 0:
-		return fmt.Errorf("memory max keys: %w: %d must be > 0 (0 means %d)", ErrInvalidConfig, c.MaxKeys, DefaultMemoryMaxKeys)
+		return fmt.Errorf("memory max keys: %w: %d must be > 0 (0 means %d)", node.ErrInvalidConfig, c.MaxKeys, DefaultMaxKeys)
 	case c.SweepEvery < 0:
-		return fmt.Errorf("memory sweep interval: %w: %s must not be negative", ErrInvalidConfig, c.SweepEvery)
+		return fmt.Errorf("memory sweep interval: %w: %s must not be negative", node.ErrInvalidConfig, c.SweepEvery)
 	}
 	return nil
 }
 
-func (c MemoryConfig) withDefaults() MemoryConfig {
+func (c Config) withDefaults() Config {
 	if c.MaxKeys == 0 {
-		c.MaxKeys = DefaultMemoryMaxKeys
+		c.MaxKeys = DefaultMaxKeys
 	}
 	if c.SweepEvery == 0 {
 		c.SweepEvery = time.Minute
@@ -76,36 +77,38 @@ func (c MemoryConfig) withDefaults() MemoryConfig {
 // for: each walks every state.
 const minSweepGap = time.Second
 
-// MemoryStore is the embedded store: the Go models of the algorithms in
+// Store is the embedded store: the Go models of the algorithms in
 // process memory. It is a single node's authority; its state is lost when the
-// process exits. It holds at most MemoryConfig.MaxKeys states. Safe for
+// process exits. It holds at most Config.MaxKeys states. Safe for
 // concurrent use.
-type MemoryStore struct {
+type Store struct {
 	now     func() time.Time
 	maxKeys int64
 	seed    maphash.Seed
-	shards  [memoryShards]memoryShard
+	shards  [numShards]stateShard
 	// keys counts the states in all shards; a state is added only after
 	// keys has made room for it.
 	keys    atomic.Int64
 	refused atomic.Int64
+	// unregister stops the store's metrics (telemetry.go); nil without.
+	unregister func()
 	// sweepNow asks the sweeper for an early sweep (the store is full).
 	sweepNow chan struct{}
 	stop     chan struct{}
 	done     chan struct{}
 }
 
-type memoryShard struct {
+type stateShard struct {
 	mu     sync.Mutex
-	states map[memoryKey]*memoryEntry
+	states map[stateKey]*entry
 }
 
-type memoryKey struct {
+type stateKey struct {
 	base      string
 	algorithm algorithms.Algorithm
 }
 
-type memoryEntry struct {
+type entry struct {
 	state algorithms.State
 	// slots replaces state for algorithms.Concurrency (memory_slots.go).
 	slots *algorithms.ConcurrencyState
@@ -114,29 +117,29 @@ type memoryEntry struct {
 	expiresAtMs int64
 }
 
-// NewMemoryStore returns an empty memory store with the default key bound,
+// New returns an empty memory store with the default key bound,
 // reading time from now (nil means time.Now). It sweeps expired states
 // every sweepEvery (0 means one minute) until Close.
-func NewMemoryStore(now func() time.Time, sweepEvery time.Duration) *MemoryStore {
-	return newMemoryStore(MemoryConfig{Now: now, SweepEvery: max(0, sweepEvery)}.withDefaults())
+func New(now func() time.Time, sweepEvery time.Duration) *Store {
+	return newStore(Config{Now: now, SweepEvery: max(0, sweepEvery)}.withDefaults())
 }
 
-// OpenMemoryStore returns an empty memory store configured by cfg (defaulted
+// Open returns an empty memory store configured by cfg (defaulted
 // and validated). It sweeps expired states until Close.
-func OpenMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
+func Open(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return newMemoryStore(cfg.withDefaults()), nil
+	return newStore(cfg.withDefaults()), nil
 }
 
-func newMemoryStore(cfg MemoryConfig) *MemoryStore {
-	s := &MemoryStore{
+func newStore(cfg Config) *Store {
+	s := &Store{
 		now: cfg.Now, maxKeys: int64(cfg.MaxKeys), seed: maphash.MakeSeed(),
 		sweepNow: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].states = make(map[memoryKey]*memoryEntry)
+		s.shards[i].states = make(map[stateKey]*entry)
 	}
 	go s.sweepLoop(cfg.SweepEvery)
 	return s
@@ -144,17 +147,17 @@ func newMemoryStore(cfg MemoryConfig) *MemoryStore {
 
 // shard is where base's states live: chosen by its family, so that Reset
 // finds every variant in one shard.
-func (s *MemoryStore) shard(base string) *memoryShard {
-	family, _ := splitBase(base)
-	return &s.shards[maphash.String(s.seed, family)%memoryShards]
+func (s *Store) shard(base string) *stateShard {
+	family, _ := node.SplitBase(base)
+	return &s.shards[maphash.String(s.seed, family)%numShards]
 }
 
-// Acquire implements Store. It never blocks on I/O. Its only error is
-// ErrStoreFull, for a check that would add a state to a full store; a check
+// Acquire implements node.Store. It never blocks on I/O. Its only error is
+// node.ErrStoreFull, for a check that would add a state to a full store; a check
 // that leaves nothing to remember (cost 0, a denial) never fails.
-func (s *MemoryStore) Acquire(_ context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+func (s *Store) Acquire(_ context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
 	nowMs := s.now().UnixMilli()
-	k := memoryKey{base, l.Algorithm}
+	k := stateKey{base, l.Algorithm}
 	sh := s.shard(base)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -162,7 +165,7 @@ func (s *MemoryStore) Acquire(_ context.Context, base string, l algorithms.Limit
 	if !held || e.expiresAtMs <= nowMs {
 		// A fresh state: decided on a copy, so that a refusal below leaves
 		// nothing behind.
-		e = &memoryEntry{state: algorithms.NewState(l.Algorithm)}
+		e = &entry{state: algorithms.NewState(l.Algorithm)}
 	}
 	if e.state == nil {
 		// Concurrency: slots go through AcquireSlot.
@@ -172,7 +175,7 @@ func (s *MemoryStore) Acquire(_ context.Context, base string, l algorithms.Limit
 	switch {
 	case d.ResetAfter > 0 && !held:
 		if !s.reserve() {
-			return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("%w: it holds %d keys, its maximum; retry when some expire", ErrStoreFull, s.maxKeys)
+			return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("%w: it holds %d keys, its maximum; retry when some expire", node.ErrStoreFull, s.maxKeys)
 		}
 		e.expiresAtMs = nowMs + d.ResetAfter.Milliseconds()
 		sh.states[k] = e
@@ -188,7 +191,7 @@ func (s *MemoryStore) Acquire(_ context.Context, base string, l algorithms.Limit
 
 // reserve makes room for one more state, or reports that the store is full
 // (and asks for an early sweep).
-func (s *MemoryStore) reserve() bool {
+func (s *Store) reserve() bool {
 	if s.keys.Add(1) <= s.maxKeys {
 		return true
 	}
@@ -201,34 +204,34 @@ func (s *MemoryStore) reserve() bool {
 	return false
 }
 
-// Release implements Store. Like the Redis scripts, it never brings back a
+// Release implements node.Store. Like the Redis scripts, it never brings back a
 // state that has expired.
-func (s *MemoryStore) Release(_ context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
+func (s *Store) Release(_ context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
 	nowMs := s.now().UnixMilli()
 	sh := s.shard(base)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.states[memoryKey{base, l.Algorithm}]
+	e := sh.states[stateKey{base, l.Algorithm}]
 	if e == nil || e.expiresAtMs <= nowMs || e.state == nil {
 		return 0, nil
 	}
 	return e.state.Release(l, nowMs, units, g), nil
 }
 
-// Remote implements Store: the memory store is in process, as fast as a
+// Remote implements node.Store: the memory store is in process, as fast as a
 // lease, so the node neither leases nor caches denials in front of it.
-func (s *MemoryStore) Remote() bool { return false }
+func (s *Store) Remote() bool { return false }
 
-// Ping implements Store: memory always answers.
-func (s *MemoryStore) Ping(context.Context) error { return nil }
+// Ping implements node.Store: memory always answers.
+func (s *Store) Ping(context.Context) error { return nil }
 
-// Reset implements Store.
-func (s *MemoryStore) Reset(_ context.Context, base string) error {
+// Reset implements node.Store.
+func (s *Store) Reset(_ context.Context, base string) error {
 	sh := s.shard(base)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, a := range append(algorithms.Algorithms(), algorithms.Concurrency) {
-		k := memoryKey{base, a}
+		k := stateKey{base, a}
 		if _, held := sh.states[k]; held {
 			delete(sh.states, k)
 			s.keys.Add(-1)
@@ -237,14 +240,14 @@ func (s *MemoryStore) Reset(_ context.Context, base string) error {
 	return nil
 }
 
-// ResetInline implements Store: it scans the family's shard (a 64th of the
+// ResetInline implements node.Store: it scans the family's shard (a 64th of the
 // states).
-func (s *MemoryStore) ResetInline(_ context.Context, family string) error {
+func (s *Store) ResetInline(_ context.Context, family string) error {
 	sh := s.shard(family)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for k := range sh.states {
-		if f, variant := splitBase(k.base); f == family && variant != "" {
+		if f, variant := node.SplitBase(k.base); f == family && variant != "" {
 			delete(sh.states, k)
 			s.keys.Add(-1)
 		}
@@ -254,26 +257,29 @@ func (s *MemoryStore) ResetInline(_ context.Context, family string) error {
 
 // Len returns the number of states held (expired ones not yet swept
 // included), at most MaxKeys. It takes no lock.
-func (s *MemoryStore) Len() int { return int(s.keys.Load()) }
+func (s *Store) Len() int { return int(s.keys.Load()) }
 
 // MaxKeys returns the most states the store holds.
-func (s *MemoryStore) MaxKeys() int { return int(s.maxKeys) }
+func (s *Store) MaxKeys() int { return int(s.maxKeys) }
 
 // Refused returns how many checks the store has refused because it was
 // full.
-func (s *MemoryStore) Refused() int64 { return s.refused.Load() }
+func (s *Store) Refused() int64 { return s.refused.Load() }
 
-// Describe implements Store.
-func (s *MemoryStore) Describe() string { return "memory (embedded, single node)" }
+// Describe implements node.Store.
+func (s *Store) Describe() string { return "memory (embedded, single node)" }
 
-// Close implements Store: it stops the sweeper.
-func (s *MemoryStore) Close() error {
+// Close implements node.Store: it stops the sweeper.
+func (s *Store) Close() error {
+	if s.unregister != nil {
+		s.unregister()
+	}
 	close(s.stop)
 	<-s.done
 	return nil
 }
 
-func (s *MemoryStore) sweepLoop(every time.Duration) {
+func (s *Store) sweepLoop(every time.Duration) {
 	defer close(s.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -296,7 +302,7 @@ func (s *MemoryStore) sweepLoop(every time.Duration) {
 }
 
 // sweep drops expired states so that keys seen once do not stay forever.
-func (s *MemoryStore) sweep() {
+func (s *Store) sweep() {
 	nowMs := s.now().UnixMilli()
 	for i := range s.shards {
 		sh := &s.shards[i]

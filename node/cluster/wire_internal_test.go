@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/node"
 )
 
 // Internal tests of the gossip wire format and of what a receiver admits:
@@ -29,7 +30,7 @@ var sampleHeader = packetHeader{sender: 0x1122334455667788, seq: 5, sentMs: 1_70
 
 func TestGossipRoundTrip(t *testing.T) {
 	long := denialMsg{
-		policy: strings.Repeat("p", MaxPolicyNameLen), key: strings.Repeat("k", 990),
+		policy: strings.Repeat("p", node.MaxPolicyNameLen), key: strings.Repeat("k", 990),
 		limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: algorithms.MaxExact, Period: algorithms.MaxPeriod},
 		cost:  algorithms.MaxExact, retryAfter: algorithms.MaxPeriod, resetAfter: algorithms.MaxPeriod, remaining: 0,
 	}
@@ -95,7 +96,7 @@ func TestGossipRejectsMalformedMessages(t *testing.T) {
 		"cost zero":          with(func(d *denialMsg) { d.cost = 0 }),
 		"cost over capacity": with(func(d *denialMsg) { d.cost = 21 }),
 		"remaining too high": with(func(d *denialMsg) { d.remaining = 21 }),
-		"key too long":       with(func(d *denialMsg) { d.key = strings.Repeat("k", MaxKeyLen+1) }),
+		"key too long":       with(func(d *denialMsg) { d.key = strings.Repeat("k", node.MaxKeyLen+1) }),
 		"length past end":    {1, 200, 1, 'a'},
 		"overlong varint":    append([]byte{1}, bytes.Repeat([]byte{0xff}, 11)...),
 		"truncated reset id": {2, 0, 0, 0},

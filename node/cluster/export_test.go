@@ -1,4 +1,4 @@
-package node
+package cluster
 
 // GossipID is m's gossip sender id. In a cluster without a key it travels
 // in plaintext in every alive message, so an attacker on the network knows

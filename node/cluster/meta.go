@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"crypto/sha256"
@@ -17,7 +17,7 @@ import (
 //	version (1 byte, = 2) | flags (1 byte) | prefix (8 bytes) | store (8 bytes) | gossip id (8 bytes)
 //
 // Bit 0 of flags says the node is leaving. prefix and store are the first
-// 8 bytes of SHA-256 of MembershipConfig.KeyPrefix and StoreID: the data
+// 8 bytes of SHA-256 of Config.KeyPrefix and StoreID: the data
 // the node limits. gossip id is the sender id of its gossip packets
 // (random for each process). Version 1 (two bytes, of quotad before the
 // fingerprint) is refused like any other metadata that does not match.

@@ -1,33 +1,35 @@
-package node
+package redis
 
 import (
 	"context"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/quotad/quotad/algorithms"
 )
 
+// This file is the Redis store's concurrency slots (node.SlotStore).
+
 // slotScripts are the concurrency scripts, loaded with the others.
 type slotScripts struct {
-	acquire, renew, release *redis.Script
+	acquire, renew, release *goredis.Script
 }
 
 func newSlotScripts() slotScripts {
 	return slotScripts{
-		acquire: redis.NewScript(algorithms.AcquireSlotScript()),
-		renew:   redis.NewScript(algorithms.RenewSlotScript()),
-		release: redis.NewScript(algorithms.ReleaseSlotScript()),
+		acquire: goredis.NewScript(algorithms.AcquireSlotScript()),
+		renew:   goredis.NewScript(algorithms.RenewSlotScript()),
+		release: goredis.NewScript(algorithms.ReleaseSlotScript()),
 	}
 }
 
-func (s slotScripts) all() []*redis.Script { return []*redis.Script{s.acquire, s.renew, s.release} }
+func (s slotScripts) all() []*goredis.Script { return []*goredis.Script{s.acquire, s.renew, s.release} }
 
-// AcquireSlot implements SlotStore. It goes through the checks' pipeline:
+// AcquireSlot implements node.SlotStore. It goes through the checks' pipeline:
 // a call resent after a Cluster redirection never ran, and an acquire run
 // twice under one id takes one slot.
-func (s *RedisStore) AcquireSlot(ctx context.Context, base string, l algorithms.Limit, id string, cost int64) (algorithms.Decision, error) {
+func (s *Store) AcquireSlot(ctx context.Context, base string, l algorithms.Limit, id string, cost int64) (algorithms.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	reply, err := s.checkPipe.run(ctx, s.slots.acquire, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, cost, 0))
@@ -41,19 +43,19 @@ func (s *RedisStore) AcquireSlot(ctx context.Context, base string, l algorithms.
 	return d, nil
 }
 
-// RenewSlot implements SlotStore.
-func (s *RedisStore) RenewSlot(ctx context.Context, base string, l algorithms.Limit, id string) (algorithms.Decision, bool, error) {
+// RenewSlot implements node.SlotStore.
+func (s *Store) RenewSlot(ctx context.Context, base string, l algorithms.Limit, id string) (algorithms.Decision, bool, error) {
 	return s.slotCall(ctx, "renew", s.checkPipe, s.slots.renew, base, l, id)
 }
 
-// ReleaseSlot implements SlotStore. It goes through the releases'
+// ReleaseSlot implements node.SlotStore. It goes through the releases'
 // pipeline, which never resends: a release that ran and is sent again
 // would report the slot as not held.
-func (s *RedisStore) ReleaseSlot(ctx context.Context, base string, l algorithms.Limit, id string) (algorithms.Decision, bool, error) {
+func (s *Store) ReleaseSlot(ctx context.Context, base string, l algorithms.Limit, id string) (algorithms.Decision, bool, error) {
 	return s.slotCall(ctx, "release", s.releasePipe, s.slots.release, base, l, id)
 }
 
-func (s *RedisStore) slotCall(ctx context.Context, op string, p *pipeline, sc *redis.Script, base string, l algorithms.Limit, id string) (algorithms.Decision, bool, error) {
+func (s *Store) slotCall(ctx context.Context, op string, p *pipeline, sc *goredis.Script, base string, l algorithms.Limit, id string) (algorithms.Decision, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	reply, err := p.run(ctx, sc, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, 0, 0))

@@ -1,0 +1,249 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// This file is the store path of a key in front of a remote store: one
+// store call per key at a time, shared by the checks that miss meanwhile
+// (coalescing), which takes the key's next grant or brings back its
+// denial; and giving a grant's unused units back.
+
+// A key that cannot lease may have up to maxBeside calls in flight beside
+// its refill while its calls are quick: those that finish within
+// 1/quickCall of the store's call timeout.
+const (
+	maxBeside = 64
+	quickCall = 10
+)
+
+// storeCall is one store call for a key, shared by the checks that wait
+// for it.
+type storeCall struct {
+	done chan struct{} // closed when res and failed are set
+	// res answers the check that started the call.
+	res Result
+	// failed is the store's error when the call failed: the checks that
+	// waited for it take their failure mode too, rather than each making
+	// a call of its own in turn.
+	failed error
+}
+
+// refill takes a new grant for l, or asks the store for this check alone
+// when a lease is not worthwhile. At most one refill per key is in flight
+// on this node: concurrent misses wait for it (coalescing), then try the
+// new grant or the denial it brought back before calling again, so a flood
+// on a denied key costs one call per retry_after.
+//
+// Except on a key whose policy has leases off, while its store calls are
+// quick (lease.quick): there a check that finds a call in flight makes its
+// own plain call at once, beside it (up to maxBeside of them), and the
+// store pipelines them (the Redis store decides them in one batch script
+// call, in order, each atomically). Waiting would only serialise the key
+// at one round trip per check: no grant can come back, and a denial that
+// does is remembered for the checks that arrive after it. A slow or
+// failing call makes the next checks wait and share its outcome again.
+//
+// Waiting is bounded:
+//   - the call in flight when a check arrives started earlier, and its own
+//     deadline ends it: the check waits for its outcome, and if it failed
+//     takes its failure mode with the same error, without a call of its
+//     own;
+//   - for the calls that follow, it waits only until n.coalesceFor (the
+//     store's per-call timeout) after it arrived, then makes a plain call
+//     of its own beside the one in flight. So a key that cannot lease is
+//     decided one call at a time only while those calls are quick, and no
+//     check waits much longer than two store calls, however many arrive
+//     at once.
+//
+// The call runs on its own goroutine and finishes even if ctx ends first:
+// a grant taken at the store is spent there, and only a call that runs to
+// completion can install it or give it back.
+func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
+	// budget starts with the first wait and bounds the later ones; a nil
+	// channel never fires, so the first wait is for the call's outcome.
+	var budget *time.Timer
+	var later <-chan time.Time
+	defer func() {
+		if budget != nil {
+			budget.Stop()
+		}
+	}()
+	l.mu.Lock()
+	for l.refilling != nil {
+		if p.Lease == LeaseOff && l.beside < maxBeside && l.quick.Load() {
+			return n.call(ctx, k, l, p, cost)
+		}
+		f := l.refilling
+		l.mu.Unlock()
+		if budget != nil {
+			later = budget.C
+		} else {
+			budget = time.NewTimer(n.coalesceFor)
+		}
+		select {
+		case <-f.done:
+		case <-later:
+			// Waited long enough for others: call beside them.
+			l.mu.Lock()
+			return n.call(ctx, k, l, p, cost)
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
+		}
+		if res, ok := n.answerLocally(k, l, p.Limit, cost, n.clock()); ok {
+			return res, nil
+		}
+		if f.failed != nil {
+			return n.failureResult(p), nil
+		}
+		l.mu.Lock()
+	}
+	return n.call(ctx, k, l, p, cost)
+}
+
+// call makes the store call for a check refill could not answer, with l.mu
+// held (it unlocks it). With no call in flight for the key it is the key's
+// refill and may take a lease; beside one in flight it is a plain check of
+// cost, so the key never holds two grants.
+func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
+	start := n.clock()
+	if l.dead {
+		// Reset removed this lease while we held it: use the key's new one.
+		l.mu.Unlock()
+		return n.refill(ctx, k, n.leases.getOrCreate(k, start), p, cost)
+	}
+	f := &storeCall{done: make(chan struct{})}
+	want, hold := cost, time.Duration(0)
+	if l.refilling == nil {
+		want, hold = n.grantSize(k, l, p, cost, start)
+		l.refilling = f
+	} else {
+		l.beside++
+	}
+	l.mu.Unlock()
+
+	go n.callStore(context.WithoutCancel(ctx), k, l, f, p, cost, want, hold, start)
+	select {
+	case <-f.done:
+		return f.res, nil
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
+	}
+}
+
+// callStore makes the store call f that call started at start (node
+// clock) and installs what it brought back: the grant, or the denial. It
+// runs to its end whoever still waits: the store bounds each call (the
+// Redis store by its Config.Timeout).
+func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeCall, p Policy, cost, want int64, hold time.Duration, start int64) {
+	defer func() {
+		l.quick.Store(f.failed == nil && n.clock()-start < int64(n.coalesceFor/quickCall))
+		l.mu.Lock()
+		if l.refilling == f {
+			l.refilling = nil
+		} else {
+			l.beside--
+		}
+		l.mu.Unlock()
+		close(f.done)
+	}()
+	if want > cost {
+		// Leftovers of the previous grant go back before the new one is
+		// taken, so the key never holds two grants' worth of units. A plain
+		// check leaves them: a smaller cost may still use them.
+		if old, left := l.claimUnspent(start, false); left > 0 {
+			if err := n.returnUnits(ctx, k, l, old, left); err != nil {
+				// The store is failing now: take the failure mode rather
+				// than make this check, and those waiting for it, wait
+				// out a second call.
+				f.res, f.failed = n.storeFailed(p, err), err
+				return
+			}
+		}
+	}
+	base := n.keyBase(p, k.key)
+	d, taken, err := n.store.Acquire(ctx, base, p.Limit, cost, want, hold)
+	if err != nil {
+		f.res, f.failed = n.storeFailed(p, err), err
+		return
+	}
+
+	// The lease's life is measured from before the call: the store read its
+	// clock later, so the lease ends no later than the store assumes (only
+	// durations cross over; the clocks need not agree). One millisecond
+	// less, because the store counts in whole milliseconds of a clock it
+	// read down to the millisecond: its window may end up to 1ms sooner
+	// than now + use_within, and a sliding-log entry may sit up to 1ms
+	// before the lease's true end.
+	life := hold
+	if taken.UseWithin > 0 {
+		life = min(life, taken.UseWithin)
+	}
+	life -= time.Millisecond
+	extra := taken.Units - cost // > 0 only when allowed with a lease
+	var unused *grant
+	l.mu.Lock()
+	switch {
+	case extra > 0 && life > 0 && !l.dead:
+		g := &grant{
+			expiresAt:     start + int64(life),
+			authRemaining: d.Remaining,
+			resetAt:       start + int64(d.ResetAfter),
+			capacity:      d.Limit,
+			taken:         taken,
+			limit:         p.Limit,
+			base:          base,
+		}
+		g.units.Store(extra)
+		l.cur.Store(g)
+		// As on a lease hit: what the store has left plus what this node
+		// now holds for the key.
+		d.Remaining = min(d.Limit, d.Remaining+extra)
+		n.stats.leasesGranted.Add(1)
+		n.stats.unitsLeased.Add(extra)
+	case extra > 0:
+		// Granted as its window closed, or for a key reset meanwhile: give
+		// it back (a no-op if the window has turned or the state is gone).
+		unused = &grant{taken: taken, limit: p.Limit, base: base}
+	case !d.Allowed && d.RetryAfter > 0 && !l.dead:
+		// The denial holds for RetryAfter from the store's reading of its
+		// clock, which came after start: measuring from start never holds
+		// it longer than the store meant. Both writes happen under l.mu, so
+		// a Reset either sees them (and forgets them) or prevents them.
+		n.remember(k, l, p.Limit, max(cost, 1), d, start)
+	}
+	l.mu.Unlock()
+	if unused != nil {
+		_ = n.returnUnits(ctx, k, l, unused, extra) // logged; the decision stands
+	}
+	f.res = Result{Decision: d, Source: SourceStore}
+}
+
+// returnUnits gives units of g, a grant of l, back to the store. A failure only
+// costs under-admission until the window or refill restores them, so it is
+// logged, and returned only to say that the store is failing. Units that
+// went back may make room that the key's remembered denial no longer
+// reflects, so that denial is dropped.
+func (n *leasing) returnUnits(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) error {
+	_, err := n.returnUnitsCounted(ctx, k, l, g, units)
+	return err
+}
+
+// returnUnitsCounted is returnUnits that also reports how many units made
+// a difference at the store. l may be nil (no lease of this node's for k).
+func (n *leasing) returnUnitsCounted(ctx context.Context, k leaseKey, l *lease, g *grant, units int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	returned, err := n.store.Release(ctx, g.base, g.limit, units, g.taken)
+	if err != nil {
+		n.log.Warn("lease release failed; units return when the window or refill restores them", "units", units, "err", err)
+		return 0, err
+	}
+	n.stats.unitsReturned.Add(returned)
+	if returned > 0 {
+		n.denials.forget(k, l)
+	}
+	return returned, nil
+}

@@ -1,0 +1,14 @@
+// Package redis is the Redis store: the authority shared by every node,
+// which runs the algorithms' Lua scripts (package algorithms) on a single
+// server, a Redis Cluster or a master watched by Sentinel. It is the only
+// package that imports go-redis. It holds:
+//
+//   - Store, which implements node.Store and node.SlotStore over
+//     pipelined script calls (pipeline.go: natural batching, batch check
+//     scripts, Cluster redirections, NOSCRIPT reloads; slots.go: the
+//     concurrency scripts), and names the state it holds (epoch.go:
+//     run_id and the state marker) so that a node notices a restarted,
+//     failed-over or flushed Redis;
+//   - Config, how to reach Redis, with its call and connect timeouts;
+//   - the spans and metrics of its calls (telemetry.go).
+package redis
