@@ -42,19 +42,6 @@ type clusterConfig struct {
 	DeadAfter, RejoinInterval time.Duration
 }
 
-func clusterSettings() []setting {
-	return []setting{
-		{name: "cluster-addr", usage: "gossip address (`host:port`, UDP and TCP) that makes this node a cluster member; host an IP or empty for all interfaces; needs --redis", apply: func(c *config, v string) error { c.Cluster.Addr = v; return nil }},
-		{name: "cluster-advertise", usage: "address the other nodes reach this one at (`host:port`), when it differs from --cluster-addr", apply: func(c *config, v string) error { c.Cluster.Advertise = v; return nil }},
-		{name: "join", usage: "cluster seeds to join, `host:port[,host:port...]`; a DNS name stands for every address it resolves to (a Kubernetes headless service)", apply: func(c *config, v string) error { return parseAddrsInto(&c.Cluster.Join, v) }},
-		{name: "node-name", usage: "this node's name in the cluster, unique; default hostname:port", apply: func(c *config, v string) error { c.Cluster.NodeName = v; return nil }},
-		{name: "cluster-key-file", usage: "`file` with the shared gossip key that encrypts and authenticates the cluster: base64 of 16, 24 or 32 bytes (openssl rand -base64 32), or the raw bytes; required with --cluster-addr unless --cluster-insecure", apply: func(c *config, v string) error { c.Cluster.KeyFile = v; return nil }},
-		{name: "cluster-insecure", usage: "gossip without --cluster-key-file: unencrypted and unauthenticated, so anyone who reaches --cluster-addr can join, read and forge gossip (a forged denial still lasts no longer than its limit could justify); only for a network nobody else reaches", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Cluster.Insecure, v) }},
-		{name: "cluster-dead-after", usage: "a member that stops answering is dropped from the cluster after about this long (`duration`); 0 takes the default 5s", apply: func(c *config, v string) error { return parseDurationInto(&c.Cluster.DeadAfter, v) }},
-		{name: "cluster-rejoin-interval", usage: "how often seeds and dead members are re-joined, which heals partitions (`duration`); 0 takes the default 10s", apply: func(c *config, v string) error { return parseDurationInto(&c.Cluster.RejoinInterval, v) }},
-	}
-}
-
 // validate checks the cluster settings against the store: a cluster needs
 // one store every node shares.
 func (c clusterConfig) validate(usesRedis bool) error {

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"strconv"
-
 	"github.com/quotad/quotad/rpc"
 )
 
@@ -33,23 +30,6 @@ type fileEnvoy struct {
 	ConfigDir      *string           `yaml:"config_dir"`
 	ShadowMode     *bool             `yaml:"shadow_mode"`
 	NearLimitRatio *float64          `yaml:"near_limit_ratio"`
-}
-
-// envoySettings are the flags (and QUOTAD_* variables) of Envoy's rate
-// limit service.
-func envoySettings() []setting {
-	return []setting{
-		{name: "envoy-config-dir", usage: "`directory` of envoyproxy/ratelimit config files (*.yaml, *.yml; one domain each), served unchanged by Envoy's rate limit service and reloaded when they change", apply: func(c *config, v string) error { c.EnvoyDir = v; return nil }},
-		{name: "envoy-shadow-mode", usage: "answer Envoy's rate limit requests OK overall even when over a limit, still counting (envoyproxy/ratelimit's SHADOW_MODE)", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Envoy.ShadowMode, v) }},
-		{name: "envoy-near-limit-ratio", usage: "share of a limit past which Envoy rule hits count as near_limit in /metrics, in (0, 1]; 0 takes the default 0.8", apply: func(c *config, v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return fmt.Errorf("want a number such as 0.8, got %q", v)
-			}
-			c.Envoy.NearLimitRatio = f
-			return nil
-		}},
-	}
 }
 
 type fileEnvoyDomain struct {
