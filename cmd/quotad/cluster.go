@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/quotad/quotad/node"
 )
 
@@ -159,58 +157,4 @@ func redisIdentity(r node.RedisConfig) string {
 	default:
 		return fmt.Sprintf("redis sentinel master %s db %d", r.MasterName, r.DB)
 	}
-}
-
-// fileCluster is the config file's cluster section.
-type fileCluster struct {
-	Addr           *string       `yaml:"addr"`
-	Advertise      *string       `yaml:"advertise"`
-	Join           *fileList     `yaml:"join"`
-	NodeName       *string       `yaml:"node_name"`
-	KeyFile        *string       `yaml:"key_file"`
-	Insecure       *bool         `yaml:"insecure"`
-	DeadAfter      *yamlDuration `yaml:"dead_after"`
-	RejoinInterval *yamlDuration `yaml:"rejoin_interval"`
-}
-
-func (f *fileCluster) apply(c *clusterConfig) {
-	if f == nil {
-		return
-	}
-	setIf(&c.Addr, f.Addr)
-	setIf(&c.Advertise, f.Advertise)
-	setIf(&c.NodeName, f.NodeName)
-	setIf(&c.KeyFile, f.KeyFile)
-	setIf(&c.Insecure, f.Insecure)
-	if f.Join != nil {
-		c.Join = *f.Join
-	}
-	if f.DeadAfter != nil {
-		c.DeadAfter = time.Duration(*f.DeadAfter)
-	}
-	if f.RejoinInterval != nil {
-		c.RejoinInterval = time.Duration(*f.RejoinInterval)
-	}
-}
-
-// fileList is a YAML list of strings, or one comma-separated string as on
-// the command line.
-type fileList []string
-
-func (l *fileList) decodeNode(n *yaml.Node) error {
-	switch n.Kind {
-	case yaml.ScalarNode:
-		return parseAddrsInto((*[]string)(l), n.Value)
-	case yaml.SequenceNode:
-		s := make([]string, len(n.Content))
-		for i, item := range n.Content {
-			if item.Kind != yaml.ScalarNode || item.Tag == "!!null" {
-				return fmt.Errorf("item %d: want host:port, got %s", i, describeNode(item))
-			}
-			s[i] = item.Value
-		}
-		*l = s
-		return nil
-	}
-	return fmt.Errorf("want a list of host:port or one comma-separated string, got %s", describeNode(n))
 }

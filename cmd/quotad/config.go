@@ -91,20 +91,6 @@ type configFile struct {
 	SHA256 string
 }
 
-func defaultConfig() config {
-	return config{
-		Listen:              ":8080",
-		Redis:               node.RedisConfig{Timeout: node.DefaultRedisTimeout, ConnectTimeout: node.DefaultRedisConnectTimeout},
-		KeyPrefix:           "quotad",
-		InlineLimits:        true,
-		DefaultOnStoreError: node.FailOpen,
-		ShutdownTimeout:     10 * time.Second,
-		LogLevel:            "info",
-		Telemetry:           defaultTelemetryConfig(),
-		Console:             defaultConsoleConfig(),
-	}
-}
-
 // nodeConfig and rpcConfig hand each package its part.
 func (c config) nodeConfig() node.Config {
 	return node.Config{

@@ -6,6 +6,10 @@ import (
 	"strings"
 )
 
+// This file places the config's errors: a problem found in the file, or
+// once file, environment and flags are merged, is reported at the file's
+// line and field when the file is where the value came from.
+
 // fieldError is err, a problem with the settings under field (a section,
 // a policy, or "" for the whole file), as a fileError at the line of the
 // field err names. Validation errors of quotad's packages start with the
@@ -100,8 +104,9 @@ var mergedFields = []struct{ prefix, field string }{
 // mergedError is err, a problem validate found once file, environment and
 // flags were merged. When it concerns a section of the config file doc and
 // no flag or environment variable of that section was applied (overrides
-// holds the names of those that were), it is a fileError at the field's
-// line; otherwise it reads "config: ...", naming the setting.
+// holds the sections, as the file's top-level keys, that one was applied
+// to), it is a fileError at the field's line; otherwise it reads
+// "config: ...", naming the setting.
 func mergedError(err error, doc *yamlDoc, overrides map[string]bool) error {
 	if doc != nil {
 		msg := err.Error()
@@ -111,7 +116,7 @@ func mergedError(err error, doc *yamlDoc, overrides map[string]bool) error {
 			}
 			line, field := doc.lineOf(m.field)
 			section, _, _ := strings.Cut(m.field, ".")
-			if line == 0 || overridden(section, overrides) {
+			if line == 0 || overrides[section] {
 				break
 			}
 			if rest, ok := strings.CutPrefix(msg, m.prefix+": "); ok && field == m.field {
@@ -122,29 +127,4 @@ func mergedError(err error, doc *yamlDoc, overrides map[string]bool) error {
 		}
 	}
 	return fmt.Errorf("config: %w", err)
-}
-
-// overridden reports whether a flag or environment variable in overrides
-// sets part of the file's section.
-func overridden(section string, overrides map[string]bool) bool {
-	for name := range overrides {
-		if settingSection(name) == section {
-			return true
-		}
-	}
-	return false
-}
-
-// settingSection is the config file's top-level key of the setting (flag)
-// name: redis-timeout → redis, join → cluster, max-batch → max_batch.
-func settingSection(name string) string {
-	for _, p := range []struct{ prefix, section string }{
-		{"redis", "redis"}, {"breaker-", "breaker"}, {"lease-", "lease"}, {"denied-cache-", "denied_cache"},
-		{"trace-", "tracing"}, {"cluster-", "cluster"}, {"join", "cluster"}, {"node-name", "cluster"}, {"envoy-", "envoy"},
-	} {
-		if strings.HasPrefix(name, p.prefix) {
-			return p.section
-		}
-	}
-	return strings.ReplaceAll(name, "-", "_")
 }

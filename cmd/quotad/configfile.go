@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -15,70 +16,140 @@ import (
 	"github.com/quotad/quotad/node"
 )
 
-// fileConfig is the YAML config file, as yamlfile.go reads it: by the
-// yaml tags, strictly (unknown fields are errors). A pointer is nil when
-// the file does not set it.
-type fileConfig struct {
-	Listen              *string       `yaml:"listen"`
-	Redis               *fileRedis    `yaml:"redis"`
-	KeyPrefix           *string       `yaml:"key_prefix"`
-	InlineLimits        *bool         `yaml:"inline_limits"`
-	DefaultOnStoreError *string       `yaml:"default_on_store_error"`
-	ShutdownTimeout     *yamlDuration `yaml:"shutdown_timeout"`
-	LogLevel            *string       `yaml:"log_level"`
-	Lease               *fileLease    `yaml:"lease"`
-	DeniedCache         *fileDenied   `yaml:"denied_cache"`
-	Breaker             *fileBreaker  `yaml:"breaker"`
-	MaxBatch            *int          `yaml:"max_batch"`
-	MaxRequestBytes     *int          `yaml:"max_request_bytes"`
-	MaxInlinePeriod     *yamlDuration `yaml:"max_inline_period"`
-	MemoryMaxKeys       *int          `yaml:"memory_max_keys"`
-	ReadTimeout         *yamlDuration `yaml:"read_timeout"`
-	IdleTimeout         *yamlDuration `yaml:"idle_timeout"`
-	MaxConnections      *int          `yaml:"max_connections"`
-	Policies            []filePolicy  `yaml:"policies"`
-	Envoy               *fileEnvoy    `yaml:"envoy"`
-	Tracing             *fileTracing  `yaml:"tracing"`
-	Metrics             *bool         `yaml:"metrics"`
-	Cluster             *fileCluster  `yaml:"cluster"`
-	Console             *fileConsole  `yaml:"console"`
-	TLS                 *fileTLS      `yaml:"tls"`
-	AdminTokenFile      *string       `yaml:"admin_token_file"`
+// This file reads the config file by the settings table: each setting's
+// file key ("redis.timeout") is where the file sets it, so the file's
+// schema (its sections and keys, and the "known:" lists of its errors) is
+// the table's. What is not a setting, the policies and Envoy's rules, are
+// lists the walker in yamlfile.go decodes into the structs below by their
+// yaml tags.
+
+// fileRules are the parts of the config file that are lists of rules
+// rather than settings.
+type fileRules struct {
+	Policies     []filePolicy
+	EnvoyDomains []fileEnvoyDomain
 }
 
-type fileLease struct {
-	Horizon     *yamlDuration `yaml:"horizon"`
-	Hold        *yamlDuration `yaml:"hold"`
-	MaxFraction *float64      `yaml:"max_fraction"`
-	MaxKeys     *int          `yaml:"max_keys"`
+// fileLists are the file keys of fileRules' lists, in the order the file's
+// errors list them after the settings of their section.
+var fileLists = []struct {
+	key string
+	at  func(*fileRules) any
+}{
+	{"policies", func(r *fileRules) any { return &r.Policies }},
+	{"envoy.domains", func(r *fileRules) any { return &r.EnvoyDomains }},
 }
 
-type fileDenied struct {
-	MaxEntries *int64 `yaml:"max_entries"`
-	MaxBytes   *int64 `yaml:"max_bytes"`
+// fileSection is a mapping of the config file: the top level, or a
+// section such as redis.
+type fileSection struct {
+	// names are the section's keys, in the order of the table.
+	names []string
+	keys  map[string]fileEntry
 }
 
-type fileRedis struct {
-	URL              *string       `yaml:"url"`
-	Cluster          fileList      `yaml:"cluster"`
-	Sentinel         fileList      `yaml:"sentinel"`
-	Master           *string       `yaml:"master"`
-	Username         *string       `yaml:"username"`
-	Password         *string       `yaml:"password"`
-	SentinelUsername *string       `yaml:"sentinel_username"`
-	SentinelPassword *string       `yaml:"sentinel_password"`
-	DB               *int          `yaml:"db"`
-	TLS              *bool         `yaml:"tls"`
-	TLSCAFile        *string       `yaml:"tls_ca_file"`
-	Timeout          *yamlDuration `yaml:"timeout"`
-	ConnectTimeout   *yamlDuration `yaml:"connect_timeout"`
+// fileEntry is what one key of a section holds: a setting, a section, or a
+// list of fileRules (list points into them).
+type fileEntry struct {
+	setting *setting
+	section *fileSection
+	list    func(*fileRules) any
 }
 
-type fileBreaker struct {
-	Failures   *int          `yaml:"failures"`
-	ProbeEvery *yamlDuration `yaml:"probe_every"`
+// fileSchema is the config file's top level, built from the settings'
+// file keys and fileLists. Two settings with one key, or a key that is
+// both a setting and a section, are mistakes in the table that
+// TestSettingsTable catches; here the first one wins.
+func fileSchema(all []setting) *fileSection {
+	top := newFileSection()
+	for i := range all {
+		if all[i].file != "" {
+			top.add(all[i].file, fileEntry{setting: &all[i]})
+		}
+	}
+	for _, l := range fileLists {
+		top.add(l.key, fileEntry{list: l.at})
+	}
+	return top
 }
 
+func newFileSection() *fileSection { return &fileSection{keys: map[string]fileEntry{}} }
+
+// add puts k at the dotted key path under s, making the sections on the
+// way.
+func (s *fileSection) add(path string, k fileEntry) {
+	name, rest, nested := strings.Cut(path, ".")
+	have, ok := s.keys[name]
+	if !ok {
+		s.names = append(s.names, name)
+		if !nested {
+			s.keys[name] = k
+			return
+		}
+		have = fileEntry{section: newFileSection()}
+		s.keys[name] = have
+	}
+	if nested && have.section != nil {
+		have.section.add(rest, k)
+	}
+}
+
+// decodeSection applies n, the mapping at field (the top level for ""),
+// to c by sec: each key must be one of sec's, once; a setting's value is
+// read as its kind says, a list into rules.
+func (d *yamlDoc) decodeSection(n *yaml.Node, field string, sec *fileSection, c *config, rules *fileRules, depth int) error {
+	n, depth, err := d.resolve(n, field, depth)
+	if n == nil || err != nil {
+		return err
+	}
+	if n.Kind != yaml.MappingNode {
+		return d.errorAt(n.Line, field, fmt.Errorf("want a mapping of %s, got %s", strings.Join(sec.names, ", "), describeNode(n)))
+	}
+	pairs, err := d.mappingPairs(n, field, depth)
+	if err != nil {
+		return err
+	}
+	seen := map[string]int{}
+	for _, kv := range pairs {
+		k, val := kv[0], kv[1]
+		name := joinField(field, k.Value)
+		key, ok := sec.keys[k.Value]
+		if !ok {
+			return d.unknownField(k, field, sec.names)
+		}
+		if first, dup := seen[k.Value]; dup {
+			return d.errorAt(k.Line, name, fmt.Errorf("given twice (first on line %d)", first))
+		}
+		seen[k.Value] = k.Line
+		d.lines[name] = k.Line
+		switch {
+		case key.section != nil:
+			err = d.decodeSection(val, name, key.section, c, rules, depth+1)
+		case key.list != nil:
+			err = d.decode(val, name, reflect.ValueOf(key.list(rules)).Elem(), depth+1)
+		default:
+			err = d.decodeSetting(val, name, key.setting, c, depth+1)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeSetting applies n, the value of setting s at field, to c.
+func (d *yamlDoc) decodeSetting(n *yaml.Node, field string, s *setting, c *config, depth int) error {
+	n, _, err := d.resolve(n, field, depth)
+	if n == nil || err != nil {
+		return err
+	}
+	if err := s.v.decode(c, n); err != nil {
+		return d.errorAt(n.Line, field, err)
+	}
+	return nil
+}
+
+// filePolicy is one policy of the config file.
 type filePolicy struct {
 	Name         string       `yaml:"name"`
 	Algorithm    string       `yaml:"algorithm"`
@@ -93,12 +164,9 @@ type filePolicy struct {
 type yamlDuration time.Duration
 
 func (d *yamlDuration) decodeNode(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		return fmt.Errorf("invalid duration %s (write e.g. 500ms, 30s, 5m, 24h)", describeNode(n))
-	}
+	v, err := yamlDurationValue(n)
 	*d = yamlDuration(v)
-	return nil
+	return err
 }
 
 // loadFile applies the YAML file at path on top of c, records it in
@@ -122,105 +190,37 @@ func parseFile(c *config, path string, raw []byte) error {
 }
 
 // parseFileDoc is parseFile that also returns where each field stands,
-// for errors found once environment and flags are applied too.
+// for errors found once environment and flags are applied too. The
+// settings apply as the walk meets them; then the policies, then Envoy's
+// rules, which name the policies.
 func parseFileDoc(c *config, path string, raw []byte) (*yamlDoc, error) {
 	d := &yamlDoc{path: path, lines: map[string]int{}}
 	root, err := d.parseYAML(raw)
 	if err != nil {
 		return nil, err
 	}
-	var f fileConfig
+	var rules fileRules
 	if root != nil {
-		if err := d.decode(root, "", reflect.ValueOf(&f).Elem(), 0); err != nil {
+		if err := d.decodeSection(root, "", fileSchema(settings()), c, &rules, 0); err != nil {
 			return nil, err
 		}
 	}
-	if err := f.apply(c, d); err != nil {
+	if err := rules.applyPolicies(c, d); err != nil {
 		return nil, err
 	}
-	if err := f.applyEnvoy(c); err != nil {
-		return nil, d.fieldError("", err)
+	if _, ok := d.lines["envoy"]; ok {
+		c.Envoy.Domains = envoyDomains(rules.EnvoyDomains)
+		if err := c.Envoy.Validate(c.Policies); err != nil {
+			return nil, d.fieldError("", err)
+		}
 	}
 	return d, nil
 }
 
-func (f fileConfig) apply(c *config, d *yamlDoc) error {
-	setIf(&c.Listen, f.Listen)
-	setIf(&c.KeyPrefix, f.KeyPrefix)
-	setIf(&c.InlineLimits, f.InlineLimits)
-	setIf(&c.LogLevel, f.LogLevel)
-	setIf(&c.MaxBatch, f.MaxBatch)
-	setIf(&c.MaxRequestBytes, f.MaxRequestBytes)
-	setIf(&c.MemoryMaxKeys, f.MemoryMaxKeys)
-	setIf(&c.Server.MaxConnections, f.MaxConnections)
-	for _, d := range []struct {
-		dst *time.Duration
-		src *yamlDuration
-	}{{&c.MaxInlinePeriod, f.MaxInlinePeriod}, {&c.Server.ReadTimeout, f.ReadTimeout}, {&c.Server.IdleTimeout, f.IdleTimeout}} {
-		if d.src != nil {
-			*d.dst = time.Duration(*d.src)
-		}
-	}
-	f.Cluster.apply(&c.Cluster)
-	f.Console.apply(&c.Console)
-	f.TLS.apply(&c.TLS)
-	setIf(&c.AdminTokenFile, f.AdminTokenFile)
-	if f.ShutdownTimeout != nil {
-		c.ShutdownTimeout = time.Duration(*f.ShutdownTimeout)
-	}
-	if r := f.Redis; r != nil {
-		setIf(&c.Redis.URL, r.URL)
-		if r.Cluster != nil {
-			c.Redis.ClusterAddrs = r.Cluster
-		}
-		if r.Sentinel != nil {
-			c.Redis.SentinelAddrs = r.Sentinel
-		}
-		setIf(&c.Redis.MasterName, r.Master)
-		setIf(&c.Redis.Username, r.Username)
-		setIf(&c.Redis.Password, r.Password)
-		setIf(&c.Redis.SentinelUsername, r.SentinelUsername)
-		setIf(&c.Redis.SentinelPassword, r.SentinelPassword)
-		setIf(&c.Redis.DB, r.DB)
-		setIf(&c.Redis.TLS, r.TLS)
-		setIf(&c.Redis.TLSCAFile, r.TLSCAFile)
-		if r.Timeout != nil {
-			c.Redis.Timeout = time.Duration(*r.Timeout)
-		}
-		if r.ConnectTimeout != nil {
-			c.Redis.ConnectTimeout = time.Duration(*r.ConnectTimeout)
-		}
-	}
-	if b := f.Breaker; b != nil {
-		setIf(&c.Breaker.Failures, b.Failures)
-		if b.ProbeEvery != nil {
-			c.Breaker.ProbeEvery = time.Duration(*b.ProbeEvery)
-		}
-	}
-	if f.Lease != nil {
-		if f.Lease.Horizon != nil {
-			c.Lease.Horizon = time.Duration(*f.Lease.Horizon)
-		}
-		if f.Lease.Hold != nil {
-			c.Lease.Hold = time.Duration(*f.Lease.Hold)
-		}
-		setIf(&c.Lease.MaxFraction, f.Lease.MaxFraction)
-		setIf(&c.Lease.MaxKeys, f.Lease.MaxKeys)
-	}
-	if f.DeniedCache != nil {
-		setIf(&c.DeniedCache.MaxEntries, f.DeniedCache.MaxEntries)
-		setIf(&c.DeniedCache.MaxBytes, f.DeniedCache.MaxBytes)
-	}
-	f.applyTelemetry(c)
-	if f.DefaultOnStoreError != nil {
-		m, err := node.ParseFailureMode(*f.DefaultOnStoreError)
-		if err != nil {
-			return d.fieldError("default_on_store_error", err)
-		}
-		c.DefaultOnStoreError = m
-	}
+// applyPolicies validates the file's policies and adds them to c.
+func (r fileRules) applyPolicies(c *config, d *yamlDoc) error {
 	seen := map[string]int{}
-	for i, fp := range f.Policies {
+	for i, fp := range r.Policies {
 		field := fmt.Sprintf("policies[%d]", i)
 		p, err := fp.policy()
 		if err != nil {
@@ -262,10 +262,4 @@ func (fp filePolicy) policy() (node.Policy, error) {
 		return node.Policy{}, err
 	}
 	return p, nil
-}
-
-func setIf[T any](dst *T, src *T) {
-	if src != nil {
-		*dst = *src
-	}
 }

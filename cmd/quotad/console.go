@@ -9,22 +9,6 @@ type consoleConfig struct {
 	ShowKeys bool
 }
 
-func defaultConsoleConfig() consoleConfig { return consoleConfig{Enabled: true, ShowKeys: true} }
-
-// fileConsole is the config file's console section.
-type fileConsole struct {
-	Enabled  *bool `yaml:"enabled"`
-	ShowKeys *bool `yaml:"show_keys"`
-}
-
-func (f *fileConsole) apply(c *consoleConfig) {
-	if f == nil {
-		return
-	}
-	setIf(&c.Enabled, f.Enabled)
-	setIf(&c.ShowKeys, f.ShowKeys)
-}
-
 // describe is the console's line in the start banner.
 func (c consoleConfig) describe(url string) string {
 	if !c.Enabled {

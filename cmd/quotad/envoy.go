@@ -7,7 +7,9 @@ import (
 // The config file's envoy section: Envoy's rate limit service, whose rules
 // rpc.EnvoyConfig documents. Strict decoding applies here too (no custom
 // unmarshalers), so an unknown field is an error naming its line. The
-// section's domains are in quotad's schema; config_dir names a directory of
+// section's domains are in quotad's schema, decoded into the structs
+// below; config_dir, shadow_mode and near_limit_ratio are settings (the
+// table in settings.go); config_dir names a directory of
 // envoyproxy/ratelimit config files (envoy_dir.go).
 //
 //	envoy:
@@ -25,13 +27,7 @@ import (
 //	  shadow_mode: false                  # its SHADOW_MODE
 //	  near_limit_ratio: 0.8               # its NEAR_LIMIT_RATIO
 
-type fileEnvoy struct {
-	Domains        []fileEnvoyDomain `yaml:"domains"`
-	ConfigDir      *string           `yaml:"config_dir"`
-	ShadowMode     *bool             `yaml:"shadow_mode"`
-	NearLimitRatio *float64          `yaml:"near_limit_ratio"`
-}
-
+// fileEnvoyDomain is one domain of the envoy section.
 type fileEnvoyDomain struct {
 	Domain       string                `yaml:"domain"`
 	AllOrNothing bool                  `yaml:"all_or_nothing"`
@@ -47,28 +43,14 @@ type fileEnvoyDescriptor struct {
 	Descriptors []fileEnvoyDescriptor `yaml:"descriptors"`
 }
 
-// applyEnvoy sets c's envoy section from f, once apply has set the
-// policies its rules name, and validates it: the section comes only from
-// the file, so its errors can name the file.
-func (f fileConfig) applyEnvoy(c *config) error {
-	if f.Envoy == nil {
+// envoyDomains converts the section's domains; rpc.EnvoyConfig.Validate
+// judges them.
+func envoyDomains(fs []fileEnvoyDomain) []rpc.EnvoyDomain {
+	if len(fs) == 0 {
 		return nil
 	}
-	setIf(&c.EnvoyDir, f.Envoy.ConfigDir)
-	setIf(&c.Envoy.ShadowMode, f.Envoy.ShadowMode)
-	setIf(&c.Envoy.NearLimitRatio, f.Envoy.NearLimitRatio)
-	c.Envoy.Domains = f.Envoy.domains()
-	return c.Envoy.Validate(c.Policies)
-}
-
-// domains converts the section's domains; rpc.EnvoyConfig.Validate judges
-// them.
-func (f fileEnvoy) domains() []rpc.EnvoyDomain {
-	if len(f.Domains) == 0 {
-		return nil
-	}
-	ds := make([]rpc.EnvoyDomain, len(f.Domains))
-	for i, d := range f.Domains {
+	ds := make([]rpc.EnvoyDomain, len(fs))
+	for i, d := range fs {
 		ds[i] = rpc.EnvoyDomain{Domain: d.Domain, AllOrNothing: d.AllOrNothing, Descriptors: envoyDescriptors(d.Descriptors)}
 	}
 	return ds

@@ -1,12 +1,24 @@
 package main
 
 import (
-	"flag"
 	"fmt"
+	"io"
+	"strings"
 )
 
-func usage(fs *flag.FlagSet, d config) {
-	w := fs.Output()
+// This file writes `quotad --help` from the settings table.
+
+// The texts of the flags that are not settings.
+const (
+	configHelp        = "YAML config file: the policies, Envoy's rules and any setting below; the environment and flags override it"
+	versionHelp       = "print quotad's version, commit and Go version, and exit (also: quotad version)"
+	printSettingsHelp = "print the effective settings (each setting's value, and whether it came from its default, the config file, the environment or a flag) and exit"
+)
+
+// usage writes `quotad --help`: what quotad is, then every setting of all,
+// each with its default, environment variable and config file key, then
+// the config file's shape and an example.
+func usage(w io.Writer, all []setting) {
 	fmt.Fprintf(w, `quotad — a distributed quota (rate-limit) service.
 
 Serves quotad.v1.QuotaService over Connect, gRPC, gRPC-Web and HTTP/JSON on one
@@ -23,52 +35,26 @@ Settings come from defaults, then the --config file, then QUOTAD_* environment
 variables, then flags. SIGHUP, or a change to the content of the --config file or
 of the --envoy-config-dir files, reloads them: policies, envoy rules and log_level
 apply at once; the rest needs a restart.
-Flags:
-`, d.Listen)
-	fs.PrintDefaults()
-	fmt.Fprintf(w, `
-Defaults: listen %s, redis-timeout %s, redis-connect-timeout %s, key-prefix %s,
-inline-limits %t, default-on-store-error %s, shutdown-timeout %s, log-level %s.
 
-Config file (YAML; unknown fields are errors):
-  listen: ":8080"
+Flags:
+`, defaultConfig().Listen)
+	writeFlag(w, "config", "file", configHelp, "default none; env QUOTAD_CONFIG")
+	writeFlag(w, "print-settings", "", printSettingsHelp, "")
+	writeFlag(w, "version", "", versionHelp, "")
+	fmt.Fprint(w, "\nSettings, each with its default, environment variable and config file key:\n")
+	for _, s := range all {
+		help := s.help
+		if s.zeroMeans != "" {
+			help += "; 0 means the default"
+		}
+		writeFlag(w, s.flag, s.arg, help, settingFacts(s))
+	}
+	fmt.Fprint(w, `
+Config file (YAML; unknown fields are errors): every setting above under its
+file key, a dot stepping into a section, so that --redis-timeout 80ms is
   redis:
-    url: "redis://localhost:6379/0" # or cluster: [host:port, ...]
-                                    # or sentinel: [host:port, ...] with master: NAME
-    timeout: 50ms
-    connect_timeout: 1s             # also username, password, sentinel_username,
-                                    # sentinel_password, db, tls, tls_ca_file
-  breaker: {failures: 5, probe_every: 250ms}
-  max_batch: 1000
-  max_request_bytes: 4194304
-  max_inline_period: 24h
-  memory_max_keys: 250000           # embedded memory store only
-  read_timeout: 30s
-  idle_timeout: 2m
-  max_connections: 10000
-  lease: {horizon: 200ms, hold: 500ms, max_fraction: 0.05, max_keys: 50000}
-  key_prefix: quotad
-  inline_limits: true
-  default_on_store_error: open      # open | closed
-  shutdown_timeout: 10s
-  log_level: info
-  tracing: {exporter: otlp-grpc, endpoint: "http://localhost:4317", sample_ratio: 0.1}
-  metrics: true                     # Prometheus text at GET /metrics
-  console: {enabled: true, show_keys: true}  # the web console at GET /
-  tls:                              # optional; the port then serves TLS only
-    cert_file: /etc/quotad/tls/tls.crt
-    key_file: /etc/quotad/tls/tls.key
-    client_ca_file: /etc/quotad/tls/ca.crt  # optional: require client certificates
-  admin_token_file: /etc/quotad/admin/token # optional: Reset needs this bearer token
-  cluster:                          # optional; needs redis
-    addr: ":7946"                   # gossip address (UDP and TCP)
-    join: ["quotad-headless:7946"]  # seeds; a DNS name means all its addresses
-    node_name: quotad-0             # default hostname:port
-    key_file: /etc/quotad/gossip.key  # base64 of 16/24/32 bytes; required
-                                    # unless insecure: true (plaintext gossip)
-  envoy:                            # Envoy's rate limit service (docs/envoy.md)
-    config_dir: /etc/ratelimit/config # envoyproxy/ratelimit's files, unchanged
-    shadow_mode: false              # also domains: [...] in quotad's own schema
+    timeout: 80ms
+Besides the settings, the file holds the policies and Envoy's rules:
   policies:
     - name: api                     # [A-Za-z0-9_.-]
       algorithm: token_bucket       # fixed_window | sliding_window_log | sliding_window_counter
@@ -77,9 +63,60 @@ Config file (YAML; unknown fields are errors):
       period: 1m                    # 1ms to 8760h, whole milliseconds
       burst: 20                     # buckets and gcra; 0 means limit
       on_store_error: closed        # optional: open | closed
+      lease: auto                   # optional: auto | off
+  envoy:
+    domains:                        # Envoy's rate limit service (docs/envoy.md)
+      - domain: edge
+        descriptors:
+          - key: remote_address
+            policy: api
 
 Try it:
   curl -s -H 'Content-Type: application/json' localhost:8080/quotad.v1.QuotaService/Check \
     -d '{"policy":"demo","key":"u1","limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"60s"}}'
-`, d.Listen, d.Redis.Timeout, d.Redis.ConnectTimeout, d.KeyPrefix, d.InlineLimits, d.DefaultOnStoreError, d.ShutdownTimeout, d.LogLevel)
+`)
+}
+
+// settingFacts is the line of --help under a setting's text: "default
+// 50ms; env QUOTAD_REDIS_TIMEOUT; file redis.timeout".
+func settingFacts(s setting) string {
+	return "default " + s.shownDefault() + "; env " + s.env() + "; file " + s.file
+}
+
+// writeFlag writes one flag of --help: its name and argument, then its
+// text wrapped, then facts (if any) on a line of their own.
+func writeFlag(w io.Writer, name, arg, text, facts string) {
+	fmt.Fprintf(w, "  -%s", name)
+	if arg != "" {
+		fmt.Fprintf(w, " %s", arg)
+	}
+	fmt.Fprintln(w)
+	for _, line := range wrap(text, 74) {
+		fmt.Fprintf(w, "      %s\n", line)
+	}
+	if facts != "" {
+		fmt.Fprintf(w, "      %s\n", facts)
+	}
+}
+
+// wrap breaks text into lines of at most width bytes, at spaces; a word
+// longer than width has a line of its own.
+func wrap(text string, width int) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(text) {
+		switch {
+		case line == "":
+			line = word
+		case len(line)+1+len(word) <= width:
+			line += " " + word
+		default:
+			lines = append(lines, line)
+			line = word
+		}
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
 }

@@ -66,28 +66,6 @@ type telemetryConfig struct {
 	Metrics bool
 }
 
-func defaultTelemetryConfig() telemetryConfig { return telemetryConfig{Metrics: true} }
-
-// fileTracing is the config file's tracing section.
-type fileTracing struct {
-	Exporter    *string  `yaml:"exporter"`
-	Endpoint    *string  `yaml:"endpoint"`
-	SampleRatio *float64 `yaml:"sample_ratio"`
-}
-
-// applyTelemetry applies the file's tracing section and metrics switch.
-func (f fileConfig) applyTelemetry(c *config) {
-	setIf(&c.Telemetry.Metrics, f.Metrics)
-	if f.Tracing != nil {
-		setIf(&c.Telemetry.TraceExporter, f.Tracing.Exporter)
-		setIf(&c.Telemetry.TraceEndpoint, f.Tracing.Endpoint)
-		if f.Tracing.SampleRatio != nil {
-			r := *f.Tracing.SampleRatio
-			c.Telemetry.TraceSampleRatio = &r
-		}
-	}
-}
-
 func (t telemetryConfig) validate() error {
 	switch t.TraceExporter {
 	case "", exporterNone, exporterOTLPGRPC, exporterOTLPHTTP, exporterStdout:

@@ -180,19 +180,3 @@ func serverTLS(cfg tlsConfig, logger *slog.Logger) (*tls.Config, error) {
 	}
 	return &tls.Config{GetConfigForClient: r.configForClient, NextProtos: []string{"h2", "http/1.1"}}, nil
 }
-
-// fileTLS is the config file's tls section.
-type fileTLS struct {
-	CertFile     *string `yaml:"cert_file"`
-	KeyFile      *string `yaml:"key_file"`
-	ClientCAFile *string `yaml:"client_ca_file"`
-}
-
-func (f *fileTLS) apply(c *tlsConfig) {
-	if f == nil {
-		return
-	}
-	setIf(&c.CertFile, f.CertFile)
-	setIf(&c.KeyFile, f.KeyFile)
-	setIf(&c.ClientCAFile, f.ClientCAFile)
-}
