@@ -318,7 +318,7 @@ func TestDeniedHashCollisionIsAMiss(t *testing.T) {
 func TestDeniedHashSeedIsPerCache(t *testing.T) {
 	a, b := newTestDenied(t, DeniedConfig{}), newTestDenied(t, DeniedConfig{})
 	k := Key{Policy: "api", Key: "k", Limit: algorithms.Limit{Algorithm: algorithms.GCRA}}
-	if a.hash(k) != a.hash(k) {
+	if first, second := a.hash(k), a.hash(k); first != second {
 		t.Error("hash is not deterministic within a cache")
 	}
 	if a.hash(k) == b.hash(k) {
