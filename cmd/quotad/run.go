@@ -35,7 +35,7 @@ func parseLogLevel(s string) (slog.Level, error) {
 //
 // It returns nil after a shutdown that ctx asked for.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	loaded, err := load(args, getenv, stderr)
+	ld, err := load(args, getenv, stderr)
 	if errors.Is(err, errVersion) {
 		_, err = fmt.Fprintln(stdout, versionText())
 		return err
@@ -43,10 +43,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	if loaded.printSettings {
-		return printSettings(stdout, loaded)
+	if ld.printSettings {
+		return printSettings(stdout, ld)
 	}
-	cfg := loaded.config
+	cfg := ld.config
 	// The level is a variable: a reload may change it.
 	level := new(slog.LevelVar)
 	l, _ := parseLogLevel(cfg.LogLevel) // validated
