@@ -155,10 +155,11 @@ func NewDenied(c DeniedConfig) (*Denied, error) {
 	return d, nil
 }
 
-// Add remembers that the authority denied cost units of k at nowMs (Unix
-// milliseconds) with decision dec, whose Allowed must be false: until nowMs
-// + dec.RetryAfter, a Lookup of k with cost is a hit, and so is one of a
-// larger cost until the wait the denial implies for it (see Lookup).
+// Add remembers that the authority denied cost units of k at nowMs
+// (milliseconds of the caller's monotonic clock, see the package doc) with
+// decision dec, whose Allowed must be false: until nowMs + dec.RetryAfter,
+// a Lookup of k with cost is a hit, and so is one of a larger cost until
+// the wait the denial implies for it (see Lookup).
 // cost 0 counts as 1, as it does at the authority. A RetryAfter below one
 // millisecond (including any Allowed decision's) is not stored, nor is a
 // negative cost.
@@ -197,8 +198,8 @@ func (c *Denied) Add(k Key, cost int64, dec algorithms.Decision, nowMs int64) {
 	}
 }
 
-// Lookup reports whether a check of cost units of k at nowMs (Unix
-// milliseconds) is covered by a remembered denial: one for the same Key,
+// Lookup reports whether a check of cost units of k at nowMs (on the
+// clock of Add) is covered by a remembered denial: one for the same Key,
 // for max(cost, 1) units or fewer, whose wait for this cost is known and
 // has not ended. The wait for the denied cost is the authority's
 // RetryAfter; for a larger cost it is k.Limit.RetryAfterFor the denial, and

@@ -14,7 +14,8 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
-// t0 is an arbitrary caller clock reading, Unix milliseconds. Denials in
+// t0 is an arbitrary reading of the caller's clock, in milliseconds (a
+// Unix time, to show that the zero is the caller's). Denials in
 // these tests last seconds to minutes on that clock; ristretto's TTL runs on
 // the wall clock for the same duration, which these tests never come near.
 const t0 = int64(1_700_000_000_000)
@@ -82,7 +83,7 @@ func TestDeniedLookup(t *testing.T) {
 	}
 }
 
-// The issue's example: GCRA 100/min burst 20, a denial of cost 1 with 596 ms
+// Issue 10's example (item 12): GCRA 100/min burst 20, a denial of cost 1 with 596 ms
 // to wait. Cost 5 waits 2,996 ms, as the authority says; the cache used to
 // answer 596 ms, and a client that waited as told was denied again.
 func TestDeniedLargerCostGetsItsOwnRetryAfter(t *testing.T) {
@@ -318,7 +319,7 @@ func TestDeniedHashCollisionIsAMiss(t *testing.T) {
 func TestDeniedHashSeedIsPerCache(t *testing.T) {
 	a, b := newTestDenied(t, DeniedConfig{}), newTestDenied(t, DeniedConfig{})
 	k := Key{Policy: "api", Key: "k", Limit: algorithms.Limit{Algorithm: algorithms.GCRA}}
-	if a.hash(k) != a.hash(k) {
+	if first, second := a.hash(k), a.hash(k); first != second {
 		t.Error("hash is not deterministic within a cache")
 	}
 	if a.hash(k) == b.hash(k) {

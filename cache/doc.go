@@ -7,6 +7,11 @@
 // that is present never denies a request the authority would have allowed.
 //
 // The package reads no clock for its decisions: every method that needs the
-// time takes it as an argument, in whole milliseconds since the Unix epoch,
-// as package algorithms does. Callers must use one clock for a given cache.
+// time takes it as an argument, in whole milliseconds of any clock that
+// never goes back (a node passes milliseconds since it started, read from
+// Go's monotonic clock; Unix milliseconds do too while the wall clock is
+// not stepped back). Only differences between readings matter, so the
+// clock's zero is the caller's; callers must use one clock for a given
+// cache. Ristretto's own TTL, which only reclaims memory, runs on the wall
+// clock.
 package cache

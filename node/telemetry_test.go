@@ -249,7 +249,7 @@ func attrString(s attribute.Set) string {
 		if i > 0 {
 			out += ","
 		}
-		out += fmt.Sprintf("%s=%s", kv.Key, kv.Value.Emit())
+		out += fmt.Sprintf("%s=%s", kv.Key, kv.Value.String())
 	}
 	return out
 }

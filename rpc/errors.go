@@ -50,8 +50,9 @@ var (
 // NotFound too, inline limits on a server that forbids them are PermissionDenied, so is an
 // admin call with the wrong token (without one it is Unauthenticated), the
 // caller's context ending is Canceled or DeadlineExceeded, a full memory store
-// is ResourceExhausted, a failed store (on Reset; checks take the failure mode
-// instead) is Unavailable, and everything else is Internal. (decodeError,
+// is ResourceExhausted, a failed store (node.ErrStore: on Reset and on a
+// slot's renew or release; checks take the policy's failure mode instead) is
+// Unavailable, and everything else is Internal. (decodeError,
 // below, is the gRPC front end's copy of what connect-go answers to a request
 // that does not decode.)
 func code(ctx context.Context, err error) connect.Code {

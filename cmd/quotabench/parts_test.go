@@ -86,7 +86,7 @@ func TestKeyGen(t *testing.T) {
 		t.Fatalf("uniform over 10 keys drew %d distinct", len(seen))
 	}
 	s := newKeyGen(config{Keys: keysSingle, NKeys: 1, KeyPrefix: "s"}, 3)
-	if s.key() != "s0" || s.key() != "s0" {
+	if first, second := s.key(), s.key(); first != "s0" || second != "s0" {
 		t.Fatal("single is not s0")
 	}
 }

@@ -8,12 +8,6 @@ import (
 	"github.com/quotad/quotad/rpc"
 )
 
-func adminSettings() []setting {
-	return []setting{
-		{name: "admin-token-file", usage: "`file` holding the bearer token that admin calls (Reset) require: Authorization: Bearer TOKEN; unset, any client may call Reset", apply: func(c *config, v string) error { c.AdminTokenFile = v; return nil }},
-	}
-}
-
 // readAdminToken returns the token in the file at path, surrounding
 // whitespace (a trailing newline) removed. An empty path means no token.
 func readAdminToken(path string) (string, error) {

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/quotad/quotad/node/cluster"
 	"github.com/quotad/quotad/node/store/redis"
 )
@@ -41,19 +39,6 @@ type clusterConfig struct {
 	// DeadAfter and RejoinInterval tune membership; 0 takes node's
 	// defaults (5s, 10s).
 	DeadAfter, RejoinInterval time.Duration
-}
-
-func clusterSettings() []setting {
-	return []setting{
-		{name: "cluster-addr", usage: "gossip address (`host:port`, UDP and TCP) that makes this node a cluster member; host an IP or empty for all interfaces; needs --redis", apply: func(c *config, v string) error { c.Cluster.Addr = v; return nil }},
-		{name: "cluster-advertise", usage: "address the other nodes reach this one at (`host:port`), when it differs from --cluster-addr", apply: func(c *config, v string) error { c.Cluster.Advertise = v; return nil }},
-		{name: "join", usage: "cluster seeds to join, `host:port[,host:port...]`; a DNS name stands for every address it resolves to (a Kubernetes headless service)", apply: func(c *config, v string) error { return parseAddrsInto(&c.Cluster.Join, v) }},
-		{name: "node-name", usage: "this node's name in the cluster, unique; default hostname:port", apply: func(c *config, v string) error { c.Cluster.NodeName = v; return nil }},
-		{name: "cluster-key-file", usage: "`file` with the shared gossip key that encrypts and authenticates the cluster: base64 of 16, 24 or 32 bytes (openssl rand -base64 32), or the raw bytes; required with --cluster-addr unless --cluster-insecure", apply: func(c *config, v string) error { c.Cluster.KeyFile = v; return nil }},
-		{name: "cluster-insecure", usage: "gossip without --cluster-key-file: unencrypted and unauthenticated, so anyone who reaches --cluster-addr can join, read and forge gossip (a forged denial still lasts no longer than its limit could justify); only for a network nobody else reaches", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Cluster.Insecure, v) }},
-		{name: "cluster-dead-after", usage: "a member that stops answering is dropped from the cluster after about this long (`duration`); 0 takes the default 5s", apply: func(c *config, v string) error { return parseDurationInto(&c.Cluster.DeadAfter, v) }},
-		{name: "cluster-rejoin-interval", usage: "how often seeds and dead members are re-joined, which heals partitions (`duration`); 0 takes the default 10s", apply: func(c *config, v string) error { return parseDurationInto(&c.Cluster.RejoinInterval, v) }},
-	}
 }
 
 // validate checks the cluster settings against the store: a cluster needs
@@ -173,58 +158,4 @@ func redisIdentity(r redis.Config) string {
 	default:
 		return fmt.Sprintf("redis sentinel master %s db %d", r.MasterName, r.DB)
 	}
-}
-
-// fileCluster is the config file's cluster section.
-type fileCluster struct {
-	Addr           *string       `yaml:"addr"`
-	Advertise      *string       `yaml:"advertise"`
-	Join           *fileList     `yaml:"join"`
-	NodeName       *string       `yaml:"node_name"`
-	KeyFile        *string       `yaml:"key_file"`
-	Insecure       *bool         `yaml:"insecure"`
-	DeadAfter      *yamlDuration `yaml:"dead_after"`
-	RejoinInterval *yamlDuration `yaml:"rejoin_interval"`
-}
-
-func (f *fileCluster) apply(c *clusterConfig) {
-	if f == nil {
-		return
-	}
-	setIf(&c.Addr, f.Addr)
-	setIf(&c.Advertise, f.Advertise)
-	setIf(&c.NodeName, f.NodeName)
-	setIf(&c.KeyFile, f.KeyFile)
-	setIf(&c.Insecure, f.Insecure)
-	if f.Join != nil {
-		c.Join = *f.Join
-	}
-	if f.DeadAfter != nil {
-		c.DeadAfter = time.Duration(*f.DeadAfter)
-	}
-	if f.RejoinInterval != nil {
-		c.RejoinInterval = time.Duration(*f.RejoinInterval)
-	}
-}
-
-// fileList is a YAML list of strings, or one comma-separated string as on
-// the command line.
-type fileList []string
-
-func (l *fileList) decodeNode(n *yaml.Node) error {
-	switch n.Kind {
-	case yaml.ScalarNode:
-		return parseAddrsInto((*[]string)(l), n.Value)
-	case yaml.SequenceNode:
-		s := make([]string, len(n.Content))
-		for i, item := range n.Content {
-			if item.Kind != yaml.ScalarNode || item.Tag == "!!null" {
-				return fmt.Errorf("item %d: want host:port, got %s", i, describeNode(item))
-			}
-			s[i] = item.Value
-		}
-		*l = s
-		return nil
-	}
-	return fmt.Errorf("want a list of host:port or one comma-separated string, got %s", describeNode(n))
 }

@@ -29,7 +29,7 @@ import (
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
 
-// The issue's multi-process checks: three quotad processes on 127.0.0.1,
+// Issue 4's multi-process checks: three quotad processes on 127.0.0.1,
 // .2 and .3 sharing one redis-server, one gossip key.
 
 // clusterDeadAfter is the processes' --cluster-dead-after.
@@ -466,7 +466,7 @@ func TestClusterRefusesAnotherKeyPrefix(t *testing.T) {
 }
 
 // Issue 10, item 3: a node refuses to gossip without a key unless told to
-// (--cluster-insecure, which it warns about); and the issue's 33-byte
+// (--cluster-insecure, which it warns about); and the item's 33-byte
 // packet from a process that never joined, or its version-2 equivalent,
 // denies nothing: a configured policy's key stays allowed.
 func TestInsecureClusterIsExplicitAndDropsForgedGossip(t *testing.T) {
@@ -490,7 +490,7 @@ func TestInsecureClusterIsExplicitAndDropsForgedGossip(t *testing.T) {
 	}
 	v1 := append([]byte{8, 1}, denial...) // memberlist user message, then gossip version 1
 	if len(v1) != 1+33 {
-		t.Fatalf("the issue's packet is 33 bytes; this one %d", len(v1)-1)
+		t.Fatalf("issue 10's packet is 33 bytes; this one %d", len(v1)-1)
 	}
 	v2 := []byte{8, 2}
 	v2 = binary.BigEndian.AppendUint64(v2, 0xbad)

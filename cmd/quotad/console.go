@@ -9,29 +9,6 @@ type consoleConfig struct {
 	ShowKeys bool
 }
 
-func defaultConsoleConfig() consoleConfig { return consoleConfig{Enabled: true, ShowKeys: true} }
-
-func consoleSettings() []setting {
-	return []setting{
-		{name: "console", usage: "serve the web console at GET / on the API port (playground and live view)", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Console.Enabled, v) }},
-		{name: "console-show-keys", usage: "show keys in the console's top limited keys and GET /status; false shows a SHA-256 prefix of each instead", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Console.ShowKeys, v) }},
-	}
-}
-
-// fileConsole is the config file's console section.
-type fileConsole struct {
-	Enabled  *bool `yaml:"enabled"`
-	ShowKeys *bool `yaml:"show_keys"`
-}
-
-func (f *fileConsole) apply(c *consoleConfig) {
-	if f == nil {
-		return
-	}
-	setIf(&c.Enabled, f.Enabled)
-	setIf(&c.ShowKeys, f.ShowKeys)
-}
-
 // describe is the console's line in the start banner.
 func (c consoleConfig) describe(url string) string {
 	if !c.Enabled {

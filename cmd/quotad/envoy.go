@@ -1,16 +1,15 @@
 package main
 
 import (
-	"fmt"
-	"strconv"
-
 	"github.com/quotad/quotad/rpc"
 )
 
 // The config file's envoy section: Envoy's rate limit service, whose rules
 // rpc.EnvoyConfig documents. Strict decoding applies here too (no custom
 // unmarshalers), so an unknown field is an error naming its line. The
-// section's domains are in quotad's schema; config_dir names a directory of
+// section's domains are in quotad's schema, decoded into the structs
+// below; config_dir, shadow_mode and near_limit_ratio are settings (the
+// table in settings.go); config_dir names a directory of
 // envoyproxy/ratelimit config files (envoy_dir.go).
 //
 //	envoy:
@@ -28,30 +27,7 @@ import (
 //	  shadow_mode: false                  # its SHADOW_MODE
 //	  near_limit_ratio: 0.8               # its NEAR_LIMIT_RATIO
 
-type fileEnvoy struct {
-	Domains        []fileEnvoyDomain `yaml:"domains"`
-	ConfigDir      *string           `yaml:"config_dir"`
-	ShadowMode     *bool             `yaml:"shadow_mode"`
-	NearLimitRatio *float64          `yaml:"near_limit_ratio"`
-}
-
-// envoySettings are the flags (and QUOTAD_* variables) of Envoy's rate
-// limit service.
-func envoySettings() []setting {
-	return []setting{
-		{name: "envoy-config-dir", usage: "`directory` of envoyproxy/ratelimit config files (*.yaml, *.yml; one domain each), served unchanged by Envoy's rate limit service and reloaded when they change", apply: func(c *config, v string) error { c.EnvoyDir = v; return nil }},
-		{name: "envoy-shadow-mode", usage: "answer Envoy's rate limit requests OK overall even when over a limit, still counting (envoyproxy/ratelimit's SHADOW_MODE)", isBool: true, apply: func(c *config, v string) error { return parseBoolInto(&c.Envoy.ShadowMode, v) }},
-		{name: "envoy-near-limit-ratio", usage: "share of a limit past which Envoy rule hits count as near_limit in /metrics, in (0, 1]; 0 takes the default 0.8", apply: func(c *config, v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return fmt.Errorf("want a number such as 0.8, got %q", v)
-			}
-			c.Envoy.NearLimitRatio = f
-			return nil
-		}},
-	}
-}
-
+// fileEnvoyDomain is one domain of the envoy section.
 type fileEnvoyDomain struct {
 	Domain       string                `yaml:"domain"`
 	AllOrNothing bool                  `yaml:"all_or_nothing"`
@@ -67,28 +43,14 @@ type fileEnvoyDescriptor struct {
 	Descriptors []fileEnvoyDescriptor `yaml:"descriptors"`
 }
 
-// applyEnvoy sets c's envoy section from f, once apply has set the
-// policies its rules name, and validates it: the section comes only from
-// the file, so its errors can name the file.
-func (f fileConfig) applyEnvoy(c *config) error {
-	if f.Envoy == nil {
+// envoyDomains converts the section's domains; rpc.EnvoyConfig.Validate
+// judges them.
+func envoyDomains(fs []fileEnvoyDomain) []rpc.EnvoyDomain {
+	if len(fs) == 0 {
 		return nil
 	}
-	setIf(&c.EnvoyDir, f.Envoy.ConfigDir)
-	setIf(&c.Envoy.ShadowMode, f.Envoy.ShadowMode)
-	setIf(&c.Envoy.NearLimitRatio, f.Envoy.NearLimitRatio)
-	c.Envoy.Domains = f.Envoy.domains()
-	return c.Envoy.Validate(c.Policies)
-}
-
-// domains converts the section's domains; rpc.EnvoyConfig.Validate judges
-// them.
-func (f fileEnvoy) domains() []rpc.EnvoyDomain {
-	if len(f.Domains) == 0 {
-		return nil
-	}
-	ds := make([]rpc.EnvoyDomain, len(f.Domains))
-	for i, d := range f.Domains {
+	ds := make([]rpc.EnvoyDomain, len(fs))
+	for i, d := range fs {
 		ds[i] = rpc.EnvoyDomain{Domain: d.Domain, AllOrNothing: d.AllOrNothing, Descriptors: envoyDescriptors(d.Descriptors)}
 	}
 	return ds

@@ -14,12 +14,6 @@ import (
 // "Benchmarks"): net/http/pprof's handlers on an address of their own,
 // never on the API's port, and only when asked for.
 
-func pprofSettings() []setting {
-	return []setting{
-		{name: "pprof-addr", usage: "serve Go's profiler (net/http/pprof under /debug/pprof/) on this `host:port`, apart from the API; keep it on loopback; empty (the default) serves none", apply: func(c *config, v string) error { c.PprofAddr = v; return nil }},
-	}
-}
-
 // validatePprofAddr accepts "" (off) or host:port.
 func validatePprofAddr(addr string) error {
 	if addr == "" {

@@ -295,8 +295,8 @@ func TestHelpDocumentsEverySetting(t *testing.T) {
 		t.Fatalf("--help returned %v", err)
 	}
 	for _, s := range settings() {
-		if !strings.Contains(out.String(), "-"+s.name) || !strings.Contains(out.String(), s.env()) {
-			t.Errorf("help lacks --%s or %s", s.name, s.env())
+		if !strings.Contains(out.String(), "-"+s.flag) || !strings.Contains(out.String(), s.env()) {
+			t.Errorf("help lacks --%s or %s", s.flag, s.env())
 		}
 	}
 	for _, w := range []string{"-config", "policies:", "token_bucket", "curl"} {

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -65,51 +64,6 @@ type telemetryConfig struct {
 	// Metrics serves Prometheus metrics at GET /metrics on the API's port.
 	// Default true.
 	Metrics bool
-}
-
-func defaultTelemetryConfig() telemetryConfig { return telemetryConfig{Metrics: true} }
-
-func telemetrySettings() []setting {
-	return []setting{
-		{name: "trace-exporter", usage: "where spans go: none, otlp-grpc, otlp-http or stdout; unset reads OTEL_TRACES_EXPORTER (otlp, console, none), else none", apply: func(c *config, v string) error { c.Telemetry.TraceExporter = v; return nil }},
-		{name: "trace-endpoint", usage: "OTLP collector for spans: `URL` (http://collector:4317, http means no TLS) or host:port; unset reads OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT", apply: func(c *config, v string) error { c.Telemetry.TraceEndpoint = v; return nil }},
-		{name: "trace-sample-ratio", usage: "share of new traces recorded, 0 to 1 (requests carrying trace context follow their caller); unset reads OTEL_TRACES_SAMPLER, else 1", apply: func(c *config, v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return fmt.Errorf("want a number such as 0.01, got %q", v)
-			}
-			c.Telemetry.TraceSampleRatio = &f
-			return nil
-		}},
-		{name: "metrics", usage: "serve Prometheus metrics at GET /metrics on the API port", isBool: true, apply: func(c *config, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("want true or false, got %q", v)
-			}
-			c.Telemetry.Metrics = b
-			return nil
-		}},
-	}
-}
-
-// fileTracing is the config file's tracing section.
-type fileTracing struct {
-	Exporter    *string  `yaml:"exporter"`
-	Endpoint    *string  `yaml:"endpoint"`
-	SampleRatio *float64 `yaml:"sample_ratio"`
-}
-
-// applyTelemetry applies the file's tracing section and metrics switch.
-func (f fileConfig) applyTelemetry(c *config) {
-	setIf(&c.Telemetry.Metrics, f.Metrics)
-	if f.Tracing != nil {
-		setIf(&c.Telemetry.TraceExporter, f.Tracing.Exporter)
-		setIf(&c.Telemetry.TraceEndpoint, f.Tracing.Endpoint)
-		if f.Tracing.SampleRatio != nil {
-			r := *f.Tracing.SampleRatio
-			c.Telemetry.TraceSampleRatio = &r
-		}
-	}
 }
 
 func (t telemetryConfig) validate() error {

@@ -26,14 +26,6 @@ type tlsConfig struct {
 	ClientCAFile string
 }
 
-func tlsSettings() []setting {
-	return []setting{
-		{name: "tls-cert-file", usage: "PEM `file` of the API's certificate chain; with --tls-key-file the port serves TLS only (HTTP/2 by ALPN, and HTTP/1.1); re-read when it changes", apply: func(c *config, v string) error { c.TLS.CertFile = v; return nil }},
-		{name: "tls-key-file", usage: "PEM `file` of the private key of --tls-cert-file", apply: func(c *config, v string) error { c.TLS.KeyFile = v; return nil }},
-		{name: "tls-client-ca-file", usage: "PEM `file` of the CAs that sign client certificates; set, every client must present one (mutual TLS); needs --tls-cert-file", apply: func(c *config, v string) error { c.TLS.ClientCAFile = v; return nil }},
-	}
-}
-
 // enabled reports whether the API serves TLS.
 func (c tlsConfig) enabled() bool { return c.CertFile != "" }
 
@@ -187,20 +179,4 @@ func serverTLS(cfg tlsConfig, logger *slog.Logger) (*tls.Config, error) {
 		return nil, err
 	}
 	return &tls.Config{GetConfigForClient: r.configForClient, NextProtos: []string{"h2", "http/1.1"}}, nil
-}
-
-// fileTLS is the config file's tls section.
-type fileTLS struct {
-	CertFile     *string `yaml:"cert_file"`
-	KeyFile      *string `yaml:"key_file"`
-	ClientCAFile *string `yaml:"client_ca_file"`
-}
-
-func (f *fileTLS) apply(c *tlsConfig) {
-	if f == nil {
-		return
-	}
-	setIf(&c.CertFile, f.CertFile)
-	setIf(&c.KeyFile, f.KeyFile)
-	setIf(&c.ClientCAFile, f.ClientCAFile)
 }

@@ -12,12 +12,6 @@ const (
 	grpcTransportConnect = "connect"
 )
 
-func transportSettings() []setting {
-	return []setting{
-		{name: "grpc-transport", usage: "grpc-go: connections whose first request is gRPC are served by grpc-go's transport (a fraction of the CPU per call); connect: every connection by net/http and connect-go, for a proxy in front that mixes gRPC and other requests on one HTTP/2 connection", apply: func(c *config, v string) error { c.GRPCTransport = v; return nil }},
-	}
-}
-
 func validateGRPCTransport(v string) error {
 	switch v {
 	case grpcTransportGRPCGo, grpcTransportConnect:

@@ -16,8 +16,9 @@ import (
 
 // This file reads the YAML config file strictly, with errors a user can
 // act on. yaml.v3 parses the text into nodes; quotad's own walker then
-// fills the file structs (fileConfig and its sections) from the nodes by
-// their yaml tags, so that every error names the file, the line and the
+// applies the settings from the nodes by the settings table
+// (configfile.go), and fills the structs of the policies and Envoy's rules
+// by their yaml tags, so that every error names the file, the line and the
 // field as the file spells it (policies[0].limit), and no Go type name
 // reaches the user. Unknown fields, a fraction where a whole number
 // belongs and a value of the wrong kind are errors, never ignored or
@@ -183,18 +184,9 @@ var nodeDecoderType = reflect.TypeFor[nodeDecoder]()
 // is field. Pointers are allocated for the values the file sets, so that
 // nil means "not in the file".
 func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value, depth int) error {
-	if d.budget++; d.budget > maxYAMLNodes {
-		return d.errorAt(n.Line, field, fmt.Errorf("more than %d values (aliases expanding into one another?)", maxYAMLNodes))
-	}
-	if depth > maxYAMLDepth {
-		return d.errorAt(n.Line, field, fmt.Errorf("nested deeper than %d levels", maxYAMLDepth))
-	}
-	if n.Kind == yaml.AliasNode {
-		return d.decode(n.Alias, field, v, depth+1)
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		// "key:" with no value, or "~": as if the key were not there.
-		return nil
+	n, depth, err := d.resolve(n, field, depth)
+	if n == nil || err != nil {
+		return err
 	}
 	if v.Kind() == reflect.Pointer {
 		p := reflect.New(v.Type().Elem())
@@ -228,15 +220,16 @@ func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value, depth int)
 		v.Set(s)
 		return nil
 	case reflect.String:
-		if n.Kind != yaml.ScalarNode {
-			return d.errorAt(n.Line, field, fmt.Errorf("want text, got %s", describeNode(n)))
+		s, err := yamlText(n)
+		if err != nil {
+			return d.errorAt(n.Line, field, err)
 		}
-		v.SetString(n.Value)
+		v.SetString(s)
 		return nil
 	case reflect.Bool:
-		var b bool
-		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
-			return d.errorAt(n.Line, field, fmt.Errorf("want true or false, got %s", describeNode(n)))
+		b, err := yamlBool(n)
+		if err != nil {
+			return d.errorAt(n.Line, field, err)
 		}
 		v.SetBool(b)
 		return nil
@@ -251,9 +244,9 @@ func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value, depth int)
 		v.SetInt(i)
 		return nil
 	case reflect.Float64:
-		var f float64
-		if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return d.errorAt(n.Line, field, fmt.Errorf("want a number such as 0.5, got %s", describeNode(n)))
+		f, err := yamlNumber(n)
+		if err != nil {
+			return d.errorAt(n.Line, field, err)
 		}
 		v.SetFloat(f)
 		return nil
@@ -261,6 +254,39 @@ func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value, depth int)
 	// Only a file struct quotad declares with a field of another kind gets
 	// here; its tests would fail first.
 	return d.errorAt(n.Line, field, fmt.Errorf("quotad cannot read this setting (a %s field)", v.Kind()))
+}
+
+// resolve counts n against the walker's budget and depth, follows
+// aliases, and returns the node that holds the value and its depth; a nil
+// node for null ("key:" with no value, or "~"), as if the key were not
+// there.
+func (d *yamlDoc) resolve(n *yaml.Node, field string, depth int) (*yaml.Node, int, error) {
+	for {
+		if d.budget++; d.budget > maxYAMLNodes {
+			return nil, depth, d.errorAt(n.Line, field, fmt.Errorf("more than %d values (aliases expanding into one another?)", maxYAMLNodes))
+		}
+		if depth > maxYAMLDepth {
+			return nil, depth, d.errorAt(n.Line, field, fmt.Errorf("nested deeper than %d levels", maxYAMLDepth))
+		}
+		if n.Kind != yaml.AliasNode {
+			break
+		}
+		n, depth = n.Alias, depth+1
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil, depth, nil
+	}
+	return n, depth, nil
+}
+
+// unknownField is the error of key k, which the mapping at field (the
+// top level for "") does not know; known lists the keys it does.
+func (d *yamlDoc) unknownField(k *yaml.Node, field string, known []string) *fileError {
+	where := "at the top level"
+	if field != "" {
+		where = "in " + field
+	}
+	return d.errorAt(k.Line, joinField(field, k.Value), fmt.Errorf("unknown field %s (known: %s)", where, strings.Join(known, ", ")))
 }
 
 // wholeNumber reads n as a whole number. A fraction is an error, never
@@ -315,11 +341,7 @@ func (d *yamlDoc) decodeMapping(n *yaml.Node, field string, v reflect.Value, dep
 		name := joinField(field, k.Value)
 		idx, ok := fields[k.Value]
 		if !ok {
-			where := "at the top level"
-			if field != "" {
-				where = "in " + field
-			}
-			return d.errorAt(k.Line, name, fmt.Errorf("unknown field %s (known: %s)", where, strings.Join(names, ", ")))
+			return d.unknownField(k, field, names)
 		}
 		if first, dup := seen[k.Value]; dup {
 			return d.errorAt(k.Line, name, fmt.Errorf("given twice (first on line %d)", first))

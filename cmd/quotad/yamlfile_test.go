@@ -46,13 +46,31 @@ func leafFields(t reflect.Type, indent, prefix, path string, depth int) map[stri
 	return out
 }
 
+// schemaType is the config file's schema (fileSchema) as a struct type
+// with yaml tags, for leafFields: a setting is a text field, a section a
+// struct, a list of rules its slice type.
+func schemaType(sec *fileSection) reflect.Type {
+	var fields []reflect.StructField
+	for i, name := range sec.names {
+		t := reflect.TypeFor[string]()
+		switch e := sec.keys[name]; {
+		case e.section != nil:
+			t = schemaType(e.section)
+		case e.list != nil:
+			t = reflect.TypeOf(e.list(&fileRules{})).Elem()
+		}
+		fields = append(fields, reflect.StructField{Name: fmt.Sprintf("F%d", i), Type: t, Tag: reflect.StructTag(fmt.Sprintf("yaml:%q", name))})
+	}
+	return reflect.StructOf(fields)
+}
+
 // Every setting of the file, given a value of every wrong kind, is refused
 // with a fileError that names the file, a line and the field, in words: no
 // Go type name, no yaml.v3 tag.
 func TestConfigFileErrorsNameFileLineAndFieldInWords(t *testing.T) {
-	docs := leafFields(reflect.TypeFor[fileConfig](), "", "", "", 0)
+	docs := leafFields(schemaType(fileSchema(settings())), "", "", "", 0)
 	if len(docs) < 45 {
-		t.Fatalf("only %d settings found in fileConfig", len(docs))
+		t.Fatalf("only %d settings found in the config file's schema", len(docs))
 	}
 	bad := []string{`"text"`, "1.5", "[a, b]", "{a: 1}", "-7", "true", "12345678901234567890123"}
 	refused := 0

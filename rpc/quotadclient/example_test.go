@@ -1,0 +1,139 @@
+package quotadclient_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memory"
+	"github.com/quotad/quotad/rpc"
+	"github.com/quotad/quotad/rpc/quotadclient"
+)
+
+// Runnable examples, which go test compiles and runs against a real
+// quotad: a node on the embedded memory store behind rpc's handler, served
+// in process on a loopback port as `go run ./cmd/quotad` serves on :8080.
+
+// exampleQuotad serves quotad with the memory store and policies on a
+// loopback port (HTTP/1.1 and cleartext HTTP/2, as cmd/quotad does) and
+// returns its base URL and how to stop it.
+func exampleQuotad(policies ...node.Policy) (url string, stop func()) {
+	n, err := node.New(node.Config{Policies: policies}, memory.New(nil, 0), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := rpc.NewHandler(n, rpc.Config{}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	return srv.URL, func() {
+		srv.Close()
+		n.Close()
+	}
+}
+
+// A policy configured on quotad is checked by name: two units a minute,
+// then a denial with the time until a unit frees.
+func ExampleClient_Check() {
+	quotad, stop := exampleQuotad(node.Policy{
+		Name:  "api",
+		Limit: algorithms.Limit{Algorithm: algorithms.SlidingWindowLog, Limit: 2, Period: time.Minute},
+	})
+	defer stop()
+
+	c, err := quotadclient.New(quotad, quotadclient.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	for range 3 {
+		d, err := c.Check(context.Background(), "api", "user-1", 1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(d.Allowed, d.Remaining, d.Source, d.RetryAfter > 59*time.Second)
+	}
+	// Output:
+	// true 1 store false
+	// true 0 store false
+	// false 0 store true
+}
+
+// An inline limit travels with the request; its namespace ("signup")
+// keeps its keys apart from other limits'. Cost 0 asks without spending.
+func ExampleClient_CheckLimit() {
+	quotad, stop := exampleQuotad()
+	defer stop()
+
+	c, err := quotadclient.New(quotad, quotadclient.Options{Protocol: quotadclient.ProtocolGRPC})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	limit := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Period: time.Hour, Burst: 3}
+	for _, cost := range []int64{2, 0, 2} {
+		d, err := c.CheckLimit(context.Background(), "signup", limit, "203.0.113.7", cost)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("cost %d: allowed %t, remaining %d\n", cost, d.Allowed, d.Remaining)
+	}
+	// Output:
+	// cost 2: allowed true, remaining 1
+	// cost 0: allowed true, remaining 1
+	// cost 2: allowed false, remaining 1
+}
+
+// The README's middleware example: an HTTP API whose clients, told apart
+// by their X-API-Key header, get five requests a minute each.
+func ExampleMiddleware() {
+	quotad, stop := exampleQuotad() // quotad on a loopback port, as `go run ./cmd/quotad` on :8080
+	defer stop()
+
+	c, err := quotadclient.New(quotad, quotadclient.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limit, err := quotadclient.Middleware(c, quotadclient.MiddlewareConfig{
+		Policy: "demo", // a configured policy, or (with Limit) an inline limit's namespace
+		Limit:  &algorithms.Limit{Algorithm: algorithms.SlidingWindowLog, Limit: 5, Period: time.Minute},
+		Key:    quotadclient.KeyByHeader("X-API-Key"), // or KeyByIP(), KeyByRoute(mux)
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("hello\n"))
+	})
+	api := httptest.NewServer(limit(mux)) // or http.ListenAndServe(":9000", limit(mux))
+	defer api.Close()
+
+	for range 6 {
+		req, _ := http.NewRequest("GET", api.URL+"/hello", nil)
+		req.Header.Set("X-API-Key", "u1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.Status, resp.Header.Get("RateLimit-Policy"))
+	}
+	// Output:
+	// 200 OK "demo";q=5;w=60
+	// 200 OK "demo";q=5;w=60
+	// 200 OK "demo";q=5;w=60
+	// 200 OK "demo";q=5;w=60
+	// 200 OK "demo";q=5;w=60
+	// 429 Too Many Requests "demo";q=5;w=60
+}
