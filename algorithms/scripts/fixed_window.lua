@@ -3,7 +3,8 @@
 -- with the Go model (algorithms/fixed_window.go), are docs/algorithms.md,
 -- "Fixed window".
 --
--- KEYS[1]  base:fw  HASH {w = window start ms, n = units spent in window w}
+-- KEYS[1]  base:fw2  STRING "w n": w = window start ms, n = units spent in
+--          window w (prelude: load, save)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
 --          hold_ms (how long a lease keeps them; missing = 0)
@@ -18,15 +19,15 @@ local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
-local state = redis.call('HMGET', key, 'w', 'n')
+local _, stored_w, stored_n = load(key, 2)
 -- The stored window, aligned to this limit's period: a no-op unless the key's
 -- period changed. A clock that went backwards stays in the newest window
 -- written, so it can never reopen (and spend again) an earlier one.
-local stored_w = tonumber(state[1]) or 0
+stored_w = stored_w or 0
 stored_w = stored_w - stored_w % period
 local w = math.max(now - now % period, stored_w)
 local used = 0
-if w == stored_w then used = tonumber(state[2]) or 0 end
+if w == stored_w then used = stored_n or 0 end
 
 local allowed = used + c <= limit
 local granted, use_within, ref = 0, 0, 0
@@ -36,8 +37,7 @@ if allowed and cost > 0 then
   granted = math.max(cost, math.min(want, limit - used))
   use_within, ref = w + period - now, w
   used = used + granted
-  redis.call('HSET', key, 'w', int(w), 'n', int(used))
-  redis.call('PEXPIRE', key, int(math.max(1, w + period - now)))
+  save(key, math.max(1, w + period - now), w, used)
 end
 
 local reset_after, retry_after = 0, 0

@@ -6,8 +6,9 @@
 -- go-redis/redis_rate's, in whole ms (rounded up) and without its -1
 -- sentinels, but for what a denial or cost 0 reports (see gcra.go).
 --
--- KEYS[1]  base..":gc", a HASH: tat = whole ms of tat, r = its fraction in
---          1/a ms (0 <= r < a). A missing key is tat = now.
+-- KEYS[1]  base..":gc2", a STRING "tat r" (prelude: load, save): tat = whole
+--          ms of tat, r = its fraction in 1/a ms (0 <= r < a). A missing key
+--          is tat = now.
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
 --          want (units a lease would like, >= cost; missing = cost), hold_ms
 --          (unused: units taken early are only ever more conservative)
@@ -33,9 +34,9 @@ local full = capacity * b
 
 -- x is how far tat lies beyond now, in 1/a ms; 0 once tat has passed.
 local x = 0
-local st = redis.call("HMGET", key, "tat", "r")
-if st[1] then
-  local ahead = tonumber(st[1]) - now
+local found, st_tat, st_r = load(key, 2)
+if found then
+  local ahead = st_tat - now
   if ahead >= 0 then
     -- A write never puts tat more than full beyond the now it was made at,
     -- so it lies further only if the clock went backwards or the limit
@@ -44,7 +45,7 @@ if st[1] then
     if ahead > math.floor(full / a) then
       x = full
     else
-      x = math.min(full, ahead * a + math.min(tonumber(st[2]), a - 1))
+      x = math.min(full, ahead * a + math.min(st_r, a - 1))
     end
   end
 end
@@ -68,8 +69,7 @@ local reset_after = ceildiv(x, a)
 if allowed == 1 and cost > 0 then
   -- now + whole <= now + 2^52, still far below 2^53.
   local whole = math.floor(x / a)
-  redis.call("HSET", key, "tat", int(now + whole), "r", int(x - whole * a))
-  redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
+  save(key, math.max(reset_after, 1), now + whole, x - whole * a)
 end
 return {allowed, capacity, math.floor((full - x) / b), reset_after, retry_after,
   granted, 0, 0}

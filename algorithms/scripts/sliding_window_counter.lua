@@ -4,8 +4,9 @@
 -- (algorithms/sliding_window_counter.go), are docs/algorithms.md,
 -- "Sliding window counter".
 --
--- KEYS[1]  base:sc  HASH {w = current window start ms, cur = units spent in
---                         window w, prev = units spent in window w - period}
+-- KEYS[1]  base:sc2  STRING "w cur prev": w = current window start ms, cur =
+--          units spent in window w, prev = units spent in window w - period
+--          (prelude: load, save)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
 --          hold_ms (how long a lease keeps them; missing = 0)
@@ -20,18 +21,18 @@ local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
-local state = redis.call('HMGET', key, 'w', 'cur', 'prev')
+local _, stored_w, stored_cur, stored_prev = load(key, 3)
 -- The stored window, aligned to this limit's period: a no-op unless the key's
 -- period changed. A clock that went backwards stays in the newest window
 -- written, so it can never reopen (and spend again) an earlier one.
-local stored_w = tonumber(state[1]) or 0
+stored_w = stored_w or 0
 stored_w = stored_w - stored_w % period
 local w = math.max(now - now % period, stored_w)
 local cur, prev = 0, 0
 if w == stored_w then
-  cur, prev = tonumber(state[2]) or 0, tonumber(state[3]) or 0
+  cur, prev = stored_cur or 0, stored_prev or 0
 elseif w == stored_w + period then
-  prev = tonumber(state[2]) or 0
+  prev = stored_cur or 0
 end
 -- Counts above the limit were spent under a larger one (the key's limit
 -- changed); capping them keeps prev * period within 2^52.
@@ -51,8 +52,7 @@ if allowed and cost > 0 then
   granted = math.max(cost, math.min(want, limit - pw - cur))
   use_within, ref = w + period - now, w
   cur = cur + granted
-  redis.call('HSET', key, 'w', int(w), 'cur', int(cur), 'prev', int(prev))
-  redis.call('PEXPIRE', key, int(math.max(1, w + 2 * period - now)))
+  save(key, math.max(1, w + 2 * period - now), w, cur, prev)
 end
 
 local reset_after, retry_after = 0, 0

@@ -3,9 +3,10 @@
 -- must match decision for decision, are docs/algorithms.md "Token bucket" and
 -- algorithms/token_bucket.go.
 --
--- KEYS[1]  base..":tb", a HASH: t = whole tokens, r = the part of the next
---          token refilled so far in 1/b tokens (0 <= r < b), ts = time of the
---          last refill in ms. A missing key is a full bucket.
+-- KEYS[1]  base..":tb2", a STRING "t r ts" (prelude: load, save): t = whole
+--          tokens, r = the part of the next token refilled so far in 1/b
+--          tokens (0 <= r < b), ts = time of the last refill in ms. A missing
+--          key is a full bucket.
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
 --          want (units a lease would like, >= cost; missing = cost), hold_ms
 --          (unused: units taken early are only ever more conservative)
@@ -28,13 +29,13 @@ local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
 local tokens, r, last = capacity, 0, now
-local st = redis.call("HMGET", key, "t", "r", "ts")
-if st[1] then
+local found, st_t, st_r, st_ts = load(key, 3)
+if found then
   -- Read a state written under another limit clamped to this one, so
   -- remaining stays in [0, capacity] and products stay in bounds.
-  tokens = math.min(tonumber(st[1]), capacity)
-  r = math.min(tonumber(st[2]), b - 1)
-  last = tonumber(st[3])
+  tokens = math.min(st_t, capacity)
+  r = math.min(st_r, b - 1)
+  last = st_ts
 end
 
 -- Refill. Comparing e with the time to fill up before multiplying keeps
@@ -66,7 +67,6 @@ local reset_after = ceildiv((capacity - tokens) * b - r, a)
 
 -- Denied and cost-0 checks write nothing.
 if allowed == 1 and cost > 0 then
-  redis.call("HSET", key, "t", int(tokens), "r", int(r), "ts", int(last))
-  redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
+  save(key, math.max(reset_after, 1), tokens, r, last)
 end
 return {allowed, capacity, tokens, reset_after, retry_after, granted, 0, 0}
