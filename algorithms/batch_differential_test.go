@@ -26,7 +26,7 @@ local shim = setmetatable({call = function(cmd, ...)
   end
   local key, value, px = ...
   if c == 'SET' and px == 'PX' then
-    return real.call('SET', key, value, 'PX', 3600000)
+    return real.call('SET', key, value, 'PX', 3600000, select(5, ...))
   end
   return real.call(cmd, ...)
 end}, {__index = real})

@@ -244,11 +244,21 @@ end
 
 local nk, na = NKEYS, NARGS
 -- One keys and one argv table for all the checks: a check script only
--- reads them.
-local out, keys, argv = {}, {}, {}
+-- reads them. Arguments reach it as numbers where they are ones (it reads
+-- each with tonumber, which returns a number as it is), each distinct one
+-- parsed once per call: the checks of a batch mostly share their limit.
+local out, keys, argv, parsed = {}, {}, {}, {}
 for i = 0, #ARGV / na - 1 do
   for j = 1, nk do keys[j] = KEYS[i * nk + j] end
-  for j = 1, na do argv[j] = ARGV[i * na + j] end
+  for j = 1, na do
+    local s = ARGV[i * na + j]
+    local v = parsed[s]
+    if v == nil then
+      v = tonumber(s) or s
+      parsed[s] = v
+    end
+    argv[j] = v
+  end
   local ok, reply = pcall(check, keys, argv)
   if not ok and not (type(reply) == 'table' and reply.err) then
     reply = redis.error_reply(tostring(reply))

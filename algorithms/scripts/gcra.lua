@@ -32,44 +32,50 @@ local c = math.max(cost, 1)
 -- full is the whole burst tolerance, capacity * T, in 1/a ms.
 local full = capacity * b
 
--- x is how far tat lies beyond now, in 1/a ms; 0 once tat has passed.
-local x = 0
-local found, st_tat, st_r = load(key, 2)
-if found then
-  local ahead = st_tat - now
-  if ahead >= 0 then
-    -- A write never puts tat more than full beyond the now it was made at,
-    -- so it lies further only if the clock went backwards or the limit
-    -- shrank. Capping there reads the bucket as exhausted, and checking
-    -- before multiplying keeps ahead*a <= full.
-    if ahead > math.floor(full / a) then
-      x = full
-    else
-      x = math.min(full, ahead * a + math.min(st_r, a - 1))
+-- decide: see check_state (prelude). st_tat and st_r are the stored tat and
+-- r.
+local function decide(found, st_tat, st_r)
+  -- x is how far tat lies beyond now, in 1/a ms; 0 once tat has passed.
+  local x = 0
+  if found then
+    local ahead = st_tat - now
+    if ahead >= 0 then
+      -- A write never puts tat more than full beyond the now it was made at,
+      -- so it lies further only if the clock went backwards or the limit
+      -- shrank. Capping there reads the bucket as exhausted, and checking
+      -- before multiplying keeps ahead*a <= full.
+      if ahead > math.floor(full / a) then
+        x = full
+      else
+        x = math.min(full, ahead * a + math.min(st_r, a - 1))
+      end
     end
   end
-end
 
--- allowed <=> x + c*b <= full, rearranged so no sum exceeds full.
-local room = (capacity - c) * b
-local allowed, retry_after, granted = 0, 0, 0
-if x <= room then
-  allowed = 1
-  if cost > 0 then
-    -- A lease takes up to want of the emissions the tolerance has room for.
-    granted = math.max(cost, math.min(want, math.floor((full - x) / b)))
-    x = x + granted * b
+  -- allowed <=> x + c*b <= full, rearranged so no sum exceeds full.
+  local room = (capacity - c) * b
+  local allowed, retry_after, granted = 0, 0, 0
+  if x <= room then
+    allowed = 1
+    if cost > 0 then
+      -- A lease takes up to want of the emissions the tolerance has room for.
+      granted = math.max(cost, math.min(want, math.floor((full - x) / b)))
+      x = x + granted * b
+    end
+  else
+    retry_after = ceildiv(x - room, a)
   end
-else
-  retry_after = ceildiv(x - room, a)
-end
-local reset_after = ceildiv(x, a)
+  local reset_after = ceildiv(x, a)
 
--- Denied and cost-0 checks write nothing.
-if allowed == 1 and cost > 0 then
-  -- now + whole <= now + 2^52, still far below 2^53.
-  local whole = math.floor(x / a)
-  save(key, math.max(reset_after, 1), now + whole, x - whole * a)
+  local reply = {allowed, capacity, math.floor((full - x) / b), reset_after, retry_after,
+    granted, 0, 0}
+  -- Denied and cost-0 checks write nothing.
+  if allowed == 1 and cost > 0 then
+    -- now + whole <= now + 2^52, still far below 2^53.
+    local whole = math.floor(x / a)
+    return reply, encode(now + whole, x - whole * a), math.max(reset_after, 1)
+  end
+  return reply
 end
-return {allowed, capacity, math.floor((full - x) / b), reset_after, retry_after,
-  granted, 0, 0}
+
+return check_state(key, 2, decide)

@@ -29,5 +29,5 @@ local w = math.max(now - now % period, stored_w)
 if w ~= ref or w ~= stored_w then return {0} end
 local returned = math.min(units, used)
 if returned <= 0 then return {0} end
-save(key, nil, raw_w, used - returned)
+save(key, raw_w, used - returned)
 return {returned}

@@ -38,5 +38,5 @@ if x <= 0 or x > full then return {0} end
 local returned = math.min(units, ceildiv(x, b))
 x = math.max(0, x - units * b)
 local whole = math.floor(x / a)
-save(key, nil, now + whole, x - whole * a)
+save(key, now + whole, x - whole * a)
 return {returned}

@@ -44,5 +44,5 @@ if level <= 0 then return {0} end
 local returned = math.min(units, level)
 level = level - units
 if level <= 0 then level, d = 0, 0 end
-save(key, nil, level, d, last)
+save(key, level, d, last)
 return {returned}

@@ -33,5 +33,5 @@ if w ~= ref or w ~= stored_w then return {0} end
 -- reducing the capped one could read looser than the count without them.
 local returned = math.min(units, cur)
 if returned <= 0 then return {0} end
-save(key, nil, raw_w, cur - returned, prev)
+save(key, raw_w, cur - returned, prev)
 return {returned}

@@ -36,5 +36,5 @@ if granted - units > 0 then
 end
 redis.call('ZREM', log, member)
 local found, sum, seq = load(meta, 2)
-if found then save(meta, nil, sum - units, seq) end
+if found then save(meta, sum - units, seq) end
 return {units}

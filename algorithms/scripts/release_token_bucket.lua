@@ -41,5 +41,5 @@ local returned = math.min(units, capacity - tokens)
 if returned <= 0 then return {0} end
 tokens = tokens + units
 if tokens >= capacity then tokens, r = capacity, 0 end
-save(key, nil, tokens, r, last)
+save(key, tokens, r, last)
 return {returned}

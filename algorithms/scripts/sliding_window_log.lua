@@ -75,7 +75,7 @@ if allowed and cost > 0 then
   local ttl = newest + period - now
   redis.call('ZADD', log, int(now + hold), int(seq) .. ':' .. int(granted))
   redis.call('PEXPIRE', log, int(ttl))
-  save(meta, ttl, sum, seq)
+  redis.call('SET', meta, encode(sum, seq), 'PX', int(ttl))
 end
 
 local reset_after, retry_after = 0, 0

@@ -28,45 +28,51 @@ local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
-local tokens, r, last = capacity, 0, now
-local found, st_t, st_r, st_ts = load(key, 3)
-if found then
-  -- Read a state written under another limit clamped to this one, so
-  -- remaining stays in [0, capacity] and products stay in bounds.
-  tokens = math.min(st_t, capacity)
-  r = math.min(st_r, b - 1)
-  last = st_ts
+-- decide: see check_state (prelude). st_t, st_r and st_ts are the stored t,
+-- r and ts.
+local function decide(found, st_t, st_r, st_ts)
+  local tokens, r, last = capacity, 0, now
+  if found then
+    -- Read a state written under another limit clamped to this one, so
+    -- remaining stays in [0, capacity] and products stay in bounds.
+    tokens = math.min(st_t, capacity)
+    r = math.min(st_r, b - 1)
+    last = st_ts
+  end
+
+  -- Refill. Comparing e with the time to fill up before multiplying keeps
+  -- e*a below capacity*b + a however long the key sat idle. A clock that went
+  -- backwards refills nothing.
+  local e = math.max(0, now - last)
+  if e >= ceildiv((capacity - tokens) * b - r, a) then
+    tokens, r = capacity, 0
+  else
+    local acc = r + e * a
+    local whole = math.floor(acc / b)
+    tokens, r = tokens + whole, acc - whole * b
+  end
+  last = math.max(last, now)
+
+  local allowed, retry_after = 0, 0
+  if tokens >= c then
+    allowed = 1
+  else
+    retry_after = ceildiv((c - tokens) * b - r, a)
+  end
+  local granted = 0
+  if allowed == 1 and cost > 0 then
+    -- A lease takes up to want of the tokens there are.
+    granted = math.max(cost, math.min(want, tokens))
+    tokens = tokens - granted
+  end
+  local reset_after = ceildiv((capacity - tokens) * b - r, a)
+
+  local reply = {allowed, capacity, tokens, reset_after, retry_after, granted, 0, 0}
+  -- Denied and cost-0 checks write nothing.
+  if allowed == 1 and cost > 0 then
+    return reply, encode(tokens, r, last), math.max(reset_after, 1)
+  end
+  return reply
 end
 
--- Refill. Comparing e with the time to fill up before multiplying keeps
--- e*a below capacity*b + a however long the key sat idle. A clock that went
--- backwards refills nothing.
-local e = math.max(0, now - last)
-if e >= ceildiv((capacity - tokens) * b - r, a) then
-  tokens, r = capacity, 0
-else
-  local acc = r + e * a
-  local whole = math.floor(acc / b)
-  tokens, r = tokens + whole, acc - whole * b
-end
-last = math.max(last, now)
-
-local allowed, retry_after = 0, 0
-if tokens >= c then
-  allowed = 1
-else
-  retry_after = ceildiv((c - tokens) * b - r, a)
-end
-local granted = 0
-if allowed == 1 and cost > 0 then
-  -- A lease takes up to want of the tokens there are.
-  granted = math.max(cost, math.min(want, tokens))
-  tokens = tokens - granted
-end
-local reset_after = ceildiv((capacity - tokens) * b - r, a)
-
--- Denied and cost-0 checks write nothing.
-if allowed == 1 and cost > 0 then
-  save(key, math.max(reset_after, 1), tokens, r, last)
-end
-return {allowed, capacity, tokens, reset_after, retry_after, granted, 0, 0}
+return check_state(key, 3, decide)
