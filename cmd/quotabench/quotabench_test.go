@@ -139,7 +139,7 @@ func TestRedisCallsPerCheck(t *testing.T) {
 	if rr.ByCommand["evalsha"]+rr.ByCommand["eval"] != rr.Scripts {
 		t.Fatalf("scripts %d, by command %v", rr.Scripts, rr.ByCommand)
 	}
-	// Redis also counts the commands the script runs (TIME, HSET, ...).
+	// Redis also counts the commands the script runs (TIME, GET, SET, ...).
 	if rr.CommandsPerCheck < rr.ScriptsPerCheck || rr.ScriptShare <= 0 || rr.ScriptShare > 1 {
 		t.Fatalf("commands per check %.3f, share %.3f", rr.CommandsPerCheck, rr.ScriptShare)
 	}
