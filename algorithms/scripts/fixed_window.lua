@@ -45,8 +45,8 @@ local function decide(found, st_w, st_n)
   -- The next window is empty and c <= limit: its start is the earliest fit.
   if not allowed then retry_after = w + period - now end
   -- used exceeds limit only when the key's limit shrank since it was spent.
-  local reply = {allowed and 1 or 0, limit, math.max(0, limit - used), reset_after, retry_after,
-    granted, use_within, ref}
+  local reply = {allowed and 1 or 0, limit, math.max(0, limit - used), reset_after,
+    retry_after, granted, use_within, ref}
   if granted > 0 then
     return reply, encode(w, used), math.max(1, w + period - now)
   end

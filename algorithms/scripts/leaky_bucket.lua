@@ -69,7 +69,8 @@ local function decide(found, st_l, st_d, st_ts)
   end
   local reset_after = ceildiv(level * b - d, a)
 
-  local reply = {allowed, capacity, capacity - level, reset_after, retry_after, granted, 0, 0}
+  local reply = {allowed, capacity, capacity - level, reset_after, retry_after, granted,
+    0, 0}
   -- Denied and cost-0 checks write nothing.
   if allowed == 1 and cost > 0 then
     return reply, encode(level, d, last), math.max(reset_after, 1)

@@ -76,8 +76,8 @@ local function decide(found, st_w, st_cur, st_prev)
       retry_after = w + period + math.max(0, period - k) - now
     end
   end
-  local reply = {allowed and 1 or 0, limit, math.max(0, limit - pw - cur), reset_after, retry_after,
-    granted, use_within, ref}
+  local reply = {allowed and 1 or 0, limit, math.max(0, limit - pw - cur), reset_after,
+    retry_after, granted, use_within, ref}
   if granted > 0 then
     return reply, encode(w, cur, prev), math.max(1, w + 2 * period - now)
   end
