@@ -14,14 +14,19 @@ import (
 )
 
 // batchDriverShim runs a batch check script's exact source (at
-// BATCH_SCRIPT) with a redis table whose PEXPIRE sets one hour, so that no
+// BATCH_SCRIPT) with a redis table whose PEXPIRE, and SET with PX, set one hour, so that no
 // key expires on the server's clock between steps simulated milliseconds
 // apart (see sequenceDriver); it replies what the batch script replies.
 const batchDriverShim = `local real = redis
 local shim = setmetatable({call = function(cmd, ...)
-  if string.upper(cmd) == 'PEXPIRE' then
+  local c = string.upper(cmd)
+  if c == 'PEXPIRE' then
     local key = ...
     return real.call('PEXPIRE', key, 3600000)
+  end
+  local key, value, px = ...
+  if c == 'SET' and px == 'PX' then
+    return real.call('SET', key, value, 'PX', 3600000, select(5, ...))
   end
   return real.call(cmd, ...)
 end}, {__index = real})
@@ -137,7 +142,7 @@ func TestBatchScriptOnRedisTime(t *testing.T) {
 	l := algorithms.Limit{Algorithm: a, Limit: 10, Period: time.Hour}
 	good := algorithms.Keys(a, "{test:batchtime:good}")
 	bad := algorithms.Keys(a, "{test:batchtime:bad}")
-	if err := rdb.Set(ctx, bad[0], "a string", time.Hour).Err(); err != nil {
+	if err := rdb.HSet(ctx, bad[0], "a", "hash").Err(); err != nil {
 		t.Fatal(err)
 	}
 	var keys []string

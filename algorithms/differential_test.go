@@ -376,8 +376,8 @@ func compareOnRedis(t *testing.T, rdb *redis.Client, where string, base string, 
 // sequenceDriver runs a whole sequence of checks and releases in one script
 // call. It wraps a check script's exact source (at CHECK_SCRIPT) and a
 // release script's (at RELEASE_SCRIPT) as functions that see a redis table
-// of their own: every call passes through, except that PEXPIRE records the
-// TTL asked for and sets one hour instead. Without that, a key could expire
+// of their own: every call passes through, except that PEXPIRE, and a SET
+// with PX that writes, record the TTL asked for and set one hour instead. Without that, a key could expire
 // on the server's clock between two steps that are simulated milliseconds
 // apart; Redis 7.0 even deletes a key whose 1 ms TTL runs out within the
 // PEXPIRE command itself. Expiry instead follows the simulated clock: with
@@ -393,10 +393,18 @@ func compareOnRedis(t *testing.T, rdb *redis.Client, where string, base string, 
 const sequenceDriver = `local real, asked = redis, {}
 local function intercept(call)
   return function(cmd, ...)
-    if string.upper(cmd) == 'PEXPIRE' then
+    local c = string.upper(cmd)
+    if c == 'PEXPIRE' then
       local key, ttl = ...
       asked[key] = tonumber(ttl)
       return call('PEXPIRE', key, 3600000)
+    end
+    local key, value, px, ttl, nx = ...
+    if c == 'SET' and px == 'PX' then
+      local reply = call('SET', key, value, 'PX', 3600000, select(5, ...))
+      -- SET ... NX GET writes only a missing key, and then replies nil.
+      if not (nx == 'NX' and reply) then asked[key] = tonumber(ttl) end
+      return reply
     end
     return call(cmd, ...)
   end

@@ -17,7 +17,10 @@ var ErrBadReply = errors.New("malformed script reply")
 
 // scriptFile, releaseFile and keySuffixes describe each algorithm's Lua
 // scripts and the Redis keys they use. Suffixes differ between algorithms so that a policy
-// whose algorithm changes never reads another algorithm's state.
+// whose algorithm changes never reads another algorithm's state, and they
+// change with the state's format (the 2 in ":tb2") so that two quotad
+// versions on one Redis, as in a rolling upgrade, never read each other's
+// state: each keeps its own (see legacySuffixes).
 var (
 	scriptFile = map[Algorithm]string{
 		FixedWindow:          "scripts/fixed_window.lua",
@@ -36,14 +39,19 @@ var (
 		GCRA:                 "scripts/release_gcra.lua",
 	}
 	keySuffixes = map[Algorithm][]string{
-		FixedWindow:          {":fw"},
-		SlidingWindowLog:     {":sl", ":slm"},
-		SlidingWindowCounter: {":sc"},
-		TokenBucket:          {":tb"},
-		LeakyBucket:          {":lb"},
-		GCRA:                 {":gc"},
+		FixedWindow:          {":fw2"},
+		SlidingWindowLog:     {":sl2", ":slm2"},
+		SlidingWindowCounter: {":sc2"},
+		TokenBucket:          {":tb2"},
+		LeakyBucket:          {":lb2"},
+		GCRA:                 {":gc2"},
 		Concurrency:          {":cc"},
 	}
+	// legacySuffixes are the keys of earlier state formats (the HASH
+	// states quotad kept before its STRING ones): no script reads them, but
+	// a reset deletes them too, so that an older node still running beside
+	// this one in a rolling upgrade sees the reset as well.
+	legacySuffixes = []string{":fw", ":sl", ":slm", ":sc", ":tb", ":lb", ":gc"}
 )
 
 // CheckScript returns the Lua source of algorithm a's check script, which
@@ -95,12 +103,15 @@ func Keys(a Algorithm, base string) []string {
 	return keys
 }
 
-// AllKeys returns every Redis key any algorithm may use under base: what a
-// reset deletes.
+// AllKeys returns every Redis key any algorithm may use under base, in
+// this state format or an earlier one: what a reset deletes.
 func AllKeys(base string) []string {
 	var keys []string
 	for _, a := range append(Algorithms(), Concurrency) {
 		keys = append(keys, Keys(a, base)...)
+	}
+	for _, s := range legacySuffixes {
+		keys = append(keys, base+s)
 	}
 	return keys
 }
@@ -233,11 +244,21 @@ end
 
 local nk, na = NKEYS, NARGS
 -- One keys and one argv table for all the checks: a check script only
--- reads them.
-local out, keys, argv = {}, {}, {}
+-- reads them. Arguments reach it as numbers where they are ones (it reads
+-- each with tonumber, which returns a number as it is), each distinct one
+-- parsed once per call: the checks of a batch mostly share their limit.
+local out, keys, argv, parsed = {}, {}, {}, {}
 for i = 0, #ARGV / na - 1 do
   for j = 1, nk do keys[j] = KEYS[i * nk + j] end
-  for j = 1, na do argv[j] = ARGV[i * na + j] end
+  for j = 1, na do
+    local s = ARGV[i * na + j]
+    local v = parsed[s]
+    if v == nil then
+      v = tonumber(s) or s
+      parsed[s] = v
+    end
+    argv[j] = v
+  end
   local ok, reply = pcall(check, keys, argv)
   if not ok and not (type(reply) == 'table' and reply.err) then
     reply = redis.error_reply(tostring(reply))

@@ -9,8 +9,8 @@ import "time"
 // State, it is not safe for concurrent use.
 //
 // It mirrors scripts/sliding_window_counter.lua and
-// scripts/release_sliding_window_counter.lua (HASH base:sc, fields w, cur
-// and prev); the rules are docs/algorithms.md, "Sliding window counter" and
+// scripts/release_sliding_window_counter.lua (STRING base:sc2,
+// "w cur prev"); the rules are docs/algorithms.md, "Sliding window counter" and
 // "Leases".
 type SlidingCounterState struct {
 	w    int64 // start of the window cur counts, ms since the Unix epoch

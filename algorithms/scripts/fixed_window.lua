@@ -3,7 +3,8 @@
 -- with the Go model (algorithms/fixed_window.go), are docs/algorithms.md,
 -- "Fixed window".
 --
--- KEYS[1]  base:fw  HASH {w = window start ms, n = units spent in window w}
+-- KEYS[1]  base:fw2  STRING "w n": w = window start ms, n = units spent in
+--          window w (prelude: load, save)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
 --          hold_ms (how long a lease keeps them; missing = 0)
@@ -18,32 +19,38 @@ local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
-local state = redis.call('HMGET', key, 'w', 'n')
--- The stored window, aligned to this limit's period: a no-op unless the key's
--- period changed. A clock that went backwards stays in the newest window
--- written, so it can never reopen (and spend again) an earlier one.
-local stored_w = tonumber(state[1]) or 0
-stored_w = stored_w - stored_w % period
-local w = math.max(now - now % period, stored_w)
-local used = 0
-if w == stored_w then used = tonumber(state[2]) or 0 end
+-- decide: see check_state (prelude). st_w and st_n are the stored w and n.
+local function decide(found, st_w, st_n)
+  -- The stored window, aligned to this limit's period: a no-op unless the key's
+  -- period changed. A clock that went backwards stays in the newest window
+  -- written, so it can never reopen (and spend again) an earlier one.
+  local stored_w = (found and st_w or 0)
+  stored_w = stored_w - stored_w % period
+  local w = math.max(now - now % period, stored_w)
+  local used = 0
+  if w == stored_w then used = found and st_n or 0 end
 
-local allowed = used + c <= limit
-local granted, use_within, ref = 0, 0, 0
-if allowed and cost > 0 then
-  -- A lease takes up to want of what is left; its units belong to window w
-  -- and must not be spent in the next, which would admit them again.
-  granted = math.max(cost, math.min(want, limit - used))
-  use_within, ref = w + period - now, w
-  used = used + granted
-  redis.call('HSET', key, 'w', int(w), 'n', int(used))
-  redis.call('PEXPIRE', key, int(math.max(1, w + period - now)))
+  local allowed = used + c <= limit
+  local granted, use_within, ref = 0, 0, 0
+  if allowed and cost > 0 then
+    -- A lease takes up to want of what is left; its units belong to window w
+    -- and must not be spent in the next, which would admit them again.
+    granted = math.max(cost, math.min(want, limit - used))
+    use_within, ref = w + period - now, w
+    used = used + granted
+  end
+
+  local reset_after, retry_after = 0, 0
+  if used > 0 then reset_after = w + period - now end
+  -- The next window is empty and c <= limit: its start is the earliest fit.
+  if not allowed then retry_after = w + period - now end
+  -- used exceeds limit only when the key's limit shrank since it was spent.
+  local reply = {allowed and 1 or 0, limit, math.max(0, limit - used), reset_after,
+    retry_after, granted, use_within, ref}
+  if granted > 0 then
+    return reply, encode(w, used), math.max(1, w + period - now)
+  end
+  return reply
 end
 
-local reset_after, retry_after = 0, 0
-if used > 0 then reset_after = w + period - now end
--- The next window is empty and c <= limit: its start is the earliest fit.
-if not allowed then retry_after = w + period - now end
--- used exceeds limit only when the key's limit shrank since it was spent.
-return {allowed and 1 or 0, limit, math.max(0, limit - used), reset_after, retry_after,
-  granted, use_within, ref}
+return check_state(key, 2, decide)

@@ -6,8 +6,9 @@
 -- go-redis/redis_rate's, in whole ms (rounded up) and without its -1
 -- sentinels, but for what a denial or cost 0 reports (see gcra.go).
 --
--- KEYS[1]  base..":gc", a HASH: tat = whole ms of tat, r = its fraction in
---          1/a ms (0 <= r < a). A missing key is tat = now.
+-- KEYS[1]  base..":gc2", a STRING "tat r" (prelude: load, save): tat = whole
+--          ms of tat, r = its fraction in 1/a ms (0 <= r < a). A missing key
+--          is tat = now.
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
 --          want (units a lease would like, >= cost; missing = cost), hold_ms
 --          (unused: units taken early are only ever more conservative)
@@ -31,45 +32,50 @@ local c = math.max(cost, 1)
 -- full is the whole burst tolerance, capacity * T, in 1/a ms.
 local full = capacity * b
 
--- x is how far tat lies beyond now, in 1/a ms; 0 once tat has passed.
-local x = 0
-local st = redis.call("HMGET", key, "tat", "r")
-if st[1] then
-  local ahead = tonumber(st[1]) - now
-  if ahead >= 0 then
-    -- A write never puts tat more than full beyond the now it was made at,
-    -- so it lies further only if the clock went backwards or the limit
-    -- shrank. Capping there reads the bucket as exhausted, and checking
-    -- before multiplying keeps ahead*a <= full.
-    if ahead > math.floor(full / a) then
-      x = full
-    else
-      x = math.min(full, ahead * a + math.min(tonumber(st[2]), a - 1))
+-- decide: see check_state (prelude). st_tat and st_r are the stored tat and
+-- r.
+local function decide(found, st_tat, st_r)
+  -- x is how far tat lies beyond now, in 1/a ms; 0 once tat has passed.
+  local x = 0
+  if found then
+    local ahead = st_tat - now
+    if ahead >= 0 then
+      -- A write never puts tat more than full beyond the now it was made at,
+      -- so it lies further only if the clock went backwards or the limit
+      -- shrank. Capping there reads the bucket as exhausted, and checking
+      -- before multiplying keeps ahead*a <= full.
+      if ahead > math.floor(full / a) then
+        x = full
+      else
+        x = math.min(full, ahead * a + math.min(st_r, a - 1))
+      end
     end
   end
-end
 
--- allowed <=> x + c*b <= full, rearranged so no sum exceeds full.
-local room = (capacity - c) * b
-local allowed, retry_after, granted = 0, 0, 0
-if x <= room then
-  allowed = 1
-  if cost > 0 then
-    -- A lease takes up to want of the emissions the tolerance has room for.
-    granted = math.max(cost, math.min(want, math.floor((full - x) / b)))
-    x = x + granted * b
+  -- allowed <=> x + c*b <= full, rearranged so no sum exceeds full.
+  local room = (capacity - c) * b
+  local allowed, retry_after, granted = 0, 0, 0
+  if x <= room then
+    allowed = 1
+    if cost > 0 then
+      -- A lease takes up to want of the emissions the tolerance has room for.
+      granted = math.max(cost, math.min(want, math.floor((full - x) / b)))
+      x = x + granted * b
+    end
+  else
+    retry_after = ceildiv(x - room, a)
   end
-else
-  retry_after = ceildiv(x - room, a)
-end
-local reset_after = ceildiv(x, a)
+  local reset_after = ceildiv(x, a)
 
--- Denied and cost-0 checks write nothing.
-if allowed == 1 and cost > 0 then
-  -- now + whole <= now + 2^52, still far below 2^53.
-  local whole = math.floor(x / a)
-  redis.call("HSET", key, "tat", int(now + whole), "r", int(x - whole * a))
-  redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
+  local reply = {allowed, capacity, math.floor((full - x) / b), reset_after, retry_after,
+    granted, 0, 0}
+  -- Denied and cost-0 checks write nothing.
+  if allowed == 1 and cost > 0 then
+    -- now + whole <= now + 2^52, still far below 2^53.
+    local whole = math.floor(x / a)
+    return reply, encode(now + whole, x - whole * a), math.max(reset_after, 1)
+  end
+  return reply
 end
-return {allowed, capacity, math.floor((full - x) / b), reset_after, retry_after,
-  granted, 0, 0}
+
+return check_state(key, 2, decide)

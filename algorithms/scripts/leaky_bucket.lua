@@ -4,10 +4,10 @@
 -- match decision for decision, are docs/algorithms.md "Leaky bucket" and
 -- algorithms/leaky_bucket.go.
 --
--- KEYS[1]  base..":lb", a HASH: l = level rounded up, d = how much of the top
---          unit has drained in 1/b units (0 <= d < b; the exact level is
---          l - d/b), ts = time of the last drain in ms. A missing key is an
---          empty bucket.
+-- KEYS[1]  base..":lb2", a STRING "l d ts" (prelude: load, save): l = level
+--          rounded up, d = how much of the top unit has drained in 1/b units
+--          (0 <= d < b; the exact level is l - d/b), ts = time of the last
+--          drain in ms. A missing key is an empty bucket.
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
 --          want (units a lease would like, >= cost; missing = cost), hold_ms
 --          (unused: units taken early are only ever more conservative)
@@ -29,47 +29,53 @@ local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
-local level, d, last = 0, 0, now
-local st = redis.call("HMGET", key, "l", "d", "ts")
-if st[1] then
-  -- Read a state written under another limit clamped to this one, so
-  -- remaining stays in [0, capacity] and products stay in bounds.
-  level = math.min(tonumber(st[1]), capacity)
-  d = math.min(tonumber(st[2]), b - 1)
-  last = tonumber(st[3])
+-- decide: see check_state (prelude). st_l, st_d and st_ts are the stored l,
+-- d and ts.
+local function decide(found, st_l, st_d, st_ts)
+  local level, d, last = 0, 0, now
+  if found then
+    -- Read a state written under another limit clamped to this one, so
+    -- remaining stays in [0, capacity] and products stay in bounds.
+    level = math.min(st_l, capacity)
+    d = math.min(st_d, b - 1)
+    last = st_ts
+  end
+
+  -- Drain. Comparing e with the time to empty before multiplying keeps e*a
+  -- below capacity*b + a however long the key sat idle. A clock that went
+  -- backwards drains nothing.
+  local e = math.max(0, now - last)
+  if e >= ceildiv(level * b - d, a) then
+    level, d = 0, 0
+  else
+    local acc = d + e * a
+    local whole = math.floor(acc / b)
+    level, d = level - whole, acc - whole * b
+  end
+  last = math.max(last, now)
+
+  local allowed, retry_after = 0, 0
+  if level + c <= capacity then
+    allowed = 1
+  else
+    -- The time for the exact level to drop to capacity - c.
+    retry_after = ceildiv((level + c - capacity) * b - d, a)
+  end
+  local granted = 0
+  if allowed == 1 and cost > 0 then
+    -- A lease takes up to want of the room there is.
+    granted = math.max(cost, math.min(want, capacity - level))
+    level = level + granted
+  end
+  local reset_after = ceildiv(level * b - d, a)
+
+  local reply = {allowed, capacity, capacity - level, reset_after, retry_after, granted,
+    0, 0}
+  -- Denied and cost-0 checks write nothing.
+  if allowed == 1 and cost > 0 then
+    return reply, encode(level, d, last), math.max(reset_after, 1)
+  end
+  return reply
 end
 
--- Drain. Comparing e with the time to empty before multiplying keeps e*a
--- below capacity*b + a however long the key sat idle. A clock that went
--- backwards drains nothing.
-local e = math.max(0, now - last)
-if e >= ceildiv(level * b - d, a) then
-  level, d = 0, 0
-else
-  local acc = d + e * a
-  local whole = math.floor(acc / b)
-  level, d = level - whole, acc - whole * b
-end
-last = math.max(last, now)
-
-local allowed, retry_after = 0, 0
-if level + c <= capacity then
-  allowed = 1
-else
-  -- The time for the exact level to drop to capacity - c.
-  retry_after = ceildiv((level + c - capacity) * b - d, a)
-end
-local granted = 0
-if allowed == 1 and cost > 0 then
-  -- A lease takes up to want of the room there is.
-  granted = math.max(cost, math.min(want, capacity - level))
-  level = level + granted
-end
-local reset_after = ceildiv(level * b - d, a)
-
--- Denied and cost-0 checks write nothing.
-if allowed == 1 and cost > 0 then
-  redis.call("HSET", key, "l", int(level), "d", int(d), "ts", int(last))
-  redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
-end
-return {allowed, capacity, capacity - level, reset_after, retry_after, granted, 0, 0}
+return check_state(key, 3, decide)

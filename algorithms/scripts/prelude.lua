@@ -23,9 +23,65 @@ local function ceildiv(x, y)
 end
 
 -- Numbers reach Redis as exact integer text: tostring keeps only 14
--- significant digits, %.0f writes the whole integer.
+-- significant digits, %d writes the whole integer (every number here is one,
+-- below 2^53 in magnitude) and costs less than a float format.
 local function int(x)
-  return string.format("%.0f", x)
+  return string.format("%d", x)
+end
+
+-- State is a STRING of two or three integers separated by spaces, read and
+-- written whole: one GET and one SET (whose PX sets the TTL in the same
+-- command) cost Redis less than HMGET, HSET and PEXPIRE.
+local state_patterns = {[2] = '^(%-?%d+) (%-?%d+)$', [3] = '^(%-?%d+) (%-?%d+) (%-?%d+)$'}
+
+-- encode is the state value of the integers x, y and (if not nil) z.
+local function encode(x, y, z)
+  if z then return int(x) .. ' ' .. int(y) .. ' ' .. int(z) end
+  return int(x) .. ' ' .. int(y)
+end
+
+-- parse returns the n (2 or 3) integers of the state value v of key. A
+-- value of another shape is an error.
+local function parse(key, v, n)
+  local x, y, z = string.match(v, state_patterns[n])
+  if not x then error('malformed state in ' .. key) end
+  return tonumber(x), tonumber(y), z and tonumber(z)
+end
+
+-- load returns whether key holds a state and, if so, its n integers. A key
+-- of another type is an error (WRONGTYPE).
+local function load(key, n)
+  local v = redis.call('GET', key)
+  if not v then return false end
+  return true, parse(key, v, n)
+end
+
+-- save writes the integers x, y and (if not nil) z as key's state, keeping
+-- the key's TTL (a release's write).
+local function save(key, x, y, z)
+  redis.call('SET', key, encode(x, y, z), 'KEEPTTL')
+end
+
+-- check_state runs a check whose state is the n integers at key.
+-- decide(found, x, y, z) returns the check's reply for the state (found
+-- false: a missing key, the fresh state) and, when the check writes, the
+-- new state's value and its TTL in ms. A cold key is the common case, so
+-- the fresh state is decided first: when that writes, one SET ... NX GET
+-- writes it if the key is missing and otherwise reads what is there,
+-- without writing. Only a key that exists costs a second command, the
+-- write its own decision makes, if any. Needs Redis 7.0 (NX with GET).
+local function check_state(key, n, decide)
+  local reply, v, ttl = decide(false)
+  local old
+  if v then
+    old = redis.call('SET', key, v, 'PX', int(ttl), 'NX', 'GET')
+  else
+    old = redis.call('GET', key)
+  end
+  if not old then return reply end
+  reply, v, ttl = decide(true, parse(key, old, n))
+  if v then redis.call('SET', key, v, 'PX', int(ttl)) end
+  return reply
 end
 
 -- The script:

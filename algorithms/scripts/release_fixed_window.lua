@@ -3,12 +3,13 @@
 -- with the Go model (FixedWindowState.Release), are docs/algorithms.md,
 -- "Leases".
 --
--- KEYS[1]  base:fw  HASH {w = window start ms, n = units spent in window w}
+-- KEYS[1]  base:fw2  STRING "w n": w = window start ms, n = units spent in
+--          window w (prelude: load, save)
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" = Redis TIME),
 --          ref (the grant's window start), granted
 -- Reply    {returned}
 --
--- Never creates the key and sets no TTL: HSET keeps the one the check set.
+-- Never creates the key and sets no TTL: SET KEEPTTL keeps the one the check set.
 
 local key = KEYS[1]
 local period = tonumber(ARGV[2])
@@ -18,17 +19,15 @@ local now = now_ms(ARGV[7])
 local ref = tonumber(ARGV[8])
 
 if units <= 0 then return {0} end
-local state = redis.call('HMGET', key, 'w', 'n')
+local found, raw_w, used = load(key, 2)
 -- A missing key is an empty window already.
-if not state[1] then return {0} end
+if not found then return {0} end
 -- The current window as the check computes it.
-local stored_w = tonumber(state[1])
-stored_w = stored_w - stored_w % period
+local stored_w = raw_w - raw_w % period
 local w = math.max(now - now % period, stored_w)
 -- Once the grant's window has ended its units are gone with it.
 if w ~= ref or w ~= stored_w then return {0} end
-local used = tonumber(state[2]) or 0
 local returned = math.min(units, used)
 if returned <= 0 then return {0} end
-redis.call('HSET', key, 'n', int(used - returned))
+save(key, raw_w, used - returned)
 return {returned}

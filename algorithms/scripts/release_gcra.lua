@@ -3,14 +3,15 @@
 -- shared with the Go model (GCRAState.Release), are docs/algorithms.md,
 -- "Leases".
 --
--- KEYS[1]  base..":gc", a HASH: tat = whole ms of tat, r = its fraction in
---          1/a ms (0 <= r < a). A missing key is tat = now.
+-- KEYS[1]  base..":gc2", a STRING "tat r" (prelude: load, save): tat = whole
+--          ms of tat, r = its fraction in 1/a ms (0 <= r < a). A missing key
+--          is tat = now.
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" reads TIME),
 --          ref (unused), granted
 -- Reply    {returned}: the units whose emission had not passed, a partly
 --          passed one counting as one
 --
--- Never creates the key and sets no TTL: HSET keeps the one the check set.
+-- Never creates the key and sets no TTL: SET KEEPTTL keeps the one the check set.
 
 local key = KEYS[1]
 local capacity = tonumber(ARGV[3])
@@ -21,21 +22,21 @@ local b = tonumber(ARGV[6])
 local now = now_ms(ARGV[7])
 
 if units <= 0 then return {0} end
-local st = redis.call("HMGET", key, "tat", "r")
+local found, tat, r = load(key, 2)
 -- A missing key is tat = now already.
-if not st[1] then return {0} end
+if not found then return {0} end
 local full = capacity * b
 -- x, how far tat lies beyond now in 1/a ms, read as the check does. A tat
 -- the check reads capped (the clock went backwards or the limit shrank) is
 -- left alone: moving it back from the cap could read looser than the tat
 -- without those units.
-local ahead = tonumber(st[1]) - now
+local ahead = tat - now
 if ahead < 0 or ahead > math.floor(full / a) then return {0} end
-local x = ahead * a + math.min(tonumber(st[2]), a - 1)
+local x = ahead * a + math.min(r, a - 1)
 if x <= 0 or x > full then return {0} end
 
 local returned = math.min(units, ceildiv(x, b))
 x = math.max(0, x - units * b)
 local whole = math.floor(x / a)
-redis.call("HSET", key, "tat", int(now + whole), "r", int(x - whole * a))
+save(key, now + whole, x - whole * a)
 return {returned}

@@ -2,14 +2,15 @@
 -- units of a lease grant out, down to an empty bucket. The rules, shared with
 -- the Go model (LeakyBucketState.Release), are docs/algorithms.md, "Leases".
 --
--- KEYS[1]  base..":lb", a HASH: l = level rounded up, d = how much of the top
---          unit has drained in 1/b units (0 <= d < b), ts = time of the last
---          drain in ms. A missing key is an empty bucket.
+-- KEYS[1]  base..":lb2", a STRING "l d ts" (prelude: load, save): l = level
+--          rounded up, d = how much of the top unit has drained in 1/b units
+--          (0 <= d < b), ts = time of the last drain in ms. A missing key is an
+--          empty bucket.
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" reads TIME),
 --          ref (unused), granted
 -- Reply    {returned}: the units taken out before the bucket was empty
 --
--- Never creates the key and sets no TTL: HSET keeps the one the check set.
+-- Never creates the key and sets no TTL: SET KEEPTTL keeps the one the check set.
 
 local key = KEYS[1]
 local capacity = tonumber(ARGV[3])
@@ -20,17 +21,15 @@ local b = tonumber(ARGV[6])
 local now = now_ms(ARGV[7])
 
 if units <= 0 then return {0} end
-local st = redis.call("HMGET", key, "l", "d", "ts")
+local found, level, d, last = load(key, 3)
 -- A missing key is an empty bucket already.
-if not st[1] then return {0} end
-local level = tonumber(st[1])
+if not found then return {0} end
 -- A level above the capacity was written under a larger limit and is read
 -- clamped; taking units from the clamped level could read looser than the
 -- level without them, so leave it.
 if level > capacity then return {0} end
 -- Drain exactly as the check does.
-local d = math.min(tonumber(st[2]), b - 1)
-local last = tonumber(st[3])
+d = math.min(d, b - 1)
 local e = math.max(0, now - last)
 if e >= ceildiv(level * b - d, a) then
   level, d = 0, 0
@@ -45,5 +44,5 @@ if level <= 0 then return {0} end
 local returned = math.min(units, level)
 level = level - units
 if level <= 0 then level, d = 0, 0 end
-redis.call("HSET", key, "l", int(level), "d", int(d), "ts", int(last))
+save(key, level, d, last)
 return {returned}

@@ -3,13 +3,14 @@
 -- shared with the Go model (SlidingCounterState.Release), are
 -- docs/algorithms.md, "Leases".
 --
--- KEYS[1]  base:sc  HASH {w = current window start ms, cur = units spent in
---                         window w, prev = units spent in window w - period}
+-- KEYS[1]  base:sc2  STRING "w cur prev": w = current window start ms, cur =
+--          units spent in window w, prev = units spent in window w - period
+--          (prelude: load, save)
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" = Redis TIME),
 --          ref (the grant's window start), granted
 -- Reply    {returned}
 --
--- Never creates the key and sets no TTL: HSET keeps the one the check set.
+-- Never creates the key and sets no TTL: SET KEEPTTL keeps the one the check set.
 
 local key = KEYS[1]
 local period = tonumber(ARGV[2])
@@ -19,20 +20,18 @@ local now = now_ms(ARGV[7])
 local ref = tonumber(ARGV[8])
 
 if units <= 0 then return {0} end
-local state = redis.call('HMGET', key, 'w', 'cur')
+local found, raw_w, cur, prev = load(key, 3)
 -- A missing key counts nothing already.
-if not state[1] then return {0} end
+if not found then return {0} end
 -- The current window as the check computes it.
-local stored_w = tonumber(state[1])
-stored_w = stored_w - stored_w % period
+local stored_w = raw_w - raw_w % period
 local w = math.max(now - now % period, stored_w)
 -- Once the grant's window has ended its units count as the previous
 -- window's, which spending them there would have made them too.
 if w ~= ref or w ~= stored_w then return {0} end
 -- The stored count, not the one a check reads capped under a smaller limit:
 -- reducing the capped one could read looser than the count without them.
-local cur = tonumber(state[2]) or 0
 local returned = math.min(units, cur)
 if returned <= 0 then return {0} end
-redis.call('HSET', key, 'cur', int(cur - returned))
+save(key, raw_w, cur - returned, prev)
 return {returned}

@@ -3,15 +3,17 @@
 -- shared with the Go model (SlidingLogState.Release), are docs/algorithms.md,
 -- "Leases".
 --
--- KEYS[1]  base:sl   ZSET, one member "seq:cost" per admitted request, score ts
--- KEYS[2]  base:slm  HASH {sum = total cost in the log, seq = last seq used}
+-- KEYS[1]  base:sl2   ZSET, one member "seq:cost" per admitted request, score
+--                     ts
+-- KEYS[2]  base:slm2  STRING "sum seq" (prelude: load, save): sum = total
+--                     cost in the log, seq = last seq used
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" = Redis TIME),
 --          ref (the grant's seq), granted
 -- Reply    {returned}
 --
 -- Never creates a key and sets no TTL: the new member is added before the old
 -- one is removed, so the log never empties in between (ZADD to an existing
--- set keeps its TTL), and the hash is updated only if it exists.
+-- set keeps its TTL), and the state is updated only if it exists.
 
 local log, meta = KEYS[1], KEYS[2]
 local period = tonumber(ARGV[2])
@@ -33,7 +35,6 @@ if granted - units > 0 then
   redis.call('ZADD', log, int(ts), int(ref) .. ':' .. int(granted - units))
 end
 redis.call('ZREM', log, member)
-if redis.call('EXISTS', meta) == 1 then
-  redis.call('HINCRBY', meta, 'sum', int(-units))
-end
+local found, sum, seq = load(meta, 2)
+if found then save(meta, sum - units, seq) end
 return {units}

@@ -2,14 +2,15 @@
 -- units of a lease grant back, up to a full bucket. The rules, shared with
 -- the Go model (TokenBucketState.Release), are docs/algorithms.md, "Leases".
 --
--- KEYS[1]  base..":tb", a HASH: t = whole tokens, r = the part of the next
---          token refilled so far in 1/b tokens (0 <= r < b), ts = time of the
---          last refill in ms. A missing key is a full bucket.
+-- KEYS[1]  base..":tb2", a STRING "t r ts" (prelude: load, save): t = whole
+--          tokens, r = the part of the next token refilled so far in 1/b
+--          tokens (0 <= r < b), ts = time of the last refill in ms. A missing
+--          key is a full bucket.
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" reads TIME),
 --          ref (unused), granted
 -- Reply    {returned}: the units put back before the bucket was full
 --
--- Never creates the key and sets no TTL: HSET keeps the one the check set.
+-- Never creates the key and sets no TTL: SET KEEPTTL keeps the one the check set.
 
 local key = KEYS[1]
 local capacity = tonumber(ARGV[3])
@@ -20,13 +21,12 @@ local b = tonumber(ARGV[6])
 local now = now_ms(ARGV[7])
 
 if units <= 0 then return {0} end
-local st = redis.call("HMGET", key, "t", "r", "ts")
+local found, tokens, r, last = load(key, 3)
 -- A missing key is a full bucket already.
-if not st[1] then return {0} end
+if not found then return {0} end
 -- Read and refill exactly as the check does.
-local tokens = math.min(tonumber(st[1]), capacity)
-local r = math.min(tonumber(st[2]), b - 1)
-local last = tonumber(st[3])
+tokens = math.min(tokens, capacity)
+r = math.min(r, b - 1)
 local e = math.max(0, now - last)
 if e >= ceildiv((capacity - tokens) * b - r, a) then
   tokens, r = capacity, 0
@@ -41,5 +41,5 @@ local returned = math.min(units, capacity - tokens)
 if returned <= 0 then return {0} end
 tokens = tokens + units
 if tokens >= capacity then tokens, r = capacity, 0 end
-redis.call("HSET", key, "t", int(tokens), "r", int(r), "ts", int(last))
+save(key, tokens, r, last)
 return {returned}

@@ -4,8 +4,9 @@
 -- (algorithms/sliding_window_counter.go), are docs/algorithms.md,
 -- "Sliding window counter".
 --
--- KEYS[1]  base:sc  HASH {w = current window start ms, cur = units spent in
---                         window w, prev = units spent in window w - period}
+-- KEYS[1]  base:sc2  STRING "w cur prev": w = current window start ms, cur =
+--          units spent in window w, prev = units spent in window w - period
+--          (prelude: load, save)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
 --          hold_ms (how long a lease keeps them; missing = 0)
@@ -20,60 +21,67 @@ local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
-local state = redis.call('HMGET', key, 'w', 'cur', 'prev')
--- The stored window, aligned to this limit's period: a no-op unless the key's
--- period changed. A clock that went backwards stays in the newest window
--- written, so it can never reopen (and spend again) an earlier one.
-local stored_w = tonumber(state[1]) or 0
-stored_w = stored_w - stored_w % period
-local w = math.max(now - now % period, stored_w)
-local cur, prev = 0, 0
-if w == stored_w then
-  cur, prev = tonumber(state[2]) or 0, tonumber(state[3]) or 0
-elseif w == stored_w + period then
-  prev = tonumber(state[2]) or 0
-end
--- Counts above the limit were spent under a larger one (the key's limit
--- changed); capping them keeps prev * period within 2^52.
-cur, prev = math.min(cur, limit), math.min(prev, limit)
-
--- The previous window's share, rounded up so the estimate errs strict.
--- prev * (period - e) <= limit * period <= 2^52 (Limit.Validate): exact.
-local e = math.max(0, now - w)
-local pw = math.floor((prev * (period - e) + period - 1) / period)
-
-local allowed = pw + cur + c <= limit
-local granted, use_within, ref = 0, 0, 0
-if allowed and cost > 0 then
-  -- A lease takes up to want of what is left; its units belong to window w
-  -- and must not be spent in the next, where they would only count as a
-  -- weighted share of the previous window.
-  granted = math.max(cost, math.min(want, limit - pw - cur))
-  use_within, ref = w + period - now, w
-  cur = cur + granted
-  redis.call('HSET', key, 'w', int(w), 'cur', int(cur), 'prev', int(prev))
-  redis.call('PEXPIRE', key, int(math.max(1, w + 2 * period - now)))
-end
-
-local reset_after, retry_after = 0, 0
-if cur > 0 then
-  reset_after = w + 2 * period - now
-elseif prev > 0 then
-  reset_after = w + period - now
-end
-if not allowed then
-  -- The cost fits at the first e where ceil(n * (period - e) / period) <=
-  -- room, i.e. e >= period - floor(room * period / n), n being the count
-  -- that is fading out. room >= 0 implies prev > 0, room < 0 implies cur > 0.
-  local room = limit - cur - c
-  if room >= 0 then
-    local k = math.floor(room * period / prev)
-    retry_after = w + period - k - now
-  else
-    -- Only the next window, where prev = cur and cur = 0, has room.
-    local k = math.floor((limit - c) * period / cur)
-    retry_after = w + period + math.max(0, period - k) - now
+-- decide: see check_state (prelude). st_w, st_cur and st_prev are the stored
+-- w, cur and prev.
+local function decide(found, st_w, st_cur, st_prev)
+  -- The stored window, aligned to this limit's period: a no-op unless the key's
+  -- period changed. A clock that went backwards stays in the newest window
+  -- written, so it can never reopen (and spend again) an earlier one.
+  local stored_w = (found and st_w or 0)
+  stored_w = stored_w - stored_w % period
+  local w = math.max(now - now % period, stored_w)
+  local cur, prev = 0, 0
+  if w == stored_w then
+    cur, prev = found and st_cur or 0, found and st_prev or 0
+  elseif w == stored_w + period then
+    prev = found and st_cur or 0
   end
+  -- Counts above the limit were spent under a larger one (the key's limit
+  -- changed); capping them keeps prev * period within 2^52.
+  cur, prev = math.min(cur, limit), math.min(prev, limit)
+
+  -- The previous window's share, rounded up so the estimate errs strict.
+  -- prev * (period - e) <= limit * period <= 2^52 (Limit.Validate): exact.
+  local e = math.max(0, now - w)
+  local pw = math.floor((prev * (period - e) + period - 1) / period)
+
+  local allowed = pw + cur + c <= limit
+  local granted, use_within, ref = 0, 0, 0
+  if allowed and cost > 0 then
+    -- A lease takes up to want of what is left; its units belong to window w
+    -- and must not be spent in the next, where they would only count as a
+    -- weighted share of the previous window.
+    granted = math.max(cost, math.min(want, limit - pw - cur))
+    use_within, ref = w + period - now, w
+    cur = cur + granted
+  end
+
+  local reset_after, retry_after = 0, 0
+  if cur > 0 then
+    reset_after = w + 2 * period - now
+  elseif prev > 0 then
+    reset_after = w + period - now
+  end
+  if not allowed then
+    -- The cost fits at the first e where ceil(n * (period - e) / period) <=
+    -- room, i.e. e >= period - floor(room * period / n), n being the count
+    -- that is fading out. room >= 0 implies prev > 0, room < 0 implies cur > 0.
+    local room = limit - cur - c
+    if room >= 0 then
+      local k = math.floor(room * period / prev)
+      retry_after = w + period - k - now
+    else
+      -- Only the next window, where prev = cur and cur = 0, has room.
+      local k = math.floor((limit - c) * period / cur)
+      retry_after = w + period + math.max(0, period - k) - now
+    end
+  end
+  local reply = {allowed and 1 or 0, limit, math.max(0, limit - pw - cur), reset_after,
+    retry_after, granted, use_within, ref}
+  if granted > 0 then
+    return reply, encode(w, cur, prev), math.max(1, w + 2 * period - now)
+  end
+  return reply
 end
-return {allowed and 1 or 0, limit, math.max(0, limit - pw - cur), reset_after, retry_after,
-  granted, use_within, ref}
+
+return check_state(key, 3, decide)

@@ -3,9 +3,10 @@
 -- Go model (algorithms/sliding_window_log.go), are docs/algorithms.md,
 -- "Sliding window log".
 --
--- KEYS[1]  base:sl   ZSET, one member "seq:cost" per admitted request or lease
---                    grant, score ts
--- KEYS[2]  base:slm  HASH {sum = total cost in the log, seq = last seq used}
+-- KEYS[1]  base:sl2   ZSET, one member "seq:cost" per admitted request or
+--                     lease grant, score ts
+-- KEYS[2]  base:slm2  STRING "sum seq" (prelude: load, save): sum = total
+--                     cost in the log, seq = last seq used
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
 --          hold_ms (how long a lease keeps them; missing = 0)
@@ -30,29 +31,30 @@ local c = math.max(cost, 1)
 
 local function cost_of(member) return tonumber(string.match(member, ':(%d+)$')) end
 
--- sum and seq are read only when the log is non-empty, so that a hash left
+-- sum and seq are read only when the log is non-empty, so that a state left
 -- behind by a lost log cannot count entries that are gone.
 local sum, seq, newest = 0, 0, 0
+local cutoff = int(now - period)
+local expired = {}
 local last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
 if #last > 0 then
   newest = tonumber(last[2])
-  local m = redis.call('HMGET', meta, 'sum', 'seq')
-  sum, seq = tonumber(m[1]), tonumber(m[2])
-  if not sum or not seq then
+  local found
+  found, sum, seq = load(meta, 2)
+  if not found then
     -- The two keys always expire together, but an eviction can take one:
-    -- rebuild the hash from the log rather than trust a missing sum.
+    -- rebuild the state from the log rather than trust a missing sum.
     sum, seq = 0, 0
     for _, member in ipairs(redis.call('ZRANGE', log, 0, -1)) do
       local s, n = string.match(member, '^(%d+):(%d+)$')
       sum, seq = sum + tonumber(n), math.max(seq, tonumber(s))
     end
   end
+  -- Entries with ts <= now - period have expired; they are the lowest
+  -- scores. (An empty log has none.)
+  expired = redis.call('ZRANGEBYSCORE', log, '-inf', cutoff)
+  for _, member in ipairs(expired) do sum = sum - cost_of(member) end
 end
-
--- Entries with ts <= now - period have expired; they are the lowest scores.
-local cutoff = int(now - period)
-local expired = redis.call('ZRANGEBYSCORE', log, '-inf', cutoff)
-for _, member in ipairs(expired) do sum = sum - cost_of(member) end
 
 local allowed = sum + c <= limit
 local granted, use_within, ref = 0, 0, 0
@@ -70,11 +72,10 @@ if allowed and cost > 0 then
   ref = seq
   -- If every entry had expired, newest <= now - period < now + hold.
   newest = math.max(newest, now + hold)
-  local ttl = int(newest + period - now)
+  local ttl = newest + period - now
   redis.call('ZADD', log, int(now + hold), int(seq) .. ':' .. int(granted))
-  redis.call('HSET', meta, 'sum', int(sum), 'seq', int(seq))
-  redis.call('PEXPIRE', log, ttl)
-  redis.call('PEXPIRE', meta, ttl)
+  redis.call('PEXPIRE', log, int(ttl))
+  redis.call('SET', meta, encode(sum, seq), 'PX', int(ttl))
 end
 
 local reset_after, retry_after = 0, 0

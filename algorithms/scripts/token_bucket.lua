@@ -3,9 +3,10 @@
 -- must match decision for decision, are docs/algorithms.md "Token bucket" and
 -- algorithms/token_bucket.go.
 --
--- KEYS[1]  base..":tb", a HASH: t = whole tokens, r = the part of the next
---          token refilled so far in 1/b tokens (0 <= r < b), ts = time of the
---          last refill in ms. A missing key is a full bucket.
+-- KEYS[1]  base..":tb2", a STRING "t r ts" (prelude: load, save): t = whole
+--          tokens, r = the part of the next token refilled so far in 1/b
+--          tokens (0 <= r < b), ts = time of the last refill in ms. A missing
+--          key is a full bucket.
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
 --          want (units a lease would like, >= cost; missing = cost), hold_ms
 --          (unused: units taken early are only ever more conservative)
@@ -27,46 +28,51 @@ local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
 local c = math.max(cost, 1)
 
-local tokens, r, last = capacity, 0, now
-local st = redis.call("HMGET", key, "t", "r", "ts")
-if st[1] then
-  -- Read a state written under another limit clamped to this one, so
-  -- remaining stays in [0, capacity] and products stay in bounds.
-  tokens = math.min(tonumber(st[1]), capacity)
-  r = math.min(tonumber(st[2]), b - 1)
-  last = tonumber(st[3])
+-- decide: see check_state (prelude). st_t, st_r and st_ts are the stored t,
+-- r and ts.
+local function decide(found, st_t, st_r, st_ts)
+  local tokens, r, last = capacity, 0, now
+  if found then
+    -- Read a state written under another limit clamped to this one, so
+    -- remaining stays in [0, capacity] and products stay in bounds.
+    tokens = math.min(st_t, capacity)
+    r = math.min(st_r, b - 1)
+    last = st_ts
+  end
+
+  -- Refill. Comparing e with the time to fill up before multiplying keeps
+  -- e*a below capacity*b + a however long the key sat idle. A clock that went
+  -- backwards refills nothing.
+  local e = math.max(0, now - last)
+  if e >= ceildiv((capacity - tokens) * b - r, a) then
+    tokens, r = capacity, 0
+  else
+    local acc = r + e * a
+    local whole = math.floor(acc / b)
+    tokens, r = tokens + whole, acc - whole * b
+  end
+  last = math.max(last, now)
+
+  local allowed, retry_after = 0, 0
+  if tokens >= c then
+    allowed = 1
+  else
+    retry_after = ceildiv((c - tokens) * b - r, a)
+  end
+  local granted = 0
+  if allowed == 1 and cost > 0 then
+    -- A lease takes up to want of the tokens there are.
+    granted = math.max(cost, math.min(want, tokens))
+    tokens = tokens - granted
+  end
+  local reset_after = ceildiv((capacity - tokens) * b - r, a)
+
+  local reply = {allowed, capacity, tokens, reset_after, retry_after, granted, 0, 0}
+  -- Denied and cost-0 checks write nothing.
+  if allowed == 1 and cost > 0 then
+    return reply, encode(tokens, r, last), math.max(reset_after, 1)
+  end
+  return reply
 end
 
--- Refill. Comparing e with the time to fill up before multiplying keeps
--- e*a below capacity*b + a however long the key sat idle. A clock that went
--- backwards refills nothing.
-local e = math.max(0, now - last)
-if e >= ceildiv((capacity - tokens) * b - r, a) then
-  tokens, r = capacity, 0
-else
-  local acc = r + e * a
-  local whole = math.floor(acc / b)
-  tokens, r = tokens + whole, acc - whole * b
-end
-last = math.max(last, now)
-
-local allowed, retry_after = 0, 0
-if tokens >= c then
-  allowed = 1
-else
-  retry_after = ceildiv((c - tokens) * b - r, a)
-end
-local granted = 0
-if allowed == 1 and cost > 0 then
-  -- A lease takes up to want of the tokens there are.
-  granted = math.max(cost, math.min(want, tokens))
-  tokens = tokens - granted
-end
-local reset_after = ceildiv((capacity - tokens) * b - r, a)
-
--- Denied and cost-0 checks write nothing.
-if allowed == 1 and cost > 0 then
-  redis.call("HSET", key, "t", int(tokens), "r", int(r), "ts", int(last))
-  redis.call("PEXPIRE", key, int(math.max(reset_after, 1)))
-end
-return {allowed, capacity, tokens, reset_after, retry_after, granted, 0, 0}
+return check_state(key, 3, decide)

@@ -394,7 +394,7 @@ Examples:
 The -redis figures are deltas of INFO commandstats over the whole server (less
 quotabench's own INFO calls): run against a Redis that nothing else uses at the
 time. Script calls (EVALSHA, EVAL) are the round trips quotad made; "all
-commands" also counts the commands those scripts ran inside Redis (TIME, HSET,
-PEXPIRE, ...), which Redis lists in commandstats too.
+commands" also counts the commands those scripts ran inside Redis (TIME, GET,
+SET, ...), which Redis lists in commandstats too.
 `)
 }

@@ -120,7 +120,7 @@ func parseCommandStats(text string) (commandStats, error) {
 type redisReport struct {
 	// Commands is every command Redis executed between the two readings,
 	// less this tool's own INFO calls. Redis counts the commands a Lua
-	// script runs (TIME, HGET, HSET, ...) as well as the EVALSHA that ran
+	// script runs (TIME, GET, SET, ...) as well as the EVALSHA that ran
 	// it, so this is more than the calls quotad sent.
 	Commands int64 `json:"commands"`
 	// Scripts is the EVALSHA, EVAL and FCALL calls (and their _RO forms):

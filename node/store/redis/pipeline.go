@@ -123,8 +123,9 @@ type pipeline struct {
 	active int        // tokens in circulation, minActive..pipeliners
 	rtt    time.Duration
 
-	// scripts counts the EVALSHAs sent (Store.ScriptCalls).
-	scripts atomic.Int64
+	// scripts counts the EVALSHAs sent (Store.ScriptCalls), roundTrips
+	// the pipelines that carried them (Store.RoundTrips).
+	scripts, roundTrips atomic.Int64
 }
 
 func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout time.Duration, reload func(context.Context) error) *pipeline {
@@ -305,6 +306,7 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 	defer cancel()
 	wire := wireCalls(live)
 	p.scripts.Add(int64(len(wire)))
+	p.roundTrips.Add(1)
 	cmds := p.exec(ctx, wire, func(s goredis.Scripter, w *wireCall) *goredis.Cmd {
 		return w.script.EvalSha(ctx, s, w.keys, w.args...)
 	})

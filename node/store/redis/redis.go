@@ -282,6 +282,12 @@ func (s *Store) ScriptCalls() int64 {
 	return s.checkPipe.scripts.Load() + s.releasePipe.scripts.Load()
 }
 
+// RoundTrips reports how many pipelines of script calls the store sent
+// (resends not counted): the network round trips that ScriptCalls shared.
+func (s *Store) RoundTrips() int64 {
+	return s.checkPipe.roundTrips.Load() + s.releasePipe.roundTrips.Load()
+}
+
 // Reset implements node.Store. All keys of one base share a hash tag, so one DEL
 // covers them even on Redis Cluster.
 func (s *Store) Reset(ctx context.Context, base string) error {
