@@ -147,12 +147,11 @@ func TestLocalModeLeasesAndCloseReturnsThem(t *testing.T) {
 			if time.Now().Truncate(time.Hour) != window {
 				t.Skip("the hour turned during the test; its count is in two windows")
 			}
-			suffix := map[algorithms.Algorithm]string{algorithms.FixedWindow: ":fw", algorithms.SlidingWindowLog: ":slm"}[a]
-			field := map[algorithms.Algorithm]string{algorithms.FixedWindow: "n", algorithms.SlidingWindowLog: "sum"}[a]
-			got, err := r.Do("HGET", "{quotad:"+p.Name+":k}"+suffix, field)
-			if err != nil {
-				t.Fatal(err)
-			}
+			// The fixed window's state is "w n", the sliding log's meta
+			// "sum seq" (docs/algorithms.md): the units spent.
+			suffix := map[algorithms.Algorithm]string{algorithms.FixedWindow: ":fw2", algorithms.SlidingWindowLog: ":slm2"}[a]
+			field := map[algorithms.Algorithm]int{algorithms.FixedWindow: 1, algorithms.SlidingWindowLog: 0}[a]
+			got := stateField(t, r, "{quotad:"+p.Name+":k}"+suffix, field)
 			st2 := c.LocalStats()
 			t.Logf("%d allowed, sources %v; %d lease calls, %d units leased, %d returned (%d before Close); Redis counts %s",
 				allowed, sources, st.Leases, st2.UnitsLeased, st2.UnitsReturned, st.UnitsReturned, got)
@@ -435,4 +434,19 @@ func BenchmarkLocalHit(b *testing.B) {
 	if n := after.LeaseHits - before.LeaseHits; n > 0 {
 		b.ReportMetric(float64(after.Remote+after.Leases-before.Remote-before.Leases)*1000/float64(n), "calls/1000hits")
 	}
+}
+
+// stateField returns field i (from 0) of the space-separated STRING state
+// stored under key.
+func stateField(t *testing.T, r *redistest.Server, key string, i int) string {
+	t.Helper()
+	v, err := r.Do("GET", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(v)
+	if i >= len(fields) {
+		t.Fatalf("%s holds %q, not %d fields", key, v, i+1)
+	}
+	return fields[i]
 }
