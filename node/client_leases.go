@@ -153,6 +153,23 @@ func (c *clientLeases) settle(k leaseKey, reserved int64, cg *clientGrant) {
 	c.cleanLocked(k, kg)
 }
 
+// add records the grant cg of k, for which nothing was reserved (a lease
+// taken ahead of need whose only unit is its own check's cost).
+func (c *clientLeases) add(k leaseKey, cg *clientGrant) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byKey == nil {
+		c.byID, c.byKey = map[string]*clientGrant{}, map[leaseKey]*keyGrants{}
+	}
+	kg := c.byKey[k]
+	if kg == nil {
+		kg = &keyGrants{grants: map[string]*clientGrant{}}
+		c.byKey[k] = kg
+	}
+	kg.grants[cg.id] = cg
+	c.byID[cg.id] = cg
+}
+
 // cleanLocked forgets kg, k's entry, when it holds nothing. c.mu held.
 func (c *clientLeases) cleanLocked(k leaseKey, kg *keyGrants) {
 	if len(kg.grants) == 0 && kg.reserving == 0 {
@@ -373,7 +390,12 @@ func (n *Node) grantLease(ctx context.Context, p Policy, key string, cost, want 
 	case got > 0 && life > 0:
 		id := rand.Text()
 		g := &grant{taken: taken, limit: p.Limit, base: base}
-		n.clients.settle(k, extra, &clientGrant{id: id, k: k, units: got, expiresAt: start + int64(life), forgetAt: start + int64(life+clientGrantGrace), g: g})
+		cg := &clientGrant{id: id, k: k, units: got, expiresAt: start + int64(life), forgetAt: start + int64(life+clientGrantGrace), g: g}
+		if extra > 0 {
+			n.clients.settle(k, extra, cg)
+		} else {
+			n.clients.add(k, cg) // the reservation ended above
+		}
 		n.stats.unitsLeased.Add(got)
 		n.clients.granted.Add(1)
 		n.clients.unitsGranted.Add(got)

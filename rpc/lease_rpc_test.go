@@ -125,4 +125,20 @@ func TestLeaseRetiredAhead(t *testing.T) {
 	if got := look.Msg.GetRemaining(); got != 10_000-372 {
 		t.Errorf("remaining %d, want %d", got, 10_000-372)
 	}
+
+	// With the cap full, a lease ahead of need is its own check's unit.
+	full, err := c.AcquireLease(ctx, connect.NewRequest(&quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k2", Want: 500}))
+	if err != nil || full.Msg.GetUnits() != 500 {
+		t.Fatalf("AcquireLease of the whole cap: %v %v", full, err)
+	}
+	one, err := c.AcquireLease(ctx, connect.NewRequest(&quotadv1.AcquireLeaseRequest{
+		Policy: "big", Key: "k2", Want: 100, PreviousLeaseId: "gone", PreviousKept: 5,
+	}))
+	if err != nil || one.Msg.GetUnits() != 1 || one.Msg.GetLeaseId() == "" {
+		t.Fatalf("AcquireLease ahead with the cap full: %v %v (want a lease of 1 unit)", one, err)
+	}
+	ret, err = c.ReturnLease(ctx, connect.NewRequest(&quotadv1.ReturnLeaseRequest{LeaseId: one.Msg.GetLeaseId(), Units: 1}))
+	if err != nil || ret.Msg.GetReturned() != 1 {
+		t.Fatalf("ReturnLease of the one unit: %v %v", ret, err)
+	}
 }
