@@ -286,12 +286,13 @@ func TestLocalModeNeverOverTheLimit(t *testing.T) {
 			share := checkNoOverAdmission(t, a, limit, period, start, run, allowed)
 			t.Logf("%s: %d checks, %d allowed (%.1f%% of what the limit permits); in the clients: %d lease hits, %d denial hits; %d AcquireLease (%d granted), %d remote checks",
 				a, total.Load(), len(allowed), 100*share, st.LeaseHits, st.DeniedHits, st.Leases, st.Granted, st.Remote)
-			// The issue asks for 95 %, which an idle machine gives (the
-			// README has the figures). How much is used depends on how fast
-			// the clients' lease calls come back, so the test asks for less
-			// on a loaded machine, and nothing under the race detector
-			// (several times slower): there it proves the limit only.
-			if share < 0.90 && !quotadtest.Race() {
+			// The issue asks for 95 %. Leases are refilled ahead of need,
+			// so hot checks do not wait for lease calls and demand stays
+			// far above the limit even on a loaded machine. Under the race
+			// detector (several times slower, on a shared 2-core machine)
+			// the clients' demand can collapse below the limit, so there
+			// the test proves the limit only.
+			if share < 0.95 && !quotadtest.Race() {
 				t.Errorf("allowed only %.1f%% of the limit under demand far above it", 100*share)
 			}
 		})
