@@ -194,6 +194,11 @@ func (t *telemetry) instrument(meter metric.Meter, n *Node) error {
 		{name: "quotad.denied_cache.additions", unit: "{denial}", desc: "Store denials remembered for later checks.", value: n.stats.denialsCached.Load},
 		{name: "quotad.lease.units.held", unit: "{unit}", desc: "Units this node's leases hold now.", gauge: true, value: n.unitsHeld},
 		{name: "quotad.store.state_losses", unit: "{event}", desc: "Times the store's state changed under the node (a Redis restart, failover or flush) and it dropped its leases and cached denials.", value: n.stats.storeStateLosses.Load},
+		{name: "quotad.client_lease.grants", unit: "{grant}", desc: "Leases granted to clients (AcquireLease) to spend in their own processes.", value: n.clients.granted.Load},
+		{name: "quotad.client_lease.units.leased", unit: "{unit}", desc: "Units granted in client leases (beyond the granting checks' own cost).", value: n.clients.unitsGranted.Load},
+		{name: "quotad.client_lease.units.returned", unit: "{unit}", desc: "Client-leased units given back to the store unused (ReturnLease).", value: n.clients.unitsReturned.Load},
+		{name: "quotad.client_lease.outstanding", unit: "{grant}", desc: "Client leases this node remembers now: neither returned nor forgotten after they expired.", gauge: true, value: func() int64 { g, _ := n.clients.unitsHeld(); return int64(g) }},
+		{name: "quotad.client_lease.units.held", unit: "{unit}", desc: "Units of the client leases this node remembers now, spent or not.", gauge: true, value: func() int64 { _, u := n.clients.unitsHeld(); return u }},
 		{name: "quotad.lease.keys", unit: "{key}", desc: "Keys this node tracks for leasing (remote stores only).", gauge: true, value: n.leases.size.Load},
 		{name: "quotad.lease.table_full", unit: "{check}", desc: "Checks of untracked keys that found the lease table full and went to the store without a lease or coalescing.", value: n.leases.full.Load},
 		// A state has no unit: unit "1" would make Prometheus call it a

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,5 +141,29 @@ func TestLeaseRetiredAhead(t *testing.T) {
 	ret, err = c.ReturnLease(ctx, connect.NewRequest(&quotadv1.ReturnLeaseRequest{LeaseId: one.Msg.GetLeaseId(), Units: 1}))
 	if err != nil || ret.Msg.GetReturned() != 1 {
 		t.Fatalf("ReturnLease of the one unit: %v %v", ret, err)
+	}
+}
+
+// GET /status shows the client leases the node granted, returned and
+// holds, for the console.
+func TestStatusShowsClientLeases(t *testing.T) {
+	big := node.Policy{Name: "big", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000, Period: time.Hour}}
+	ts := startServer(t, redisStore(t), Config{}, big)
+	c := ts.client(t, "connect")
+	ctx := context.Background()
+	var ids []string
+	for _, want := range []int64{100, 50} {
+		res, err := c.AcquireLease(ctx, connect.NewRequest(&quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k" + strconv.FormatInt(want, 10), Want: want}))
+		if err != nil || res.Msg.GetUnits() != want {
+			t.Fatalf("AcquireLease: %v %v", res, err)
+		}
+		ids = append(ids, res.Msg.GetLeaseId())
+	}
+	if _, err := c.ReturnLease(ctx, connect.NewRequest(&quotadv1.ReturnLeaseRequest{LeaseId: ids[0], Units: 60})); err != nil {
+		t.Fatal(err)
+	}
+	got := getStatus(t, ts.URL).ClientLeases
+	if want := (clientLeasesJSON{Granted: 2, UnitsLeased: 150, UnitsReturned: 60, Outstanding: 1, UnitsHeld: 50}); got != want {
+		t.Errorf("client_leases %+v, want %+v", got, want)
 	}
 }
