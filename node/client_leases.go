@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
@@ -60,6 +61,11 @@ type ClientGrant struct {
 type LeaseReturn struct {
 	ID    string
 	Units int64
+	// Kept, when > 0, retires the lease instead of returning it: the client
+	// keeps spending its last units (about Kept) while a new lease comes.
+	// A retired lease no longer counts against the cap, and a later
+	// ReturnLease gives back at most Kept of its units; Units is ignored.
+	Kept int64
 }
 
 // clientGrant is a ClientGrant as the node remembers it.
@@ -70,6 +76,10 @@ type clientGrant struct {
 	expiresAt int64 // node clock (ns): no unit is spent from then on
 	forgetAt  int64 // node clock (ns): a return no longer finds it
 	g         *grant
+	// retired: the client replaced this grant and spends its last units
+	// (units, as it said) while keeping it open for a later return; it no
+	// longer counts against the cap.
+	retired bool
 }
 
 // clientLeases is the client grants a node remembers. The zero value is
@@ -78,6 +88,11 @@ type clientLeases struct {
 	mu    sync.Mutex
 	byID  map[string]*clientGrant
 	byKey map[leaseKey]*keyGrants
+
+	// Totals since the node started: grants made, units granted beyond the
+	// granting checks' own cost, and units client returns gave back to the
+	// store.
+	granted, unitsGranted, unitsReturned atomic.Int64
 }
 
 // keyGrants is one key's client grants, and the reservations of grants
@@ -105,7 +120,7 @@ func (c *clientLeases) reserve(k leaseKey, want, share, nodeHeld, now int64) int
 	}
 	held, holders := kg.reserved, kg.reserving+1
 	for _, cg := range kg.grants {
-		if now < cg.expiresAt {
+		if now < cg.expiresAt && !cg.retired {
 			held += cg.units
 			holders++
 		}
@@ -136,6 +151,23 @@ func (c *clientLeases) settle(k leaseKey, reserved int64, cg *clientGrant) {
 		c.byID[cg.id] = cg
 	}
 	c.cleanLocked(k, kg)
+}
+
+// add records the grant cg of k, for which nothing was reserved (a lease
+// taken ahead of need whose only unit is its own check's cost).
+func (c *clientLeases) add(k leaseKey, cg *clientGrant) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byKey == nil {
+		c.byID, c.byKey = map[string]*clientGrant{}, map[leaseKey]*keyGrants{}
+	}
+	kg := c.byKey[k]
+	if kg == nil {
+		kg = &keyGrants{grants: map[string]*clientGrant{}}
+		c.byKey[k] = kg
+	}
+	kg.grants[cg.id] = cg
+	c.byID[cg.id] = cg
 }
 
 // cleanLocked forgets kg, k's entry, when it holds nothing. c.mu held.
@@ -187,11 +219,25 @@ func (c *clientLeases) held(k leaseKey, now int64) int64 {
 	}
 	held := kg.reserved
 	for _, cg := range kg.grants {
-		if now < cg.expiresAt {
+		if now < cg.expiresAt && !cg.retired {
 			held += cg.units
 		}
 	}
 	return held
+}
+
+// retire marks the grant named id retired, keeping at most kept of its
+// units for a later return, and reports whether this node holds it.
+func (c *clientLeases) retire(id string, kept int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cg := c.byID[id]
+	if cg == nil {
+		return false
+	}
+	cg.retired = true
+	cg.units = min(cg.units, kept)
+	return true
 }
 
 // unitsHeld is the units granted to clients and not yet returned or
@@ -208,18 +254,27 @@ func (c *clientLeases) unitsHeld() (grants int, units int64) {
 // ClientLeaseStats are a node's client-lease figures.
 type ClientLeaseStats struct {
 	// Grants and UnitsHeld are the client grants the node remembers now
-	// and their units (spent or not: the node cannot tell).
+	// (outstanding: neither returned nor forgotten after expiry) and their
+	// units (spent or not: the node cannot tell).
 	Grants    int
 	UnitsHeld int64
+	// Granted counts grants made since the node started, UnitsGranted
+	// their units beyond the granting checks' own cost, and UnitsReturned
+	// the units clients gave back that made a difference at the store.
+	Granted, UnitsGranted, UnitsReturned int64
 }
 
-// ClientLeaseStats returns the node's client-lease figures.
+// ClientLeaseStats returns the node's client-lease figures. It takes a
+// lock that the grants and returns take, never one of the check path.
 func (n *Node) ClientLeaseStats() ClientLeaseStats { return n.local.clientLeaseStats() }
 
 // clientLeaseStats implements local.
 func (n *leasing) clientLeaseStats() ClientLeaseStats {
 	g, u := n.clients.unitsHeld()
-	return ClientLeaseStats{Grants: g, UnitsHeld: u}
+	return ClientLeaseStats{
+		Grants: g, UnitsHeld: u,
+		Granted: n.clients.granted.Load(), UnitsGranted: n.clients.unitsGranted.Load(), UnitsReturned: n.clients.unitsReturned.Load(),
+	}
 }
 
 // GrantLease decides whether key may spend cost units of policy p now, as
@@ -241,8 +296,9 @@ func (n *leasing) clientLeaseStats() ClientLeaseStats {
 //
 // previous, when its ID is not empty, is the client's lease of the key
 // that this one replaces: it is returned first (ReturnLease), so that its
-// unspent units are back and it no longer counts against the cap; a lease
-// this node does not hold is ignored.
+// unspent units are back and it no longer counts against the cap; with
+// previous.Kept > 0 it is retired instead (LeaseReturn.Kept); a lease this
+// node does not hold is ignored.
 func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want int64, previous LeaseReturn) (Result, ClientGrant, error) {
 	if err := p.Validate(); err != nil {
 		return Result{}, ClientGrant{}, err
@@ -259,7 +315,15 @@ func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want 
 	if p.Limit.Algorithm == algorithms.Concurrency {
 		return Result{}, ClientGrant{}, fmt.Errorf("policy %s: %w", p.Name, ErrConcurrencyLease)
 	}
-	if previous.ID != "" {
+	switch {
+	case previous.Kept < 0:
+		return Result{}, ClientGrant{}, fmt.Errorf("previous kept: %w: %d must not be negative", ErrInvalidLease, previous.Kept)
+	case previous.ID != "" && previous.Kept > 0:
+		if len(previous.ID) > MaxLeaseIDLen {
+			return Result{}, ClientGrant{}, fmt.Errorf("previous lease id: %w: %d bytes (want 1 to %d)", ErrInvalidLease, len(previous.ID), MaxLeaseIDLen)
+		}
+		n.local.retireLease(previous.ID, previous.Kept) // one this node does not hold is ignored
+	case previous.ID != "":
 		if _, err := n.ReturnLease(ctx, previous.ID, previous.Units); err != nil && !errors.Is(err, ErrLeaseNotHeld) {
 			return Result{}, ClientGrant{}, fmt.Errorf("previous %w", err)
 		}
@@ -269,21 +333,26 @@ func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want 
 		res, err := n.Check(ctx, p, key, cost)
 		return res, ClientGrant{}, err
 	}
-	return n.local.grantLease(ctx, p, key, cost, want, hold)
+	return n.local.grantLease(ctx, p, key, cost, want, hold, previous.ID != "" && previous.Kept > 0)
 }
+
+// retireLease implements local.
+func (n *leasing) retireLease(id string, kept int64) { n.clients.retire(id, kept) }
 
 // grantLease implements local: GrantLease in front of a remote store, for
 // a leasable policy. The decision is counted as a check's is.
-func (n *leasing) grantLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration) (Result, ClientGrant, error) {
-	res, cg, err := n.decideLease(ctx, p, key, cost, want, hold)
+func (n *leasing) grantLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration, ahead bool) (Result, ClientGrant, error) {
+	res, cg, err := n.decideLease(ctx, p, key, cost, want, hold, ahead)
 	if err == nil {
 		n.count(p.Name, key, res)
 	}
 	return res, cg, err
 }
 
-// decideLease is grantLease without the counting.
-func (n *leasing) decideLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration) (Result, ClientGrant, error) {
+// decideLease is grantLease without the counting. ahead says that the
+// client asks ahead of need (it retires a lease it still spends): the
+// check is nobody's, so its cost joins the grant.
+func (n *leasing) decideLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration, ahead bool) (Result, ClientGrant, error) {
 	k := leaseKey{p.Name, key}
 	start := n.clock()
 	l := n.leases.get(k)
@@ -319,13 +388,23 @@ func (n *leasing) decideLease(ctx context.Context, p Policy, key string, cost, w
 	}
 	life -= time.Millisecond
 	got := taken.Units - cost // > 0 only when allowed with a lease
+	if ahead {
+		got = taken.Units
+	}
 	res := Result{Decision: d, Source: SourceStore}
 	switch {
 	case got > 0 && life > 0:
 		id := rand.Text()
 		g := &grant{taken: taken, limit: p.Limit, base: base}
-		n.clients.settle(k, extra, &clientGrant{id: id, k: k, units: got, expiresAt: start + int64(life), forgetAt: start + int64(life+clientGrantGrace), g: g})
+		cg := &clientGrant{id: id, k: k, units: got, expiresAt: start + int64(life), forgetAt: start + int64(life+clientGrantGrace), g: g}
+		if extra > 0 {
+			n.clients.settle(k, extra, cg)
+		} else {
+			n.clients.add(k, cg) // the reservation ended above
+		}
 		n.stats.unitsLeased.Add(got)
+		n.clients.granted.Add(1)
+		n.clients.unitsGranted.Add(got)
 		// What the store has left plus what the client now holds, as on a
 		// lease of the node's own.
 		res.Remaining = min(d.Limit, d.Remaining+got)
@@ -372,6 +451,7 @@ func (n *leasing) returnLease(ctx context.Context, id string, units int64) (int6
 		return 0, nil
 	}
 	returned, _ := n.returnUnitsCounted(ctx, cg.k, n.leases.get(cg.k), cg.g, units) // a failure is logged
+	n.clients.unitsReturned.Add(returned)
 	return returned, nil
 }
 

@@ -49,7 +49,11 @@ type local interface {
 	figures() localFigures
 	// grantLease is GrantLease for a valid, leasable check (hold > 0,
 	// cost > 0) once the previous lease went back.
-	grantLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration) (Result, ClientGrant, error)
+	grantLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration, ahead bool) (Result, ClientGrant, error)
+	// retireLease stops counting the client lease id against the cap but
+	// keeps it for one later return of at most kept units
+	// (LeaseReturn.Kept); a lease the layer does not hold is ignored.
+	retireLease(id string, kept int64)
 	// returnLease is ReturnLease for a valid request.
 	returnLease(ctx context.Context, id string, units int64) (int64, error)
 	// clientLeaseStats reports the client leases the layer remembers.
@@ -100,11 +104,12 @@ func (direct) forget(string, string)                                            
 func (direct) forgetAgain(string, string)                                                     {}
 func (direct) forgetPolicies(context.Context, map[string]bool)                                {}
 func (direct) figures() localFigures                                                          { return localFigures{} }
+func (direct) retireLease(string, int64)                                                      {}
 func (direct) clientLeaseStats() ClientLeaseStats                                             { return ClientLeaseStats{} }
 
 // grantLease implements local: the memory store needs no lease, so the
 // check alone.
-func (s direct) grantLease(ctx context.Context, p Policy, key string, cost, _ int64, _ time.Duration) (Result, ClientGrant, error) {
+func (s direct) grantLease(ctx context.Context, p Policy, key string, cost, _ int64, _ time.Duration, _ bool) (Result, ClientGrant, error) {
 	res, err := s.n.Check(ctx, p, key, cost)
 	return res, ClientGrant{}, err
 }

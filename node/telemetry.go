@@ -182,6 +182,11 @@ func (t *telemetry) instrument(meter metric.Meter, n *Node) error {
 		{name: "quotad.denied_cache.additions", unit: "{denial}", desc: "Store denials remembered for later checks.", value: n.stats.denialsCached.Load},
 		{name: "quotad.lease.units.held", unit: "{unit}", desc: "Units this node's leases hold now.", gauge: true, value: func() int64 { return n.local.figures().unitsHeld }},
 		{name: "quotad.store.state_losses", unit: "{event}", desc: "Times the store's state changed under the node (a Redis restart, failover or flush) and it dropped its leases and cached denials.", value: n.stats.storeStateLosses.Load},
+		{name: "quotad.client_lease.grants", unit: "{grant}", desc: "Leases granted to clients (AcquireLease) to spend in their own processes.", value: func() int64 { return n.local.clientLeaseStats().Granted }},
+		{name: "quotad.client_lease.units.leased", unit: "{unit}", desc: "Units granted in client leases (beyond the granting checks' own cost).", value: func() int64 { return n.local.clientLeaseStats().UnitsGranted }},
+		{name: "quotad.client_lease.units.returned", unit: "{unit}", desc: "Client-leased units given back to the store unused (ReturnLease).", value: func() int64 { return n.local.clientLeaseStats().UnitsReturned }},
+		{name: "quotad.client_lease.outstanding", unit: "{grant}", desc: "Client leases this node remembers now: neither returned nor forgotten after they expired.", gauge: true, value: func() int64 { return int64(n.local.clientLeaseStats().Grants) }},
+		{name: "quotad.client_lease.units.held", unit: "{unit}", desc: "Units of the client leases this node remembers now, spent or not.", gauge: true, value: func() int64 { return n.local.clientLeaseStats().UnitsHeld }},
 		{name: "quotad.lease.keys", unit: "{key}", desc: "Keys this node tracks for leasing (remote stores only).", gauge: true, value: func() int64 { return n.local.figures().leaseKeys }},
 		{name: "quotad.lease.table_full", unit: "{check}", desc: "Checks of untracked keys that found the lease table full and went to the store without a lease or coalescing.", value: func() int64 { return n.local.figures().tableFull }},
 		// A state has no unit: unit "1" would make Prometheus call it a

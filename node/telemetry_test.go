@@ -399,3 +399,39 @@ func BenchmarkLeaseHitTelemetry(b *testing.B) {
 		})
 	}
 }
+
+// Client leases (AcquireLease, ReturnLease) have their own counters and
+// gauges: grants, units leased and returned, and the leases outstanding.
+func TestClientLeaseMetrics(t *testing.T) {
+	r := redistest.Start(t)
+	mp, reader := meterReader(t)
+	n := newNode(t, newRedisStore(t, r), node.Config{Telemetry: node.Telemetry{MeterProvider: mp}})
+	ctx := context.Background()
+	p := node.Policy{Name: "big", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000, Period: time.Hour}}
+	_, a, err := n.GrantLease(ctx, p, "k", 1, 100, node.LeaseReturn{})
+	if err != nil || a.Units != 100 {
+		t.Fatalf("GrantLease: %+v %v", a, err)
+	}
+	if _, b, err := n.GrantLease(ctx, p, "k2", 1, 50, node.LeaseReturn{}); err != nil || b.Units != 50 {
+		t.Fatalf("GrantLease: %+v %v", b, err)
+	}
+	if returned, err := n.ReturnLease(ctx, a.ID, 60); err != nil || returned != 60 {
+		t.Fatalf("ReturnLease: %d %v", returned, err)
+	}
+	got := sums(t, reader)
+	want := map[string]int64{
+		"quotad.client_lease.grants":         2,
+		"quotad.client_lease.units.leased":   150,
+		"quotad.client_lease.units.returned": 60,
+		"quotad.client_lease.outstanding":    1,
+		"quotad.client_lease.units.held":     50,
+	}
+	for name, v := range want {
+		if got[name][""] != v {
+			t.Errorf("%s = %v, want %d", name, got[name], v)
+		}
+	}
+	if st := n.ClientLeaseStats(); st != (node.ClientLeaseStats{Grants: 1, UnitsHeld: 50, Granted: 2, UnitsGranted: 150, UnitsReturned: 60}) {
+		t.Errorf("ClientLeaseStats %+v", st)
+	}
+}

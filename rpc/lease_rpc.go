@@ -46,7 +46,7 @@ func (s *service) acquireLease(ctx context.Context, req *quotadv1.AcquireLeaseRe
 		}
 		return &quotadv1.AcquireLeaseResponse{Decision: withSlot(checkResponse(res), res, p)}, nil
 	}
-	previous := node.LeaseReturn{ID: req.GetPreviousLeaseId(), Units: req.GetPreviousUnits()}
+	previous := node.LeaseReturn{ID: req.GetPreviousLeaseId(), Units: req.GetPreviousUnits(), Kept: req.GetPreviousKept()}
 	res, g, err := s.node.GrantLease(ctx, p, req.GetKey(), cost, req.GetWant(), previous)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,7 @@ func TestLeasesOverTheAPI(t *testing.T) {
 		{"empty key", &quotadv1.AcquireLeaseRequest{Policy: "big", Want: 10}, ia, "key: invalid key: must not be empty"},
 		{"unknown policy", &quotadv1.AcquireLeaseRequest{Policy: "nope", Key: "k", Want: 10}, connect.CodeNotFound, `policy: unknown policy "nope"`},
 		{"cost above the capacity", &quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k", Cost: proto.Int64(10_001)}, ia, "cost: invalid cost"},
+		{"negative previous kept", &quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k", Want: 10, PreviousLeaseId: "x", PreviousKept: -1}, ia, "previous kept: invalid lease request: -1 must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := c.AcquireLease(ctx, connect.NewRequest(tc.req))
@@ -74,5 +76,94 @@ func TestLeasesOverTheAPI(t *testing.T) {
 			res, err := c.ReturnLease(ctx, connect.NewRequest(tc.req))
 			assertError(t, res, err, tc.code, tc.message)
 		})
+	}
+}
+
+// A lease taken ahead of need retires the previous one (previous_kept):
+// the previous no longer counts against the cap, stays open for one later
+// return of at most previous_kept units, and the new lease's own check is
+// part of its units. Redis then counts exactly what the client spent.
+func TestLeaseRetiredAhead(t *testing.T) {
+	big := node.Policy{Name: "big", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000, Period: time.Hour}}
+	ts := startServer(t, redisStore(t), Config{}, big)
+	c := ts.client(t, "connect")
+	ctx := context.Background()
+	window := time.Now().Truncate(time.Hour)
+
+	// 5 % of 10,000 on one node: a cap of 500.
+	a, err := c.AcquireLease(ctx, connect.NewRequest(&quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k", Want: 400}))
+	if err != nil || a.Msg.GetUnits() != 400 {
+		t.Fatalf("first AcquireLease: %v %v", a, err)
+	}
+	// The client spent 370 of A's units and keeps spending the last 30.
+	b, err := c.AcquireLease(ctx, connect.NewRequest(&quotadv1.AcquireLeaseRequest{
+		Policy: "big", Key: "k", Want: 400, PreviousLeaseId: a.Msg.GetLeaseId(), PreviousKept: 30,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Were A still counted, only 100 would fit under the cap.
+	if got := b.Msg.GetUnits(); got != 401 {
+		t.Fatalf("AcquireLease ahead: %d units, want 401 (400 wanted, A retired, plus the call's own check)", got)
+	}
+	ret, err := c.ReturnLease(ctx, connect.NewRequest(&quotadv1.ReturnLeaseRequest{LeaseId: a.Msg.GetLeaseId(), Units: 100}))
+	if err != nil || ret.Msg.GetReturned() != 30 {
+		t.Fatalf("ReturnLease of the retired lease: %v %v (want 30: at most what was kept)", ret, err)
+	}
+	// The client spent 1 of B's units.
+	ret, err = c.ReturnLease(ctx, connect.NewRequest(&quotadv1.ReturnLeaseRequest{LeaseId: b.Msg.GetLeaseId(), Units: 400}))
+	if err != nil || ret.Msg.GetReturned() != 400 {
+		t.Fatalf("ReturnLease of the new lease: %v %v", ret, err)
+	}
+	look, err := c.Check(ctx, connect.NewRequest(&quotadv1.CheckRequest{Policy: "big", Key: "k", Cost: proto.Int64(0)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().Truncate(time.Hour) != window {
+		t.Skip("the hour turned during the test")
+	}
+	// Spent: A's check, 370 of A, 1 of B.
+	if got := look.Msg.GetRemaining(); got != 10_000-372 {
+		t.Errorf("remaining %d, want %d", got, 10_000-372)
+	}
+
+	// With the cap full, a lease ahead of need is its own check's unit.
+	full, err := c.AcquireLease(ctx, connect.NewRequest(&quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k2", Want: 500}))
+	if err != nil || full.Msg.GetUnits() != 500 {
+		t.Fatalf("AcquireLease of the whole cap: %v %v", full, err)
+	}
+	one, err := c.AcquireLease(ctx, connect.NewRequest(&quotadv1.AcquireLeaseRequest{
+		Policy: "big", Key: "k2", Want: 100, PreviousLeaseId: "gone", PreviousKept: 5,
+	}))
+	if err != nil || one.Msg.GetUnits() != 1 || one.Msg.GetLeaseId() == "" {
+		t.Fatalf("AcquireLease ahead with the cap full: %v %v (want a lease of 1 unit)", one, err)
+	}
+	ret, err = c.ReturnLease(ctx, connect.NewRequest(&quotadv1.ReturnLeaseRequest{LeaseId: one.Msg.GetLeaseId(), Units: 1}))
+	if err != nil || ret.Msg.GetReturned() != 1 {
+		t.Fatalf("ReturnLease of the one unit: %v %v", ret, err)
+	}
+}
+
+// GET /status shows the client leases the node granted, returned and
+// holds, for the console.
+func TestStatusShowsClientLeases(t *testing.T) {
+	big := node.Policy{Name: "big", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000, Period: time.Hour}}
+	ts := startServer(t, redisStore(t), Config{}, big)
+	c := ts.client(t, "connect")
+	ctx := context.Background()
+	var ids []string
+	for _, want := range []int64{100, 50} {
+		res, err := c.AcquireLease(ctx, connect.NewRequest(&quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k" + strconv.FormatInt(want, 10), Want: want}))
+		if err != nil || res.Msg.GetUnits() != want {
+			t.Fatalf("AcquireLease: %v %v", res, err)
+		}
+		ids = append(ids, res.Msg.GetLeaseId())
+	}
+	if _, err := c.ReturnLease(ctx, connect.NewRequest(&quotadv1.ReturnLeaseRequest{LeaseId: ids[0], Units: 60})); err != nil {
+		t.Fatal(err)
+	}
+	got := getStatus(t, ts.URL).ClientLeases
+	if want := (clientLeasesJSON{Granted: 2, UnitsLeased: 150, UnitsReturned: 60, Outstanding: 1, UnitsHeld: 50}); got != want {
+		t.Errorf("client_leases %+v, want %+v", got, want)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
@@ -77,10 +79,11 @@ func (s *service) CheckBatch(ctx context.Context, req *connect.Request[quotadv1.
 	return connect.NewResponse(res), nil
 }
 
-// checkBatch decides 1 to maxBatch checks, one after another, each with
-// its own result or error. Only a batch of the wrong size, or the caller's
-// context ending, fails the call. With all_or_nothing the checks are
-// decided as one (checkAll). procedure names the call in the log.
+// checkBatch decides 1 to maxBatch checks, each with its own result or
+// error. Only a batch of the wrong size, or the caller's context ending,
+// fails the call. With all_or_nothing the checks are decided as one
+// (checkAll), otherwise independently (checkEach). procedure names the
+// call in the log.
 func (s *service) checkBatch(ctx context.Context, procedure string, req *quotadv1.CheckBatchRequest) (*quotadv1.CheckBatchResponse, error) {
 	items := req.GetRequests()
 	if n := len(items); n == 0 || n > s.maxBatch {
@@ -94,24 +97,88 @@ func (s *service) checkBatch(ctx context.Context, procedure string, req *quotadv
 	if req.GetAllOrNothing() {
 		return s.checkAll(ctx, set, items)
 	}
+	return s.checkEach(ctx, procedure, set, items)
+}
+
+// batchParallel bounds the items of one CheckBatch decided at once. The
+// node pipelines concurrent store calls for different keys (one round trip
+// for many) and coalesces those for one key, so a batch of cold keys costs
+// a few round trips rather than one per item.
+const batchParallel = 64
+
+// checkEach decides items independently, up to batchParallel at once.
+// Items of one policy and key are decided one after another in request
+// order, as they would be alone, so that an earlier item is never denied
+// for a later one's cost.
+func (s *service) checkEach(ctx context.Context, procedure string, set *node.PolicySet, items []*quotadv1.CheckRequest) (*quotadv1.CheckBatchResponse, error) {
 	results := make([]*quotadv1.CheckBatchResult, len(items))
-	for i, item := range items {
-		// Once the caller has gone, the remaining items would all fail the
-		// same way and nobody would read them.
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("requests[%d]: %w", i, err)
+	groups := groupByKey(items)
+	run := func(group []int) {
+		for _, i := range group {
+			// Once the caller has gone, the remaining items would all fail
+			// the same way and nobody would read them.
+			if ctx.Err() != nil {
+				return
+			}
+			results[i] = s.checkItem(ctx, procedure, set, items[i])
 		}
-		res, err := s.check(ctx, set, item)
-		if err != nil {
-			ce := connectError(ctx, s.log, procedure, err)
-			results[i] = &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Error{
-				Error: &quotadv1.ItemError{Code: ce.Code().String(), Message: ce.Message()},
-			}}
-			continue
+	}
+	if workers := min(len(groups), batchParallel); workers <= 1 {
+		for _, g := range groups {
+			run(g)
 		}
-		results[i] = &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Response{Response: res}}
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for g := next.Add(1) - 1; g < int64(len(groups)); g = next.Add(1) - 1 {
+					run(groups[g])
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	for i, r := range results {
+		if r == nil {
+			return nil, fmt.Errorf("requests[%d]: %w", i, ctx.Err())
+		}
 	}
 	return &quotadv1.CheckBatchResponse{Results: results}, nil
+}
+
+// checkItem decides one item of a batch: its response or its error.
+func (s *service) checkItem(ctx context.Context, procedure string, set *node.PolicySet, item *quotadv1.CheckRequest) *quotadv1.CheckBatchResult {
+	res, err := s.check(ctx, set, item)
+	if err != nil {
+		ce := connectError(ctx, s.log, procedure, err)
+		return &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Error{
+			Error: &quotadv1.ItemError{Code: ce.Code().String(), Message: ce.Message()},
+		}}
+	}
+	return &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Response{Response: res}}
+}
+
+// groupByKey returns the indexes of items grouped by policy (or inline
+// namespace) and key, each group in request order, the groups in the
+// order of their first item.
+func groupByKey(items []*quotadv1.CheckRequest) [][]int {
+	type name struct{ policy, key string }
+	at := make(map[name]int, len(items))
+	groups := make([][]int, 0, len(items))
+	for i, item := range items {
+		n := name{item.GetPolicy(), item.GetKey()}
+		g, ok := at[n]
+		if !ok {
+			g = len(groups)
+			at[n] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
 }
 
 // checkAll decides a batch all or nothing (node.CheckAll). An invalid item

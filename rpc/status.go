@@ -18,13 +18,16 @@ import (
 // their "now". Field names are snake_case like the rest of quotad's JSON.
 type statusJSON struct {
 	// Node is this node's name in its cluster; empty when standalone.
-	Node        string          `json:"node"`
-	Now         time.Time       `json:"now"`
-	Config      configJSON      `json:"config"`
-	Store       storeJSON       `json:"store"`
-	Cluster     clusterBrief    `json:"cluster"`
-	Leases      leasesJSON      `json:"leases"`
-	DeniedCache deniedCacheJSON `json:"denied_cache"`
+	Node    string       `json:"node"`
+	Now     time.Time    `json:"now"`
+	Config  configJSON   `json:"config"`
+	Store   storeJSON    `json:"store"`
+	Cluster clusterBrief `json:"cluster"`
+	Leases  leasesJSON   `json:"leases"`
+	// ClientLeases are the leases this node granted to clients in local
+	// mode (AcquireLease), which they spend in their own processes.
+	ClientLeases clientLeasesJSON `json:"client_leases"`
+	DeniedCache  deniedCacheJSON  `json:"denied_cache"`
 	// Keys says how keys are shown in top_denied: "shown", or "sha256"
 	// when Config.HideKeys replaces each by "sha256:" and the first 16 hex
 	// digits of its SHA-256.
@@ -51,6 +54,17 @@ type configJSON struct {
 	Policies       int    `json:"policies"`
 	PoliciesSHA256 string `json:"policies_sha256"`
 	InlineLimits   bool   `json:"inline_limits"`
+}
+
+// clientLeasesJSON is node.ClientLeaseStats: totals since the node
+// started, and the grants it remembers now (outstanding: neither returned
+// nor forgotten a second after they expired) with their units.
+type clientLeasesJSON struct {
+	Granted       int64 `json:"granted"`
+	UnitsLeased   int64 `json:"units_leased"`
+	UnitsReturned int64 `json:"units_returned"`
+	Outstanding   int   `json:"outstanding"`
+	UnitsHeld     int64 `json:"units_held"`
 }
 
 // storeJSON is the store, its calls and its breaker.
@@ -129,6 +143,7 @@ func statusPage(n *node.Node, cfg Config, started time.Time) http.HandlerFunc {
 func status(n *node.Node, cfg Config, started time.Time) statusJSON {
 	cs := n.ClusterStatus()
 	st := cs.Stats
+	cl := n.ClientLeaseStats()
 	configured := n.Policies()
 	out := statusJSON{
 		Node: cs.Name, Now: time.Now().UTC(),
@@ -141,6 +156,10 @@ func status(n *node.Node, cfg Config, started time.Time) statusJSON {
 		Leases: leasesJSON{
 			Granted: st.LeasesGranted, UnitsLeased: st.UnitsLeased, UnitsReturned: st.UnitsReturned,
 			UnitsHeld: st.UnitsHeld, Hits: st.LeaseHits,
+		},
+		ClientLeases: clientLeasesJSON{
+			Granted: cl.Granted, UnitsLeased: cl.UnitsGranted, UnitsReturned: cl.UnitsReturned,
+			Outstanding: cl.Grants, UnitsHeld: cl.UnitsHeld,
 		},
 		DeniedCache: deniedCacheJSON{
 			DenialsCached: st.DenialsCached, Hits: st.DeniedCacheHits, Lookups: st.Denied.Hits + st.Denied.Misses,

@@ -122,8 +122,10 @@ func (m *local) unitsHeld() int64 {
 	held := m.stats.returning.Load()
 	now := m.clock()
 	m.table.each(func(e *entry) {
-		if g := e.cur.Load(); g != nil && now < g.expiresAt {
-			held += g.units.Load()
+		for _, g := range [...]*grant{e.prev.Load(), e.cur.Load()} {
+			if g != nil && now < g.expiresAt {
+				held += g.units.Load()
+			}
 		}
 	})
 	return held
@@ -136,6 +138,15 @@ const minLeaseChecks = 4
 
 // returnTimeout bounds each ReturnLease call.
 const returnTimeout = 2 * time.Second
+
+// refillTimeout bounds a lease call made ahead of need (refillAhead),
+// which no check waits for when it starts.
+const refillTimeout = 10 * time.Second
+
+// refillLead is how many round trips of the key's demand a lease keeps in
+// hand: when its units fall below that, the next lease is asked for in the
+// background, so that hot checks do not wait for it.
+const refillLead = 2
 
 // local is a client's local mode.
 type local struct {
@@ -151,10 +162,16 @@ type local struct {
 	// unsupported is set when quotad does not know AcquireLease (an older
 	// server): every check then goes to quotad.
 	unsupported atomic.Bool
-	epoch       time.Time
-	stop        context.CancelFunc
-	done        chan struct{}
-	returns     sync.WaitGroup
+	// rtt is the smoothed duration of AcquireLease calls (ns), which sizes
+	// the lead of refills ahead of need.
+	rtt     atomic.Int64
+	epoch   time.Time
+	stop    context.CancelFunc
+	done    chan struct{}
+	returns sync.WaitGroup
+	// refills counts lease calls made ahead of need that are in flight;
+	// Close waits for them, so that it returns what they bring.
+	refills sync.WaitGroup
 }
 
 // serviceClient is the part of the generated client local mode uses.
@@ -188,8 +205,10 @@ type leaseKey struct {
 
 // entry is one key's local state.
 type entry struct {
-	// cur is the grant being spent; nil before the first.
-	cur atomic.Pointer[grant]
+	// cur is the grant being spent; nil before the first. prev is the grant
+	// a refill ahead of need replaced, whose last units are spent first
+	// until it runs out or expires; nil for none.
+	cur, prev atomic.Pointer[grant]
 	// denial is the last denial quotad gave, remembered until it ends.
 	denial   atomic.Pointer[denial]
 	demand   atomic.Int64 // units asked for since sampleStart
@@ -205,11 +224,23 @@ type entry struct {
 	// noLease once it refused one as invalid.
 	leasable, noLease bool
 	refusedUntil      int64 // clock (ns) before which no lease is asked for
+	// refusals counts the lease calls in a row that brought no units; each
+	// doubles the wait before the next (refuse).
+	refusals int
 }
 
-// grant is units of one lease. Everything but units is fixed.
+// grant is units of one lease. Everything but units, closed and ahead is
+// fixed.
 type grant struct {
-	units     atomic.Int64
+	units atomic.Int64
+	// closed is set by whoever ends the grant for good, and it alone gives
+	// the unused units back (finish), so two returns never race: the
+	// second would find the lease gone at quotad and its units lost.
+	closed atomic.Bool
+	// ahead is set when a check took the units below low and asked for
+	// the next lease in the background; once per grant.
+	ahead     atomic.Bool
+	low       int64
 	expiresAt int64 // clock (ns) from which no unit may be spent
 	id        string
 	capacity  int64
@@ -231,34 +262,23 @@ type flight struct {
 	err  error // set before done is closed
 }
 
-// answer decides a check of cost from e alone: its grant, or its last
-// denial. It allocates nothing.
-func (m *local) answer(e *entry, cost, now int64) (Decision, bool) {
+// answer decides a check of cost from e alone: its grants (the one a
+// refill replaced first), or its last denial. refill says that the check
+// took the current grant below its low mark: the caller should ask for the
+// next lease in the background (refillAhead). It allocates nothing.
+func (m *local) answer(e *entry, cost, now int64) (d Decision, ok, refill bool) {
 	if cost < 0 {
-		return Decision{}, false // quotad says why
+		return Decision{}, false, false // quotad says why
+	}
+	if g := e.prev.Load(); g != nil {
+		if d, _, ok := m.spend(g, cost, now); ok {
+			return d, true, false
+		}
 	}
 	if g := e.cur.Load(); g != nil {
-		need := max(cost, 1)
-		for {
-			u := g.units.Load()
-			if u < need || now >= g.expiresAt {
-				break
-			}
-			if !g.units.CompareAndSwap(u, u-cost) {
-				continue
-			}
-			// As quotad's nodes do: units claimed just as the grant expired
-			// are dropped, not spent late.
-			if now = m.clock(); now >= g.expiresAt {
-				break
-			}
-			m.stats.leaseHits.Add(1)
-			return Decision{Decision: algorithms.Decision{
-				Allowed:    true,
-				Limit:      g.capacity,
-				Remaining:  min(g.capacity, g.authRemaining+u-cost),
-				ResetAfter: time.Duration(max(0, g.resetAt-now)),
-			}, Source: SourceClientLease}, true
+		if d, left, ok := m.spend(g, cost, now); ok {
+			refill = left < g.low && !g.ahead.Load() && g.ahead.CompareAndSwap(false, true)
+			return d, true, refill
 		}
 	}
 	if dn := e.denial.Load(); dn != nil && dn.cost == max(cost, 1) && now < dn.until {
@@ -267,9 +287,37 @@ func (m *local) answer(e *entry, cost, now int64) (Decision, bool) {
 		d.ResetAfter = max(ceilMillis(d.ResetAfter-time.Duration(now-dn.since)), d.RetryAfter)
 		d.Source = SourceClientDeniedCache
 		m.stats.deniedHits.Add(1)
-		return d, true
+		return d, true, false
 	}
-	return Decision{}, false
+	return Decision{}, false, false
+}
+
+// spend takes cost units of g for a check at now, if it holds them and has
+// not expired, and reports the units left. The decision's Remaining is
+// quotad's remaining at the grant plus those, capped at the capacity.
+func (m *local) spend(g *grant, cost, now int64) (d Decision, left int64, ok bool) {
+	need := max(cost, 1)
+	for {
+		u := g.units.Load()
+		if u < need || now >= g.expiresAt {
+			return Decision{}, 0, false
+		}
+		if !g.units.CompareAndSwap(u, u-cost) {
+			continue
+		}
+		// As quotad's nodes do: units claimed just as the grant expired are
+		// dropped, not spent late.
+		if now = m.clock(); now >= g.expiresAt {
+			return Decision{}, 0, false
+		}
+		m.stats.leaseHits.Add(1)
+		return Decision{Decision: algorithms.Decision{
+			Allowed:    true,
+			Limit:      g.capacity,
+			Remaining:  min(g.capacity, g.authRemaining+u-cost),
+			ResetAfter: time.Duration(max(0, g.resetAt-now)),
+		}, Source: SourceClientLease}, u - cost, true
+	}
 }
 
 // ceilMillis rounds d up to a whole millisecond, as quotad reports.
@@ -290,7 +338,10 @@ func (m *local) check(ctx context.Context, k leaseKey, inline bool, cost int64) 
 		if now-e.lastUsed.Load() > int64(time.Millisecond) {
 			e.lastUsed.Store(now)
 		}
-		if d, ok := m.answer(e, cost, now); ok {
+		if d, ok, refill := m.answer(e, cost, now); ok {
+			if refill {
+				m.refillAhead(k, e, inline, cost)
+			}
 			return d, nil
 		}
 	} else {
@@ -313,7 +364,10 @@ func (m *local) miss(ctx context.Context, k leaseKey, e *entry, inline bool, cos
 		case <-ctx.Done():
 			return Decision{}, fmt.Errorf("check of policy %q: %w", k.policy, ctxError(ctx))
 		}
-		if d, ok := m.answer(e, cost, m.clock()); ok {
+		if d, ok, refill := m.answer(e, cost, m.clock()); ok {
+			if refill {
+				m.refillAhead(k, e, inline, cost)
+			}
 			return d, nil
 		}
 		if f.err != nil {
@@ -332,7 +386,17 @@ func (m *local) miss(ctx context.Context, k leaseKey, e *entry, inline bool, cos
 	e.acquiring = f
 	e.mu.Unlock()
 
-	d, err, fallback := m.acquire(ctx, k, e, inline, cost, want)
+	d, err, fallback := m.acquire(ctx, k, e, inline, cost, want, false)
+	m.land(e, f, err, fallback)
+	if fallback {
+		return m.remote(ctx, k, e, inline, cost)
+	}
+	return d, err
+}
+
+// land ends the lease call f of e: checks waiting for it go on, with its
+// error unless the check must go to quotad as a plain check (fallback).
+func (m *local) land(e *entry, f *flight, err error, fallback bool) {
 	e.mu.Lock()
 	e.acquiring = nil
 	if !fallback {
@@ -340,10 +404,40 @@ func (m *local) miss(ctx context.Context, k leaseKey, e *entry, inline bool, cos
 	}
 	e.mu.Unlock()
 	close(f.done)
-	if fallback {
-		return m.remote(ctx, k, e, inline, cost)
+}
+
+// refillAhead asks for k's next lease in the background, while the current
+// one still has a few units: a check that took it below its low mark (a
+// couple of round trips of the key's demand) calls this, so hot checks go
+// on spending instead of waiting for the call. At most one lease call per
+// key is in flight; checks that run out meanwhile wait for it, as for any.
+//
+// The call decides a check of cost like any lease call (quotad spends a
+// lease only with a check), and an allowed one's units join the new grant.
+// The current grant is retired, not returned: quotad no longer counts it
+// against the cap, and it is spent first until it runs out or expires,
+// when its last units go back.
+func (m *local) refillAhead(k leaseKey, e *entry, inline bool, cost int64) {
+	e.mu.Lock()
+	want := int64(0)
+	if e.acquiring == nil {
+		want = m.leaseWant(e, cost, m.clock())
 	}
-	return d, err
+	if want == 0 {
+		e.mu.Unlock()
+		return
+	}
+	f := &flight{done: make(chan struct{})}
+	e.acquiring = f
+	e.mu.Unlock()
+	m.refills.Add(1)
+	go func() {
+		defer m.refills.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), refillTimeout)
+		defer cancel()
+		_, err, fallback := m.acquire(ctx, k, e, inline, cost, want, true)
+		m.land(e, f, err, fallback)
+	}()
 }
 
 // leaseWant sizes a lease for a check of cost: the key's demand over the
@@ -378,15 +472,28 @@ func (m *local) leaseWant(e *entry, cost, now int64) int64 {
 // acquire asks quotad to decide a check of cost and lease up to want more
 // units of k, and installs what comes back: the grant, or the denial.
 // fallback says that quotad refused the call as invalid or does not know
-// it, so the check must go to quotad as a plain check.
-func (m *local) acquire(ctx context.Context, k leaseKey, e *entry, inline bool, cost, want int64) (d Decision, err error, fallback bool) {
+// it, so the check must go to quotad as a plain check. ahead says that the
+// call is refillAhead's: the check is nobody's, and the current grant is
+// retired rather than returned.
+func (m *local) acquire(ctx context.Context, k leaseKey, e *entry, inline bool, cost, want int64, ahead bool) (d Decision, err error, fallback bool) {
 	req := &quotadv1.AcquireLeaseRequest{Policy: k.policy, Key: k.key, Cost: &cost, Want: want}
-	// The previous grant's leftovers go back in the same call, before the
-	// new grant is sized, so the key never holds two grants' worth and
-	// quotad's cap counts only the new one. If the call fails, they are
-	// lost until the window or refill restores them.
-	if g := e.cur.Load(); g != nil {
-		req.PreviousLeaseId, req.PreviousUnits = g.id, g.units.Swap(0)
+	old := e.cur.Load()
+	switch {
+	case old == nil || old.closed.Load():
+	case ahead:
+		// Still being spent: quotad keeps it open for the return of what
+		// is left when it runs out or expires (finish). The janitor does
+		// not finish it while this call is in flight, so that return comes
+		// after quotad retired it, never before (which would lose it).
+		req.PreviousLeaseId, req.PreviousKept = old.id, max(1, old.units.Load())
+	case old.closed.CompareAndSwap(false, true):
+		// Spent or expired: its leftovers go back in the same call, before
+		// the new grant is sized, so quotad's cap counts only the new one.
+		// If the call fails, they are lost until the window or refill
+		// restores them. Closing it first means the janitor gives nothing
+		// back for it (a second return of the same lease would find it
+		// gone at quotad, and lose its units).
+		req.PreviousLeaseId, req.PreviousUnits = old.id, old.units.Swap(0)
 	}
 	if inline {
 		req.Limit = limitToProto(k.limit)
@@ -394,6 +501,7 @@ func (m *local) acquire(ctx context.Context, k leaseKey, e *entry, inline bool, 
 	m.stats.leases.Add(1)
 	sent := m.clock()
 	res, err := m.svc.AcquireLease(ctx, connect.NewRequest(req))
+	m.measure(m.clock() - sent)
 	if err != nil {
 		switch connect.CodeOf(err) {
 		case connect.CodeUnimplemented:
@@ -411,15 +519,29 @@ func (m *local) acquire(ctx context.Context, k leaseKey, e *entry, inline bool, 
 	}
 	msg := res.Msg
 	d = decisionFromProto(msg.GetDecision())
+	units := msg.GetUnits()
+	extra := units // beyond the check's own cost
+	if req.PreviousKept > 0 && d.Allowed && units > 0 {
+		// The call's own check is nobody's: quotad counts its cost in the
+		// grant. (A quotad that does not know previous_kept leaves it out,
+		// and so does one asked without a previous lease, the current one
+		// having expired meanwhile: that unit stays spent.)
+		extra -= cost
+	}
 	e.mu.Lock()
 	e.leasable = true
-	if msg.GetUnits() == 0 && d.Allowed {
-		// A small limit, leases off, or the key's share held by others:
-		// check by check for a horizon, then ask again.
-		e.refusedUntil = m.clock() + int64(m.opts.Horizon)
+	switch {
+	case extra == 0 && d.Allowed && d.Remaining-units < cost:
+		// The store itself has no more for now: the next check asks again
+		// (and is likely denied, and that denial remembered).
+		e.refusedUntil = 0
+	case extra == 0 && d.Allowed:
+		m.refuse(e)
+	case extra > 0:
+		e.refusals = 0
 	}
 	e.mu.Unlock()
-	if units := msg.GetUnits(); units > 0 {
+	if units > 0 {
 		m.stats.granted.Add(1)
 		m.stats.unitsLeased.Add(units)
 		// Measured from before the call was sent: quotad measured from
@@ -431,11 +553,50 @@ func (m *local) acquire(ctx context.Context, k leaseKey, e *entry, inline bool, 
 			authRemaining: d.Remaining - units,
 			resetAt:       sent + int64(d.ResetAfter),
 		}
+		// The next lease is asked for when what is left would last about
+		// refillLead round trips at the demand this one was sized for (want
+		// units over a horizon); at least a few checks' worth, at most half
+		// the grant.
+		lead := float64(refillLead*m.rtt.Load()) / float64(m.opts.Horizon)
+		g.low = min(max(int64(float64(want)*lead), minLeaseChecks*cost), units/2)
 		g.units.Store(units)
+		if ahead {
+			// The old grant's last units are spent first (answer), and the
+			// one it replaced, if still there, is finished now.
+			if older := e.prev.Swap(old); older != nil {
+				m.finish(older)
+			}
+		}
 		e.cur.Store(g)
 	}
 	m.remember(e, cost, d, sent)
 	return d, nil, false
+}
+
+// refuse notes that quotad allowed a lease call's check but granted no
+// units while its store had more: a small limit, leases off, or the key's
+// share held by others. The key is checked check by check for
+// a while, then asked again: a couple of round trips after the first
+// refusal in a row, twice as long after each next, up to a horizon. e.mu
+// held.
+func (m *local) refuse(e *entry) {
+	wait := max(time.Millisecond, time.Duration(refillLead*m.rtt.Load())) << min(e.refusals, 16)
+	e.refusals++
+	e.refusedUntil = m.clock() + int64(min(wait, m.opts.Horizon))
+}
+
+// measure folds the duration of a lease call into the smoothed round trip.
+func (m *local) measure(took int64) {
+	for {
+		old := m.rtt.Load()
+		next := took
+		if old > 0 {
+			next = old + (took-old)/8
+		}
+		if m.rtt.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }
 
 // remember keeps a denial quotad gave at sent (clock ns) for a check of
@@ -468,6 +629,17 @@ func (m *local) remote(ctx context.Context, k leaseKey, e *entry, inline bool, c
 	}
 	m.remember(e, cost, d, sent)
 	return d, nil
+}
+
+// finish ends g for good, if nobody has yet, and gives its unused units
+// back to quotad in the background.
+func (m *local) finish(g *grant) {
+	if !g.closed.CompareAndSwap(false, true) {
+		return
+	}
+	if left := g.units.Swap(0); left > 0 {
+		m.giveBack(g, left)
+	}
 }
 
 // giveBack returns left units of g to quotad in the background.
@@ -503,18 +675,23 @@ func (m *local) janitor(ctx context.Context) {
 		}
 		now := m.clock()
 		m.table.sweep(func(e *entry) bool {
-			g := e.cur.Load()
-			if g != nil && now >= g.expiresAt {
-				if left := g.units.Swap(0); left > 0 {
-					m.giveBack(g, left)
-				}
-			}
-			if g != nil && now < g.expiresAt || now-e.lastUsed.Load() <= idle {
-				return false
-			}
 			e.mu.Lock()
 			defer e.mu.Unlock()
-			return e.acquiring == nil
+			if e.acquiring != nil {
+				// The call in flight retires or returns the current grant
+				// (acquire), and installs the next: this round leaves e be.
+				return false
+			}
+			if p := e.prev.Load(); p != nil && (now >= p.expiresAt || p.units.Load() == 0) {
+				// Run out: the new grant is spent now.
+				e.prev.CompareAndSwap(p, nil)
+				m.finish(p)
+			}
+			g := e.cur.Load()
+			if g != nil && now >= g.expiresAt {
+				m.finish(g)
+			}
+			return (g == nil || now >= g.expiresAt) && e.prev.Load() == nil && now-e.lastUsed.Load() > idle
 		})
 	}
 }
@@ -524,10 +701,18 @@ func (m *local) janitor(ctx context.Context) {
 func (m *local) close(ctx context.Context) error {
 	m.stop()
 	<-m.done
+	// Grants that refills in flight bring are returned too.
+	refilled := make(chan struct{})
+	go func() { m.refills.Wait(); close(refilled) }()
+	select {
+	case <-refilled:
+	case <-ctx.Done():
+		return fmt.Errorf("returning leases: %w", ctx.Err())
+	}
 	m.table.sweep(func(e *entry) bool {
-		if g := e.cur.Load(); g != nil {
-			if left := g.units.Swap(0); left > 0 {
-				m.giveBack(g, left)
+		for _, g := range [...]*grant{e.prev.Load(), e.cur.Load()} {
+			if g != nil {
+				m.finish(g)
 			}
 		}
 		return false

@@ -218,8 +218,9 @@ func TestLocalModeNeverOverTheLimit(t *testing.T) {
 			p := node.Policy{Name: "acc", Limit: algorithms.Limit{Algorithm: a, Limit: limit, Period: period}, OnStoreError: node.FailClosed}
 			nodes := startLeaseNodes(t, r, 3, p)
 			var cs []*quotadclient.Client
+			leaseCalls := &leaseCallTimer{}
 			for i := range clients {
-				cs = append(cs, localClient(t, nodes[i%len(nodes)].url, quotadclient.LocalOptions{}))
+				cs = append(cs, timedLocalClient(t, nodes[i%len(nodes)].url, leaseCalls))
 			}
 			// Connections open before the run, which measures the limit.
 			for _, c := range cs {
@@ -227,75 +228,159 @@ func TestLocalModeNeverOverTheLimit(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var (
-				mu      sync.Mutex
-				allowed []allowedCheck
-				total   atomic.Int64
-				wg      sync.WaitGroup
-			)
-			start := time.Now()
-			end := start.Add(run)
-			for _, c := range cs {
-				for range workers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						var mine []allowedCheck
-						for time.Now().Before(end) {
-							before := time.Now()
-							d, err := c.Check(context.Background(), p.Name, "hot", 1)
-							after := time.Now()
-							total.Add(1)
-							if err != nil {
-								t.Error(err)
-								return
+			// measure hammers key for the run from every client, fails t
+			// if more than the limit was allowed, and returns the share of
+			// the limit used.
+			var seen quotadclient.LocalStats
+			measure := func(key string) float64 {
+				leaseCalls.reset()
+				var (
+					mu      sync.Mutex
+					allowed []allowedCheck
+					total   atomic.Int64
+					wg      sync.WaitGroup
+				)
+				start := time.Now()
+				end := start.Add(run)
+				for _, c := range cs {
+					for range workers {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							var mine []allowedCheck
+							for time.Now().Before(end) {
+								before := time.Now()
+								d, err := c.Check(context.Background(), p.Name, key, 1)
+								after := time.Now()
+								total.Add(1)
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								if d.Source == quotadclient.SourceFailOpen {
+									t.Error("a check failed open")
+									return
+								}
+								if d.Allowed {
+									mine = append(mine, allowedCheck{before, after})
+								} else {
+									// A denied caller backs off a little, as
+									// real ones do; demand stays far above the
+									// limit, and the CPU is left to the nodes.
+									time.Sleep(200 * time.Microsecond)
+								}
 							}
-							if d.Source == quotadclient.SourceFailOpen {
-								t.Error("a check failed open")
-								return
-							}
-							if d.Allowed {
-								mine = append(mine, allowedCheck{before, after})
-							} else {
-								// A denied caller backs off a little, as
-								// real ones do; demand stays far above the
-								// limit, and the CPU is left to the nodes.
-								time.Sleep(200 * time.Microsecond)
-							}
-						}
-						mu.Lock()
-						allowed = append(allowed, mine...)
-						mu.Unlock()
-					}()
+							mu.Lock()
+							allowed = append(allowed, mine...)
+							mu.Unlock()
+						}()
+					}
+				}
+				wg.Wait()
+				sort.Slice(allowed, func(i, j int) bool { return allowed[i].before.Before(allowed[j].before) })
+				var st quotadclient.LocalStats
+				for _, c := range cs {
+					s := c.LocalStats()
+					st.LeaseHits += s.LeaseHits
+					st.DeniedHits += s.DeniedHits
+					st.Leases += s.Leases
+					st.Granted += s.Granted
+					st.Remote += s.Remote
+				}
+				st.LeaseHits, st.DeniedHits, st.Leases, st.Granted, st.Remote = st.LeaseHits-seen.LeaseHits, st.DeniedHits-seen.DeniedHits, st.Leases-seen.Leases, st.Granted-seen.Granted, st.Remote-seen.Remote
+				seen.LeaseHits, seen.DeniedHits, seen.Leases, seen.Granted, seen.Remote = seen.LeaseHits+st.LeaseHits, seen.DeniedHits+st.DeniedHits, seen.Leases+st.Leases, seen.Granted+st.Granted, seen.Remote+st.Remote
+				if st.Granted == 0 {
+					t.Fatal("no client lease was granted: the test would not exercise them")
+				}
+				share := checkNoOverAdmission(t, a, limit, period, start, run, allowed)
+				p50, p90 := leaseCalls.percentiles()
+				t.Logf("%s, %s: %d checks, %d allowed (%.1f%% of what the limit permits); in the clients: %d lease hits, %d denial hits; %d AcquireLease (%d granted; p50 %s, p90 %s), %d remote checks",
+					a, key, total.Load(), len(allowed), 100*share, st.LeaseHits, st.DeniedHits, st.Leases, st.Granted, p50, p90, st.Remote)
+				return share
+			}
+			// The issue asks for 95 %. Leases are refilled ahead of need, so
+			// hot checks do not wait for lease calls while a lease has units
+			// left, and demand stays far above the limit. But every check
+			// that finds the key's lease spent waits for the next, so a
+			// machine that stalls the test's process for tens of
+			// milliseconds (other work on a shared 2-core machine) leaves
+			// that much of the limit unused: the measurement is tried up to
+			// three times, and the best must reach 95 %, every try staying
+			// within the limit. Under the race detector (several times
+			// slower) the clients' demand collapses below the limit, so
+			// there the test proves the limit only.
+			best := 0.0
+			for try := 1; try <= 3 && best < 0.95; try++ {
+				best = max(best, measure("hot-"+strconv.Itoa(try)))
+				if quotadtest.Race() {
+					break
 				}
 			}
-			wg.Wait()
-			sort.Slice(allowed, func(i, j int) bool { return allowed[i].before.Before(allowed[j].before) })
-			var st quotadclient.LocalStats
-			for _, c := range cs {
-				s := c.LocalStats()
-				st.LeaseHits += s.LeaseHits
-				st.DeniedHits += s.DeniedHits
-				st.Leases += s.Leases
-				st.Granted += s.Granted
-				st.Remote += s.Remote
-			}
-			if st.Granted == 0 {
-				t.Fatal("no client lease was granted: the test would not exercise them")
-			}
-			share := checkNoOverAdmission(t, a, limit, period, start, run, allowed)
-			t.Logf("%s: %d checks, %d allowed (%.1f%% of what the limit permits); in the clients: %d lease hits, %d denial hits; %d AcquireLease (%d granted), %d remote checks",
-				a, total.Load(), len(allowed), 100*share, st.LeaseHits, st.DeniedHits, st.Leases, st.Granted, st.Remote)
-			// The issue asks for 95 %, which an idle machine gives (the
-			// README has the figures). How much is used depends on how fast
-			// the clients' lease calls come back, so the test asks for less
-			// on a loaded machine, and nothing under the race detector
-			// (several times slower): there it proves the limit only.
-			if share < 0.90 && !quotadtest.Race() {
-				t.Errorf("allowed only %.1f%% of the limit under demand far above it", 100*share)
+			if best < 0.95 && !quotadtest.Race() {
+				t.Errorf("allowed at best %.1f%% of the limit under demand far above it in three tries", 100*best)
 			}
 		})
 	}
+}
+
+// leaseCallTimer records how long AcquireLease calls take, from the
+// request's start to the response's headers.
+type leaseCallTimer struct {
+	mu   sync.Mutex
+	took []time.Duration
+}
+
+// timedTransport times next's AcquireLease calls into l.
+type timedTransport struct {
+	next http.RoundTripper
+	l    *leaseCallTimer
+}
+
+func (t timedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	res, err := t.next.RoundTrip(req)
+	if strings.HasSuffix(req.URL.Path, "/AcquireLease") {
+		t.l.mu.Lock()
+		t.l.took = append(t.l.took, time.Since(start))
+		t.l.mu.Unlock()
+	}
+	return res, err
+}
+
+// reset forgets the calls recorded so far.
+func (l *leaseCallTimer) reset() {
+	l.mu.Lock()
+	l.took = nil
+	l.mu.Unlock()
+}
+
+// percentiles returns the p50 and p90 of the calls' durations.
+func (l *leaseCallTimer) percentiles() (p50, p90 time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.took) == 0 {
+		return 0, 0
+	}
+	sort.Slice(l.took, func(i, j int) bool { return l.took[i] < l.took[j] })
+	return l.took[len(l.took)/2], l.took[len(l.took)*9/10]
+}
+
+// timedLocalClient is localClient over gRPC (h2c) with its own connection,
+// whose AcquireLease calls l times.
+func timedLocalClient(t testing.TB, url string, l *leaseCallTimer) *quotadclient.Client {
+	t.Helper()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(tr.CloseIdleConnections)
+	c, err := quotadclient.New(url, quotadclient.Options{
+		Protocol: quotadclient.ProtocolGRPC, Local: &quotadclient.LocalOptions{},
+		HTTPClient: &http.Client{Transport: timedTransport{next: tr, l: l}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // checkNoOverAdmission fails t if allowed (sorted by before) holds more

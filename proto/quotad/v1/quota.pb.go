@@ -1230,8 +1230,18 @@ type AcquireLeaseRequest struct {
 	// cap. Empty for none; an id the server does not hold is ignored.
 	PreviousLeaseId string `protobuf:"bytes,6,opt,name=previous_lease_id,json=previousLeaseId,proto3" json:"previous_lease_id,omitempty"`
 	PreviousUnits   int64  `protobuf:"varint,7,opt,name=previous_units,json=previousUnits,proto3" json:"previous_units,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// When > 0, the previous lease is not given back now but retired: the
+	// client keeps spending its last units (about this many) while the new
+	// lease is on its way. It no longer counts against the cap, and a later
+	// ReturnLease of it gives back at most previous_kept units;
+	// previous_units is then ignored. Such a request asks ahead of need: its
+	// check is nobody's, so when allowed its cost is part of the new lease
+	// (units counts it). A server that does not know this field takes the
+	// previous lease back with nothing returned and leaves the cost out of
+	// units: those units stay spent (under-admission, never over-admission).
+	PreviousKept  int64 `protobuf:"varint,8,opt,name=previous_kept,json=previousKept,proto3" json:"previous_kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireLeaseRequest) Reset() {
@@ -1313,12 +1323,20 @@ func (x *AcquireLeaseRequest) GetPreviousUnits() int64 {
 	return 0
 }
 
+func (x *AcquireLeaseRequest) GetPreviousKept() int64 {
+	if x != nil {
+		return x.PreviousKept
+	}
+	return 0
+}
+
 type AcquireLeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The decision on the request's own cost, as Check would give it.
 	Decision *CheckResponse `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
-	// Units granted beyond cost, spent at the authority already; 0 when no
-	// lease was granted (denied, leases off, a small limit, the store failed).
+	// Units granted beyond cost (cost included for a request with
+	// previous_kept), spent at the authority already; 0 when no lease was
+	// granted (denied, leases off, a small limit, the store failed).
 	Units int64 `protobuf:"varint,2,opt,name=units,proto3" json:"units,omitempty"`
 	// How long, from when the client sent the request, the units may be
 	// spent. Absent when units is 0.
@@ -1556,7 +1574,7 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limit\"I\n" +
 	"\x13ReleaseSlotResponse\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x1c\n" +
-	"\tremaining\x18\x02 \x01(\x03R\tremaining\"\xf0\x01\n" +
+	"\tremaining\x18\x02 \x01(\x03R\tremaining\"\x95\x02\n" +
 	"\x13AcquireLeaseRequest\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
@@ -1564,7 +1582,8 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limit\x12\x12\n" +
 	"\x04want\x18\x05 \x01(\x03R\x04want\x12*\n" +
 	"\x11previous_lease_id\x18\x06 \x01(\tR\x0fpreviousLeaseId\x12%\n" +
-	"\x0eprevious_units\x18\a \x01(\x03R\rpreviousUnitsB\a\n" +
+	"\x0eprevious_units\x18\a \x01(\x03R\rpreviousUnits\x12#\n" +
+	"\rprevious_kept\x18\b \x01(\x03R\fpreviousKeptB\a\n" +
 	"\x05_cost\"\xb7\x01\n" +
 	"\x14AcquireLeaseResponse\x124\n" +
 	"\bdecision\x18\x01 \x01(\v2\x18.quotad.v1.CheckResponseR\bdecision\x12\x14\n" +
