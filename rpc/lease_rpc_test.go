@@ -167,3 +167,19 @@ func TestStatusShowsClientLeases(t *testing.T) {
 		t.Errorf("client_leases %+v, want %+v", got, want)
 	}
 }
+
+// With client leases off, AcquireLease is a check: decided, counted at the
+// store, no units granted.
+func TestClientLeasesOff(t *testing.T) {
+	big := node.Policy{Name: "big", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10_000, Period: time.Hour}}
+	ts := startServer(t, redisStore(t), Config{DisableClientLeases: true}, big)
+	c := ts.client(t, "grpc")
+	res, err := c.AcquireLease(context.Background(), connect.NewRequest(&quotadv1.AcquireLeaseRequest{Policy: "big", Key: "k", Want: 100}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Msg
+	if !m.GetDecision().GetAllowed() || m.GetUnits() != 0 || m.GetLeaseId() != "" || m.GetDecision().GetRemaining() != 10_000-1 {
+		t.Fatalf("AcquireLease with client leases off: %v, want the check alone (allowed, remaining 9999, no units)", m)
+	}
+}

@@ -29,6 +29,8 @@ type config struct {
 	KeyPrefix string
 	// InlineLimits lets requests carry their own limit. Default true.
 	InlineLimits bool
+	// ClientLeases lets clients take leases (AcquireLease). Default true.
+	ClientLeases bool
 	// DefaultOnStoreError is the failure mode of policies that set none.
 	// Default open.
 	DefaultOnStoreError node.FailureMode
@@ -114,7 +116,7 @@ func (c config) usesRedis() bool {
 }
 
 func (c config) rpcConfig() rpc.Config {
-	return rpc.Config{DisableInlineLimits: !c.InlineLimits, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, MaxInlinePeriod: c.MaxInlinePeriod, Envoy: c.Envoy,
+	return rpc.Config{DisableInlineLimits: !c.InlineLimits, DisableClientLeases: !c.ClientLeases, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, MaxInlinePeriod: c.MaxInlinePeriod, Envoy: c.Envoy,
 		DisableConsole: !c.Console.Enabled, HideKeys: !c.Console.ShowKeys}
 }
 

@@ -131,6 +131,8 @@ func settings() []setting {
 			v: text(func(c *config) *string { return &c.KeyPrefix })},
 		{flag: "inline-limits", file: "inline_limits", def: "true", help: "accept limits sent inline in requests (gubernator-style)",
 			v: boolean(func(c *config) *bool { return &c.InlineLimits })},
+		{flag: "client-leases", file: "client_leases", def: "true", help: "grant leases to clients in local mode (AcquireLease), to spend in their own processes; false answers AcquireLease as Check, with no units",
+			v: boolean(func(c *config) *bool { return &c.ClientLeases })},
 		{flag: "default-on-store-error", file: "default_on_store_error", arg: "mode", def: node.FailOpen.String(), help: "failure mode of policies that set none: open or closed",
 			v: failureMode(func(c *config) *node.FailureMode { return &c.DefaultOnStoreError })},
 		{flag: "lease-horizon", file: "lease.horizon", arg: "duration", zeroMeans: "200ms", help: "a lease covers about this much of a key's recent demand on this node",
