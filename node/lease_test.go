@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/accuracy"
 	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
@@ -69,17 +69,13 @@ func cluster(t *testing.T, r *redistest.Server, k int) ([]*node.Node, []*countin
 	return nodes, stores
 }
 
-// allowedCheck is one allowed check as the client saw it: the unit was
-// spent at some instant between before and after.
-type allowedCheck struct{ before, after time.Time }
-
 // hammer sends checks of cost 1 for key from perNode goroutines on every
 // node until stop, and returns the allowed ones and the total.
-func hammer(t *testing.T, nodes []*node.Node, p node.Policy, key string, perNode int, stop time.Time) ([]allowedCheck, int64) {
+func hammer(t *testing.T, nodes []*node.Node, p node.Policy, key string, perNode int, stop time.Time) ([]accuracy.Admission, int64) {
 	t.Helper()
 	var (
 		mu      sync.Mutex
-		allowed []allowedCheck
+		allowed []accuracy.Admission
 		total   atomic.Int64
 		wg      sync.WaitGroup
 		failed  atomic.Value
@@ -89,7 +85,7 @@ func hammer(t *testing.T, nodes []*node.Node, p node.Policy, key string, perNode
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var mine []allowedCheck
+				var mine []accuracy.Admission
 				for time.Now().Before(stop) {
 					before := time.Now()
 					res, err := n.Check(context.Background(), p, key, 1)
@@ -100,7 +96,7 @@ func hammer(t *testing.T, nodes []*node.Node, p node.Policy, key string, perNode
 						return
 					}
 					if res.Allowed {
-						mine = append(mine, allowedCheck{before, after})
+						mine = append(mine, accuracy.Admission{Before: before, After: after})
 					}
 				}
 				mu.Lock()
@@ -113,7 +109,7 @@ func hammer(t *testing.T, nodes []*node.Node, p node.Policy, key string, perNode
 	if f := failed.Load(); f != nil {
 		t.Fatalf("a check failed: %s", f)
 	}
-	sort.Slice(allowed, func(i, j int) bool { return allowed[i].before.Before(allowed[j].before) })
+	sort.Slice(allowed, func(i, j int) bool { return allowed[i].Before.Before(allowed[j].Before) })
 	return allowed, total.Load()
 }
 
@@ -141,7 +137,7 @@ func TestLeasesNeverAdmitMoreThanTheLimit(t *testing.T) {
 			if leased == 0 {
 				t.Fatal("no lease was ever granted: the test would not exercise leases")
 			}
-			share := checkNoOverAdmission(t, a, limit, period, start, run, allowed)
+			share := accuracy.NoOverAdmission(t, a, limit, period, start, run, allowed)
 			t.Logf("%s: %d checks, %d allowed, %d store calls, %d leases; allowed %.1f%% of what the limit permits",
 				a, total, len(allowed), calls, leased, 100*share)
 			// The floor is about leases hoarding units, so it needs demand
@@ -155,82 +151,6 @@ func TestLeasesNeverAdmitMoreThanTheLimit(t *testing.T) {
 				t.Errorf("allowed only %.1f%% of the limit under demand far above it", 100*share)
 			}
 		})
-	}
-}
-
-// checkNoOverAdmission fails t if allowed holds more than a's limit permits,
-// and returns allowed as a share of what the limit permits over the run.
-func checkNoOverAdmission(t *testing.T, a algorithms.Algorithm, limit int64, period time.Duration, start time.Time, run time.Duration, allowed []allowedCheck) float64 {
-	t.Helper()
-	end := start.Add(run)
-	switch a {
-	case algorithms.FixedWindow, algorithms.SlidingWindowCounter:
-		// Windows are aligned to the epoch. Only checks that certainly fell
-		// in one window count towards it; the counter's weighted estimate
-		// also keeps each window's own count within the limit.
-		perWindow := map[int64]int64{}
-		for _, c := range allowed {
-			w := c.before.UnixMilli() / period.Milliseconds()
-			if w == c.after.UnixMilli()/period.Milliseconds() {
-				perWindow[w]++
-			}
-		}
-		var full, fullAllowed int64
-		for w, n := range perWindow {
-			if n > limit {
-				t.Errorf("window %d: %d allowed, limit %d", w, n, limit)
-			}
-			if ws := time.UnixMilli(w * period.Milliseconds()); ws.After(start) && ws.Add(period).Before(end) {
-				full++
-				fullAllowed += n
-			}
-		}
-		if full == 0 {
-			t.Fatal("no complete window in the run")
-		}
-		return float64(fullAllowed) / float64(full*limit)
-	case algorithms.SlidingWindowLog:
-		// Any span of one period: checks that certainly fell inside it.
-		// The log stamps entries with the store's clock read down to the
-		// millisecond, so an entry made at 0.9ms lets a check at 500.1ms
-		// in (500ms period): the guarantee holds on whole milliseconds,
-		// which any real span shorter than period-1ms fits inside.
-		span := period - time.Millisecond
-		worst := 0
-		for i, c := range allowed {
-			n := 0
-			for _, d := range allowed[i:] {
-				if d.before.Sub(c.before) >= span {
-					break
-				}
-				if d.after.Sub(c.before) < span {
-					n++
-				}
-			}
-			worst = max(worst, n)
-		}
-		if worst > int(limit) {
-			t.Errorf("%d allowed within one period, limit %d", worst, limit)
-		}
-		// A rolling window admits the limit at the start and again each
-		// period after.
-		return float64(len(allowed)) / float64(limit*int64((run-1)/period+1))
-	default:
-		// Buckets and GCRA start full: by any instant, at most the burst
-		// plus what the rate refilled since start (one unit of rounding).
-		rate := float64(limit) / float64(period)
-		byAfter := make([]time.Time, len(allowed))
-		for i, c := range allowed {
-			byAfter[i] = c.after
-		}
-		sort.Slice(byAfter, func(i, j int) bool { return byAfter[i].Before(byAfter[j]) })
-		for i, at := range byAfter {
-			bound := float64(limit) + rate*float64(at.Sub(start)) + 1
-			if float64(i+1) > bound {
-				t.Fatalf("%d allowed %s after start, bound %.0f", i+1, at.Sub(start), math.Floor(bound))
-			}
-		}
-		return float64(len(allowed)) / (float64(limit) + rate*float64(run))
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/accuracy"
 	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
@@ -251,7 +252,7 @@ func firstSlotOf(t *testing.T, c *redistest.Cluster, i int) int {
 // tally counts what concurrent checks got back.
 type tally struct {
 	mu      sync.Mutex
-	allowed []allowedCheck // allowed by the store or a lease
+	allowed []accuracy.Admission // allowed by the store or a lease
 	// answered counts answers from the store, a lease or the denied cache;
 	// failed counts failure-mode answers.
 	answered, failed atomic.Int64
@@ -267,7 +268,7 @@ func drive(nodes []*node.Node, p node.Policy, key string, stop <-chan struct{}, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var mine []allowedCheck
+			var mine []accuracy.Admission
 			defer func() {
 				tl.mu.Lock()
 				tl.allowed = append(tl.allowed, mine...)
@@ -295,7 +296,7 @@ func drive(nodes []*node.Node, p node.Policy, key string, stop <-chan struct{}, 
 				default:
 					tl.answered.Add(1)
 					if res.Allowed {
-						mine = append(mine, allowedCheck{before, after})
+						mine = append(mine, accuracy.Admission{Before: before, After: after})
 					}
 				}
 				if !res.Allowed {
@@ -454,12 +455,12 @@ func (h *hotLoad) finish(t *testing.T, what string) {
 			t.Errorf("%s", e)
 			continue
 		}
-		sort.Slice(tl.allowed, func(a, b int) bool { return tl.allowed[a].before.Before(tl.allowed[b].before) })
+		sort.Slice(tl.allowed, func(a, b int) bool { return tl.allowed[a].Before.Before(tl.allowed[b].Before) })
 		if len(tl.allowed) == 0 {
 			t.Errorf("%s: nothing allowed", p.Name)
 			continue
 		}
-		share := checkNoOverAdmission(t, p.Limit.Algorithm, p.Limit.Limit, hotPeriod, h.start, run, tl.allowed)
+		share := accuracy.NoOverAdmission(t, p.Limit.Algorithm, p.Limit.Limit, hotPeriod, h.start, run, tl.allowed)
 		t.Logf("%s: %d decisions, %d failure-mode answers, %d allowed (%.0f%% of what the limit permits)",
 			p.Name, tl.answered.Load(), tl.failed.Load(), len(tl.allowed), 100*share)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/accuracy"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/node/store/redis"
@@ -27,7 +28,7 @@ func TestLeaseOffHotKeyIsPipelinedWithoutOverAdmission(t *testing.T) {
 			p := node.Policy{Name: "off", Limit: algorithms.Limit{Algorithm: a, Limit: limit, Period: period}, Lease: node.LeaseOff}
 			start := time.Now()
 			allowed, total := hammer(t, nodes, p, "hot", 8, start.Add(run))
-			share := checkNoOverAdmission(t, a, limit, period, start, run, allowed)
+			share := accuracy.NoOverAdmission(t, a, limit, period, start, run, allowed)
 			var calls, scripts int64
 			for _, s := range stores {
 				calls += s.acquires.Load()

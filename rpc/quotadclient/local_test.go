@@ -2,7 +2,6 @@ package quotadclient_test
 
 import (
 	"context"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/accuracy"
 	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
@@ -194,10 +194,6 @@ func TestLocalModeRemembersDenials(t *testing.T) {
 	}
 }
 
-// allowedCheck is an allowed check as its client saw it: sent at before,
-// answered at after.
-type allowedCheck struct{ before, after time.Time }
-
 // Issue 17, "Must show" 1: clients on separate connections through three
 // nodes on one redis-server hammer one key of each algorithm for several
 // windows: never more than the limit, and most of it used.
@@ -236,7 +232,7 @@ func TestLocalModeNeverOverTheLimit(t *testing.T) {
 				leaseCalls.reset()
 				var (
 					mu      sync.Mutex
-					allowed []allowedCheck
+					allowed []accuracy.Admission
 					total   atomic.Int64
 					wg      sync.WaitGroup
 				)
@@ -247,7 +243,7 @@ func TestLocalModeNeverOverTheLimit(t *testing.T) {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
-							var mine []allowedCheck
+							var mine []accuracy.Admission
 							for time.Now().Before(end) {
 								before := time.Now()
 								d, err := c.Check(context.Background(), p.Name, key, 1)
@@ -262,7 +258,7 @@ func TestLocalModeNeverOverTheLimit(t *testing.T) {
 									return
 								}
 								if d.Allowed {
-									mine = append(mine, allowedCheck{before, after})
+									mine = append(mine, accuracy.Admission{Before: before, After: after})
 								} else {
 									// A denied caller backs off a little, as
 									// real ones do; demand stays far above the
@@ -277,7 +273,7 @@ func TestLocalModeNeverOverTheLimit(t *testing.T) {
 					}
 				}
 				wg.Wait()
-				sort.Slice(allowed, func(i, j int) bool { return allowed[i].before.Before(allowed[j].before) })
+				sort.Slice(allowed, func(i, j int) bool { return allowed[i].Before.Before(allowed[j].Before) })
 				var st quotadclient.LocalStats
 				for _, c := range cs {
 					s := c.LocalStats()
@@ -292,7 +288,7 @@ func TestLocalModeNeverOverTheLimit(t *testing.T) {
 				if st.Granted == 0 {
 					t.Fatal("no client lease was granted: the test would not exercise them")
 				}
-				share := checkNoOverAdmission(t, a, limit, period, start, run, allowed)
+				share := accuracy.NoOverAdmission(t, a, limit, period, start, run, allowed)
 				p50, p90 := leaseCalls.percentiles()
 				t.Logf("%s, %s: %d checks, %d allowed (%.1f%% of what the limit permits); in the clients: %d lease hits, %d denial hits; %d AcquireLease (%d granted; p50 %s, p90 %s), %d remote checks",
 					a, key, total.Load(), len(allowed), 100*share, st.LeaseHits, st.DeniedHits, st.Leases, st.Granted, p50, p90, st.Remote)
@@ -381,78 +377,6 @@ func timedLocalClient(t testing.TB, url string, l *leaseCallTimer) *quotadclient
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// checkNoOverAdmission fails t if allowed (sorted by before) holds more
-// than a's limit permits, and returns allowed as a share of what the limit
-// permits over the run. It is node's test of the same name (lease_test.go)
-// applied to the clients' timestamps.
-func checkNoOverAdmission(t *testing.T, a algorithms.Algorithm, limit int64, period time.Duration, start time.Time, run time.Duration, allowed []allowedCheck) float64 {
-	t.Helper()
-	end := start.Add(run)
-	switch a {
-	case algorithms.FixedWindow, algorithms.SlidingWindowCounter:
-		// Windows are aligned to the epoch; only checks that certainly fell
-		// in one window count towards it.
-		perWindow := map[int64]int64{}
-		for _, c := range allowed {
-			w := c.before.UnixMilli() / period.Milliseconds()
-			if w == c.after.UnixMilli()/period.Milliseconds() {
-				perWindow[w]++
-			}
-		}
-		var full, fullAllowed int64
-		for w, n := range perWindow {
-			if n > limit {
-				t.Errorf("window %d: %d allowed, limit %d", w, n, limit)
-			}
-			if ws := time.UnixMilli(w * period.Milliseconds()); ws.After(start) && ws.Add(period).Before(end) {
-				full++
-				fullAllowed += n
-			}
-		}
-		if full == 0 {
-			t.Fatal("no complete window in the run")
-		}
-		return float64(fullAllowed) / float64(full*limit)
-	case algorithms.SlidingWindowLog:
-		// Any span of one period (less the store's millisecond): checks
-		// that certainly fell inside it.
-		span := period - time.Millisecond
-		worst := 0
-		for i, c := range allowed {
-			n := 0
-			for _, d := range allowed[i:] {
-				if d.before.Sub(c.before) >= span {
-					break
-				}
-				if d.after.Sub(c.before) < span {
-					n++
-				}
-			}
-			worst = max(worst, n)
-		}
-		if worst > int(limit) {
-			t.Errorf("%d allowed within one period, limit %d", worst, limit)
-		}
-		return float64(len(allowed)) / float64(limit*int64((run-1)/period+1))
-	default:
-		// Buckets and GCRA start full: by any instant, at most the burst
-		// plus what the rate refilled since start (one unit of rounding).
-		rate := float64(limit) / float64(period)
-		byAfter := make([]time.Time, len(allowed))
-		for i, c := range allowed {
-			byAfter[i] = c.after
-		}
-		sort.Slice(byAfter, func(i, j int) bool { return byAfter[i].Before(byAfter[j]) })
-		for i, at := range byAfter {
-			bound := float64(limit) + rate*float64(at.Sub(start)) + 1
-			if float64(i+1) > bound {
-				t.Fatalf("%d allowed %s after start, bound %.0f", i+1, at.Sub(start), math.Floor(bound))
-			}
-		}
-		return float64(len(allowed)) / (float64(limit) + rate*float64(run))
-	}
 }
 
 // Issue 17, "Must show" 3: 64 goroutines checking distinct cold keys send
