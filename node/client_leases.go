@@ -29,10 +29,10 @@ var (
 	ErrLeaseNotHeld = errors.New("lease not held")
 	// ErrInvalidLease: a lease id that is empty or too long, a negative
 	// want or a negative number of units to return.
-	ErrInvalidLease = errors.New("invalid lease request")
+	ErrInvalidLease = algorithms.NewInputError("invalid lease request")
 	// ErrConcurrencyLease: a lease of a concurrency limit, whose slots are
 	// taken one by one with Check.
-	ErrConcurrencyLease = errors.New("a concurrency limit cannot be leased; check it with Check")
+	ErrConcurrencyLease = algorithms.NewInputError("a concurrency limit cannot be leased; check it with Check")
 )
 
 // MaxLeaseIDLen is the longest lease id ReturnLease accepts; the ids the

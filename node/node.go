@@ -339,17 +339,7 @@ func (n *Node) Close() error {
 }
 
 // IsInvalidInput reports whether err is a problem with the caller's input
-// rather than with the node or the store.
-func IsInvalidInput(err error) bool {
-	for _, s := range []error{
-		ErrInvalidPolicyName, ErrInvalidKey, ErrInvalidFailureMode, ErrInvalidSlot, ErrNotConcurrency, ErrConcurrencyInBatch,
-		ErrInvalidLease, ErrConcurrencyLease,
-		algorithms.ErrUnknownAlgorithm, algorithms.ErrInvalidLimit, algorithms.ErrInvalidPeriod,
-		algorithms.ErrInvalidBurst, algorithms.ErrInvalidCost, algorithms.ErrTooLarge,
-	} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	return false
-}
+// rather than with the node or the store: whether it wraps
+// ErrInvalidInput, as every input error of this package and of package
+// algorithms does.
+func IsInvalidInput(err error) bool { return errors.Is(err, ErrInvalidInput) }

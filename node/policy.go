@@ -91,11 +91,18 @@ const (
 )
 
 // Errors of this package; each is wrapped with the field or operation.
+// Those about the caller's input (ErrInvalidPolicyName, ErrInvalidKey,
+// ErrInvalidFailureMode, and the slot, lease and batch ones beside their
+// code) wrap ErrInvalidInput.
 var (
-	ErrInvalidPolicyName  = errors.New("invalid policy name")
-	ErrInvalidKey         = errors.New("invalid key")
+	// ErrInvalidInput is algorithms.ErrInvalidInput: what every error about
+	// a caller's input wraps, in this package and in package algorithms.
+	ErrInvalidInput = algorithms.ErrInvalidInput
+
+	ErrInvalidPolicyName  = algorithms.NewInputError("invalid policy name")
+	ErrInvalidKey         = algorithms.NewInputError("invalid key")
 	ErrUnknownPolicy      = errors.New("unknown policy")
-	ErrInvalidFailureMode = errors.New("invalid failure mode")
+	ErrInvalidFailureMode = algorithms.NewInputError("invalid failure mode")
 	ErrDuplicatePolicy    = errors.New("duplicate policy")
 	ErrInvalidConfig      = errors.New("invalid config")
 	// ErrStore means the authoritative store failed or did not answer in

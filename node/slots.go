@@ -29,10 +29,10 @@ var (
 	ErrSlotNotHeld = errors.New("slot not held")
 	// ErrInvalidSlot: the slot id is empty or longer than
 	// algorithms.MaxSlotIDLen.
-	ErrInvalidSlot = errors.New("invalid slot id")
+	ErrInvalidSlot = algorithms.NewInputError("invalid slot id")
 	// ErrNotConcurrency: a renew or release named a policy whose algorithm
 	// is not concurrency; only concurrency limits hold slots.
-	ErrNotConcurrency = errors.New("not a concurrency limit")
+	ErrNotConcurrency = algorithms.NewInputError("not a concurrency limit")
 )
 
 // SlotStore holds concurrency slots; every Store is one. Methods are safe
