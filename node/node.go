@@ -249,7 +249,7 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 // failure-mode decision.
 func (n *Node) storeFailed(p Policy, err error) Result {
 	// While the breaker is open every check lands here; it logged once.
-	if !errors.Is(err, ErrStoreUnavailable) {
+	if !errors.Is(err, ErrBreakerOpen) {
 		n.log.Warn("store check failed", "policy", p.Name, "failure_mode", n.failureModeOf(p).String(), "err", err)
 	}
 	return n.failureResult(p)

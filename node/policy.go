@@ -105,9 +105,12 @@ var (
 	ErrInvalidFailureMode = algorithms.NewInputError("invalid failure mode")
 	ErrDuplicatePolicy    = errors.New("duplicate policy")
 	ErrInvalidConfig      = errors.New("invalid config")
-	// ErrStore means the authoritative store failed or did not answer in
-	// time. It hides the store's own error identity (a store timeout is not
-	// the caller's context.DeadlineExceeded); the detail stays in the text.
+	// ErrStore is what Node's methods (Reset, a slot's renew or release)
+	// return when the authoritative store failed or did not answer in
+	// time, whatever the cause: a timeout, a Redis error, or the breaker
+	// being open (ErrBreakerOpen, which only stores return). It hides the
+	// store's own error identity (a store timeout is not the caller's
+	// context.DeadlineExceeded); the detail stays in the text.
 	ErrStore = errors.New("store unavailable")
 )
 
