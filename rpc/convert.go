@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/protoconv"
 	"github.com/quotad/quotad/node"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
@@ -59,51 +60,15 @@ func costFromProto(req *quotadv1.CheckRequest) int64 {
 	return *req.Cost
 }
 
-// algorithmFromProto maps the API's enum to algorithms.Algorithm. The
-// mapping is explicit rather than a cast, so that the two numberings may
-// drift apart without silently selecting the wrong algorithm.
+// algorithmFromProto maps the API's enum to algorithms.Algorithm
+// (protoconv holds the one mapping), naming the field in its error.
 func algorithmFromProto(a quotadv1.Algorithm) (algorithms.Algorithm, error) {
-	switch a {
-	case quotadv1.Algorithm_ALGORITHM_FIXED_WINDOW:
-		return algorithms.FixedWindow, nil
-	case quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_LOG:
-		return algorithms.SlidingWindowLog, nil
-	case quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_COUNTER:
-		return algorithms.SlidingWindowCounter, nil
-	case quotadv1.Algorithm_ALGORITHM_TOKEN_BUCKET:
-		return algorithms.TokenBucket, nil
-	case quotadv1.Algorithm_ALGORITHM_LEAKY_BUCKET:
-		return algorithms.LeakyBucket, nil
-	case quotadv1.Algorithm_ALGORITHM_GCRA:
-		return algorithms.GCRA, nil
-	case quotadv1.Algorithm_ALGORITHM_CONCURRENCY:
-		return algorithms.Concurrency, nil
+	if alg, ok := protoconv.AlgorithmFromProto(a); ok {
+		return alg, nil
 	}
 	// String gives the enum name, or the bare number for an unknown value.
 	return 0, fmt.Errorf("algorithm: %w %s (want ALGORITHM_FIXED_WINDOW, ALGORITHM_SLIDING_WINDOW_LOG, ALGORITHM_SLIDING_WINDOW_COUNTER, ALGORITHM_TOKEN_BUCKET, ALGORITHM_LEAKY_BUCKET, ALGORITHM_GCRA or ALGORITHM_CONCURRENCY)",
 		algorithms.ErrUnknownAlgorithm, a)
-}
-
-// algorithmToProto is the inverse of algorithmFromProto; an invalid
-// algorithm maps to ALGORITHM_UNSPECIFIED.
-func algorithmToProto(a algorithms.Algorithm) quotadv1.Algorithm {
-	switch a {
-	case algorithms.FixedWindow:
-		return quotadv1.Algorithm_ALGORITHM_FIXED_WINDOW
-	case algorithms.SlidingWindowLog:
-		return quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_LOG
-	case algorithms.SlidingWindowCounter:
-		return quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_COUNTER
-	case algorithms.TokenBucket:
-		return quotadv1.Algorithm_ALGORITHM_TOKEN_BUCKET
-	case algorithms.LeakyBucket:
-		return quotadv1.Algorithm_ALGORITHM_LEAKY_BUCKET
-	case algorithms.GCRA:
-		return quotadv1.Algorithm_ALGORITHM_GCRA
-	case algorithms.Concurrency:
-		return quotadv1.Algorithm_ALGORITHM_CONCURRENCY
-	}
-	return quotadv1.Algorithm_ALGORITHM_UNSPECIFIED
 }
 
 // periodFromProto converts a period. A missing or malformed Duration is an
@@ -181,7 +146,7 @@ func policyToProto(p node.Policy) *quotadv1.Policy {
 	return &quotadv1.Policy{
 		Name: p.Name,
 		Limit: &quotadv1.Limit{
-			Algorithm:    algorithmToProto(p.Limit.Algorithm),
+			Algorithm:    protoconv.AlgorithmToProto(p.Limit.Algorithm),
 			Limit:        p.Limit.Limit,
 			Period:       durationpb.New(p.Limit.Period),
 			Burst:        p.Limit.Burst,
