@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/redisbench"
 	"github.com/quotad/quotad/node"
 )
 
@@ -215,7 +213,7 @@ func (f rawFlags) validate(set map[string]bool) (config, error) {
 		c.NKeys = 1
 	}
 	if f.redisAddr != "" {
-		if _, err := redisOptions(f.redisAddr); err != nil {
+		if err := redisbench.CheckAddr(f.redisAddr); err != nil {
 			return config{}, fmt.Errorf("-redis: %w", err)
 		}
 		c.Redis = f.redisAddr
@@ -313,25 +311,6 @@ func (f rawFlags) validateKeys(set map[string]bool) error {
 		return fmt.Errorf("-key-prefix: keys would be %d bytes, over quotad's %d", longest, node.MaxKeyLen)
 	}
 	return nil
-}
-
-// redisOptions parses -redis: a redis:// or rediss:// URL, or host:port.
-func redisOptions(s string) (*redis.Options, error) {
-	if strings.Contains(s, "://") {
-		opts, err := redis.ParseURL(s)
-		if err != nil {
-			return nil, fmt.Errorf("%q: %v", s, err)
-		}
-		return opts, nil
-	}
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL: %v", s, err)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 || host == "" {
-		return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL", s)
-	}
-	return &redis.Options{Addr: s}, nil
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
