@@ -166,7 +166,10 @@ func (n *Node) newBatch(items []Item) (*batch, error) {
 	byKey := make(map[groupKey]*batchGroup, len(items))
 	b := &batch{n: n, groups: make([]*batchGroup, 0, len(items))}
 	for i, it := range items {
-		if err := it.Policy.Validate(); err != nil {
+		var err error
+		// Every policy marked validated, so that a literal and its
+		// configured twin fall in one group.
+		if it.Policy, err = it.Policy.validated(); err != nil {
 			return nil, &ItemError{Index: i, Err: err}
 		}
 		if err := ValidateKey(it.Key); err != nil {

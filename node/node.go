@@ -229,7 +229,8 @@ func (n *Node) checkMeasured(ctx context.Context, p Policy, key string, cost int
 
 // check is Check without telemetry.
 func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
-	if err := p.Validate(); err != nil {
+	p, err := p.validated()
+	if err != nil {
 		return Result{}, err
 	}
 	if err := ValidateKey(key); err != nil {

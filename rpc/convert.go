@@ -15,12 +15,15 @@ import (
 // This file converts between protobuf messages and node's domain types.
 // Conversions from protobuf validate what only the wire can get wrong
 // (enum numbers, Duration encodings, a missing period) and leave the rest to
-// algorithms.Limit.Validate, so that the rules live in one place. Errors name
-// the field as the request spells it, e.g. "limit.period: ...".
+// node.NewPolicy (algorithms.Limit.Validate), which policyResolver calls
+// once, so that the rules live in one place. Errors name the field as the
+// request spells it, e.g. "limit.period: ...".
 
-// limitFromProto converts an inline limit and its failure mode. Every error
-// wraps an algorithms or node sentinel (so node.IsInvalidInput holds) and
-// names the field with a "limit." prefix.
+// limitFromProto converts an inline limit and its failure mode, checking
+// only what the wire can get wrong: the limit it returns is not validated
+// yet (node.NewPolicy does that). Every error wraps an algorithms or node
+// sentinel (so node.IsInvalidInput holds) and names the field with a
+// "limit." prefix.
 func limitFromProto(pl *quotadv1.Limit) (algorithms.Limit, node.FailureMode, error) {
 	l, mode, err := limitFromProtoUnprefixed(pl)
 	if err != nil {
@@ -44,11 +47,7 @@ func limitFromProtoUnprefixed(pl *quotadv1.Limit) (algorithms.Limit, node.Failur
 	if err != nil {
 		return algorithms.Limit{}, 0, err
 	}
-	l := algorithms.Limit{Algorithm: a, Limit: pl.GetLimit(), Period: period, Burst: pl.GetBurst()}
-	if err := l.Validate(); err != nil {
-		return algorithms.Limit{}, 0, err
-	}
-	return l, mode, nil
+	return algorithms.Limit{Algorithm: a, Limit: pl.GetLimit(), Period: period, Burst: pl.GetBurst()}, mode, nil
 }
 
 // costFromProto returns the request's cost: 1 when omitted, as the API
