@@ -268,9 +268,8 @@ func newGRPCServer(h *Handler, cfg ServerConfig, conns *connLimiter) (*grpc.Serv
 		// these; the API's own methods do the same inline (grpc.go).
 		grpc.UnaryInterceptor(callsInterceptor),
 		grpc.StreamInterceptor(streamsInterceptor),
-		// One write buffer per connection only while it writes: idle
-		// connections hold none.
-		grpc.SharedWriteBuffer(true),
+		// (grpc-go shares write buffers by default: a connection holds one
+		// only while it writes, so idle connections hold none.)
 		// Calls run on long-lived workers whose stacks have already grown,
 		// instead of a new goroutine per call growing its stack again
 		// (about a tenth of a hot check's CPU). At most GOMAXPROCS run at
