@@ -244,7 +244,8 @@ func (n *leasing) clientLeaseStats() ClientLeaseStats {
 // unspent units are back and it no longer counts against the cap; a lease
 // this node does not hold is ignored.
 func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want int64, previous LeaseReturn) (Result, ClientGrant, error) {
-	if err := p.Validate(); err != nil {
+	p, err := p.validated()
+	if err != nil {
 		return Result{}, ClientGrant{}, err
 	}
 	if err := ValidateKey(key); err != nil {
