@@ -8,7 +8,6 @@
 package algorithms
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -93,14 +92,15 @@ const (
 )
 
 // Errors returned by Validate and ValidateCost. Each is wrapped with the
-// offending field and value; test with errors.Is.
+// offending field and value; test with errors.Is. Each wraps
+// ErrInvalidInput.
 var (
-	ErrUnknownAlgorithm = errors.New("unknown algorithm")
-	ErrInvalidLimit     = errors.New("invalid limit")
-	ErrInvalidPeriod    = errors.New("invalid period")
-	ErrInvalidBurst     = errors.New("invalid burst")
-	ErrInvalidCost      = errors.New("invalid cost")
-	ErrTooLarge         = errors.New("limit too large for exact arithmetic")
+	ErrUnknownAlgorithm = NewInputError("unknown algorithm")
+	ErrInvalidLimit     = NewInputError("invalid limit")
+	ErrInvalidPeriod    = NewInputError("invalid period")
+	ErrInvalidBurst     = NewInputError("invalid burst")
+	ErrInvalidCost      = NewInputError("invalid cost")
+	ErrTooLarge         = NewInputError("limit too large for exact arithmetic")
 )
 
 // Limit is one rate limit. It is a value; the zero value is invalid.

@@ -3,7 +3,6 @@ package node
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -42,7 +41,7 @@ func (e *ItemError) Unwrap() error { return e.Err }
 
 // ErrConcurrencyInBatch is CheckAll's error for an item of a concurrency
 // limit: its slots are checked with Check, renewed and released one by one.
-var ErrConcurrencyInBatch = errors.New("a concurrency limit cannot be part of an all-or-nothing batch; check it with Check")
+var ErrConcurrencyInBatch = algorithms.NewInputError("a concurrency limit cannot be part of an all-or-nothing batch; check it with Check")
 
 // batchCallTimeout bounds each store call of a CheckAll, which runs on
 // even when no caller waits for it any more; the store's own per-call
@@ -167,7 +166,10 @@ func (n *Node) newBatch(items []Item) (*batch, error) {
 	byKey := make(map[groupKey]*batchGroup, len(items))
 	b := &batch{n: n, groups: make([]*batchGroup, 0, len(items))}
 	for i, it := range items {
-		if err := it.Policy.Validate(); err != nil {
+		var err error
+		// Every policy marked validated, so that a literal and its
+		// configured twin fall in one group.
+		if it.Policy, err = it.Policy.validated(); err != nil {
 			return nil, &ItemError{Index: i, Err: err}
 		}
 		if err := ValidateKey(it.Key); err != nil {

@@ -17,16 +17,19 @@ import (
 // after a run of failed calls, probes with pings, and breakerStore refuses
 // calls while it is open.
 
-// ErrStoreUnavailable is what store calls return, without trying, while the
-// circuit breaker is open. Checks take their policy's failure mode at once.
-var ErrStoreUnavailable = errors.New("store unavailable (circuit breaker open)")
+// ErrBreakerOpen is what the Store calls of a remote store return, without
+// trying, while the circuit breaker is open: an error between the store and
+// the node, which checks answer with their policy's failure mode at once.
+// Node's own methods never return it; where they report a failed store
+// (Reset, slots) they wrap ErrStore, with this error's text as detail.
+var ErrBreakerOpen = errors.New("store unavailable (circuit breaker open)")
 
 // BreakerConfig configures the circuit breaker in front of a remote store.
 // The zero value takes the defaults.
 type BreakerConfig struct {
 	// Failures is how many store calls in a row must fail for the breaker
 	// to open. Default 5. Once open, calls fail at once with
-	// ErrStoreUnavailable instead of each waiting out the store's timeout.
+	// ErrBreakerOpen instead of each waiting out the store's timeout.
 	Failures int
 	// ProbeEvery is how often an open breaker pings the store; the first
 	// ping answered closes it. Default 250ms.
@@ -90,10 +93,10 @@ func newBreaker(ctx context.Context, cfg BreakerConfig, ping func(context.Contex
 	return &breaker{cfg: cfg.withDefaults(), ping: ping, log: log, ctx: ctx}
 }
 
-// allow reports ErrStoreUnavailable while the breaker is open.
+// allow reports ErrBreakerOpen while the breaker is open.
 func (b *breaker) allow() error {
 	if b.open.Load() {
-		return ErrStoreUnavailable
+		return ErrBreakerOpen
 	}
 	return nil
 }

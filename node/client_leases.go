@@ -30,10 +30,10 @@ var (
 	ErrLeaseNotHeld = errors.New("lease not held")
 	// ErrInvalidLease: a lease id that is empty or too long, a negative
 	// want or a negative number of units to return.
-	ErrInvalidLease = errors.New("invalid lease request")
+	ErrInvalidLease = algorithms.NewInputError("invalid lease request")
 	// ErrConcurrencyLease: a lease of a concurrency limit, whose slots are
 	// taken one by one with Check.
-	ErrConcurrencyLease = errors.New("a concurrency limit cannot be leased; check it with Check")
+	ErrConcurrencyLease = algorithms.NewInputError("a concurrency limit cannot be leased; check it with Check")
 )
 
 // MaxLeaseIDLen is the longest lease id ReturnLease accepts; the ids the
@@ -300,7 +300,8 @@ func (n *leasing) clientLeaseStats() ClientLeaseStats {
 // previous.Kept > 0 it is retired instead (LeaseReturn.Kept); a lease this
 // node does not hold is ignored.
 func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want int64, previous LeaseReturn) (Result, ClientGrant, error) {
-	if err := p.Validate(); err != nil {
+	p, err := p.validated()
+	if err != nil {
 		return Result{}, ClientGrant{}, err
 	}
 	if err := ValidateKey(key); err != nil {

@@ -76,7 +76,8 @@ func (c Config) Validate() error {
 	}
 	seen := make(map[string]bool, len(c.Policies))
 	for i, p := range c.Policies {
-		if err := p.Validate(); err != nil {
+		// A policy NewPolicy built is not validated again.
+		if _, err := p.validated(); err != nil {
 			return fmt.Errorf("policies[%d] (%s): %w", i, p.Name, err)
 		}
 		if seen[p.Name] {

@@ -229,7 +229,8 @@ func (n *Node) checkMeasured(ctx context.Context, p Policy, key string, cost int
 
 // check is Check without telemetry.
 func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
-	if err := p.Validate(); err != nil {
+	p, err := p.validated()
+	if err != nil {
 		return Result{}, err
 	}
 	if err := ValidateKey(key); err != nil {
@@ -249,7 +250,7 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 // failure-mode decision.
 func (n *Node) storeFailed(p Policy, err error) Result {
 	// While the breaker is open every check lands here; it logged once.
-	if !errors.Is(err, ErrStoreUnavailable) {
+	if !errors.Is(err, ErrBreakerOpen) {
 		n.log.Warn("store check failed", "policy", p.Name, "failure_mode", n.failureModeOf(p).String(), "err", err)
 	}
 	return n.failureResult(p)
@@ -339,17 +340,7 @@ func (n *Node) Close() error {
 }
 
 // IsInvalidInput reports whether err is a problem with the caller's input
-// rather than with the node or the store.
-func IsInvalidInput(err error) bool {
-	for _, s := range []error{
-		ErrInvalidPolicyName, ErrInvalidKey, ErrInvalidFailureMode, ErrInvalidSlot, ErrNotConcurrency, ErrConcurrencyInBatch,
-		ErrInvalidLease, ErrConcurrencyLease,
-		algorithms.ErrUnknownAlgorithm, algorithms.ErrInvalidLimit, algorithms.ErrInvalidPeriod,
-		algorithms.ErrInvalidBurst, algorithms.ErrInvalidCost, algorithms.ErrTooLarge,
-	} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	return false
-}
+// rather than with the node or the store: whether it wraps
+// ErrInvalidInput, as every input error of this package and of package
+// algorithms does.
+func IsInvalidInput(err error) bool { return errors.Is(err, ErrInvalidInput) }

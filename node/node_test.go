@@ -193,3 +193,29 @@ func TestMemoryStoreForgetsRestoredKeys(t *testing.T) {
 		t.Fatalf("after restore: %+v", d)
 	}
 }
+
+// A check trusts a policy NewPolicy built, validates a literal, and treats
+// the two alike: one limit, whichever form a check names it in.
+func TestCheckTrustsNewPolicy(t *testing.T) {
+	ok := node.Policy{Name: "ok", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 2, Period: time.Minute}}
+	p, err := node.NewPolicy(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := node.New(node.Config{}, memory.New(nil, 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx := context.Background()
+	for i, q := range []node.Policy{p, ok} {
+		res, err := n.Check(ctx, q, "k", 1)
+		if err != nil || !res.Allowed || res.Remaining != int64(1-i) {
+			t.Fatalf("check %d: %+v, %v; want allowed with %d left (one limit for both)", i, res, err, 1-i)
+		}
+	}
+	if _, err := n.Check(ctx, node.Policy{Name: "ok"}, "k", 1); !node.IsInvalidInput(err) {
+		t.Fatalf("a literal with no limit: %v, want invalid input", err)
+	}
+}

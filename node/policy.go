@@ -91,21 +91,39 @@ const (
 )
 
 // Errors of this package; each is wrapped with the field or operation.
+// Those about the caller's input (ErrInvalidPolicyName, ErrInvalidKey,
+// ErrInvalidFailureMode, and the slot, lease and batch ones beside their
+// code) wrap ErrInvalidInput.
 var (
-	ErrInvalidPolicyName  = errors.New("invalid policy name")
-	ErrInvalidKey         = errors.New("invalid key")
+	// ErrInvalidInput is algorithms.ErrInvalidInput: what every error about
+	// a caller's input wraps, in this package and in package algorithms.
+	ErrInvalidInput = algorithms.ErrInvalidInput
+
+	ErrInvalidPolicyName  = algorithms.NewInputError("invalid policy name")
+	ErrInvalidKey         = algorithms.NewInputError("invalid key")
 	ErrUnknownPolicy      = errors.New("unknown policy")
-	ErrInvalidFailureMode = errors.New("invalid failure mode")
+	ErrInvalidFailureMode = algorithms.NewInputError("invalid failure mode")
 	ErrDuplicatePolicy    = errors.New("duplicate policy")
 	ErrInvalidConfig      = errors.New("invalid config")
-	// ErrStore means the authoritative store failed or did not answer in
-	// time. It hides the store's own error identity (a store timeout is not
-	// the caller's context.DeadlineExceeded); the detail stays in the text.
+	// ErrStore is what Node's methods (Reset, a slot's renew or release)
+	// return when the authoritative store failed or did not answer in
+	// time, whatever the cause: a timeout, a Redis error, or the breaker
+	// being open (ErrBreakerOpen, which only stores return). It hides the
+	// store's own error identity (a store timeout is not the caller's
+	// context.DeadlineExceeded); the detail stays in the text.
 	ErrStore = errors.New("store unavailable")
 )
 
 // Policy is a named limit and what to do when the store fails. It is a
 // value; the zero value is invalid.
+//
+// A Policy is validated once, where it enters: NewPolicy validates one,
+// and Config.Validate and SetPolicies the configured ones, which the
+// node's PolicySet then holds. Node's methods trust a Policy that came
+// from either (Node.Policy, PolicySet.Policy, NewPolicy) without
+// validating it again, and validate any other value, such as a literal
+// Policy{...}, on every call. A validated Policy must not be changed
+// field by field: build the changed one with NewPolicy.
 type Policy struct {
 	// Name is 1 to MaxPolicyNameLen characters of [A-Za-z0-9_.-]. For an
 	// inline limit it is the namespace the request named.
@@ -117,6 +135,30 @@ type Policy struct {
 	// Lease switches leases for this policy: LeaseAuto (the zero value) or
 	// LeaseOff.
 	Lease LeaseMode
+
+	// valid marks a Policy that NewPolicy or the policy set validated.
+	valid bool
+}
+
+// NewPolicy returns p validated: the first problem Validate finds, or p
+// marked so that Node's methods trust it without validating it again.
+// Build a policy with it where the policy enters a program (a request, a
+// configuration) and pass the result to every check.
+func NewPolicy(p Policy) (Policy, error) {
+	if err := p.Validate(); err != nil {
+		return Policy{}, err
+	}
+	p.valid = true
+	return p, nil
+}
+
+// validated returns p as NewPolicy does, without validating again a
+// policy that already was.
+func (p Policy) validated() (Policy, error) {
+	if p.valid {
+		return p, nil
+	}
+	return NewPolicy(p)
 }
 
 // Validate reports the first problem with p, naming the field.

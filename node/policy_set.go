@@ -17,15 +17,17 @@ type PolicySet struct {
 	sorted []Policy
 }
 
-// newPolicySet builds the set of ps, whose names are unique, resolving
-// FailDefault to def so that status pages and ListPolicies show the mode
-// that applies.
+// newPolicySet builds the set of ps, which Config.Validate accepted
+// (names unique, each policy valid), resolving FailDefault to def so that
+// status pages and ListPolicies show the mode that applies. Its policies
+// are marked validated (NewPolicy): checks do not validate them again.
 func newPolicySet(ps []Policy, def FailureMode) *PolicySet {
 	s := &PolicySet{byName: make(map[string]Policy, len(ps)), sorted: make([]Policy, 0, len(ps))}
 	for _, p := range ps {
 		if p.OnStoreError == FailDefault {
 			p.OnStoreError = def
 		}
+		p.valid = true
 		s.byName[p.Name] = p
 		s.sorted = append(s.sorted, p)
 	}

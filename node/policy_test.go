@@ -3,6 +3,9 @@ package node
 import (
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/quotad/quotad/algorithms"
 )
 
 // A bad character in a policy name is quoted as the character it is: the
@@ -20,4 +23,24 @@ func TestPolicyNameErrorQuotesTheCharacter(t *testing.T) {
 			t.Errorf("ValidatePolicyName(%q) = %v, want %s", name, err, want)
 		}
 	}
+}
+
+// NewPolicy refuses what Validate refuses and marks what it accepts; a
+// literal, validated, equals the policy NewPolicy built of it.
+func TestNewPolicy(t *testing.T) {
+	ok := Policy{Name: "ok", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 2, Period: time.Minute}}
+	if _, err := NewPolicy(Policy{Name: "a:b", Limit: ok.Limit}); !errors.Is(err, ErrInvalidPolicyName) {
+		t.Fatalf("NewPolicy of a bad name: %v", err)
+	}
+	if _, err := NewPolicy(Policy{Name: "ok"}); !errors.Is(err, algorithms.ErrInvalidInput) {
+		t.Fatalf("NewPolicy of no limit: %v", err)
+	}
+	p, err := NewPolicy(ok)
+	if err != nil || !p.valid {
+		t.Fatalf("NewPolicy(%+v) = %+v, %v", ok, p, err)
+	}
+	if v, err := ok.validated(); err != nil || v != p {
+		t.Fatalf("a literal validated is %+v, %v; want %+v", v, err, p)
+	}
+
 }

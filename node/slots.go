@@ -29,10 +29,10 @@ var (
 	ErrSlotNotHeld = errors.New("slot not held")
 	// ErrInvalidSlot: the slot id is empty or longer than
 	// algorithms.MaxSlotIDLen.
-	ErrInvalidSlot = errors.New("invalid slot id")
+	ErrInvalidSlot = algorithms.NewInputError("invalid slot id")
 	// ErrNotConcurrency: a renew or release named a policy whose algorithm
 	// is not concurrency; only concurrency limits hold slots.
-	ErrNotConcurrency = errors.New("not a concurrency limit")
+	ErrNotConcurrency = algorithms.NewInputError("not a concurrency limit")
 )
 
 // SlotStore holds concurrency slots; every Store is one. Methods are safe
@@ -112,7 +112,8 @@ func (n *Node) ReleaseSlot(ctx context.Context, p Policy, key, id string) (Resul
 // slotOp validates a renew or release (op) and runs it with call.
 func (n *Node) slotOp(ctx context.Context, op string, p Policy, key, id string,
 	call func(context.Context, string, algorithms.Limit, string) (algorithms.Decision, bool, error)) (Result, error) {
-	if err := p.Validate(); err != nil {
+	p, err := p.validated()
+	if err != nil {
 		return Result{}, err
 	}
 	if err := ValidateKey(key); err != nil {

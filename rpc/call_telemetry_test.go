@@ -52,7 +52,7 @@ func callDurations(t *testing.T, reader *sdkmetric.ManualReader) map[string]uint
 					if i > 0 {
 						key += ","
 					}
-					key += string(kv.Key) + "=" + kv.Value.Emit()
+					key += string(kv.Key) + "=" + kv.Value.String()
 				}
 				out[key] += p.Count
 			}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/protoconv"
 	"github.com/quotad/quotad/node"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
@@ -14,12 +15,15 @@ import (
 // This file converts between protobuf messages and node's domain types.
 // Conversions from protobuf validate what only the wire can get wrong
 // (enum numbers, Duration encodings, a missing period) and leave the rest to
-// algorithms.Limit.Validate, so that the rules live in one place. Errors name
-// the field as the request spells it, e.g. "limit.period: ...".
+// node.NewPolicy (algorithms.Limit.Validate), which policyResolver calls
+// once, so that the rules live in one place. Errors name the field as the
+// request spells it, e.g. "limit.period: ...".
 
-// limitFromProto converts an inline limit and its failure mode. Every error
-// wraps an algorithms or node sentinel (so node.IsInvalidInput holds) and
-// names the field with a "limit." prefix.
+// limitFromProto converts an inline limit and its failure mode, checking
+// only what the wire can get wrong: the limit it returns is not validated
+// yet (node.NewPolicy does that). Every error wraps an algorithms or node
+// sentinel (so node.IsInvalidInput holds) and names the field with a
+// "limit." prefix.
 func limitFromProto(pl *quotadv1.Limit) (algorithms.Limit, node.FailureMode, error) {
 	l, mode, err := limitFromProtoUnprefixed(pl)
 	if err != nil {
@@ -43,11 +47,7 @@ func limitFromProtoUnprefixed(pl *quotadv1.Limit) (algorithms.Limit, node.Failur
 	if err != nil {
 		return algorithms.Limit{}, 0, err
 	}
-	l := algorithms.Limit{Algorithm: a, Limit: pl.GetLimit(), Period: period, Burst: pl.GetBurst()}
-	if err := l.Validate(); err != nil {
-		return algorithms.Limit{}, 0, err
-	}
-	return l, mode, nil
+	return algorithms.Limit{Algorithm: a, Limit: pl.GetLimit(), Period: period, Burst: pl.GetBurst()}, mode, nil
 }
 
 // costFromProto returns the request's cost: 1 when omitted, as the API
@@ -59,51 +59,15 @@ func costFromProto(req *quotadv1.CheckRequest) int64 {
 	return *req.Cost
 }
 
-// algorithmFromProto maps the API's enum to algorithms.Algorithm. The
-// mapping is explicit rather than a cast, so that the two numberings may
-// drift apart without silently selecting the wrong algorithm.
+// algorithmFromProto maps the API's enum to algorithms.Algorithm
+// (protoconv holds the one mapping), naming the field in its error.
 func algorithmFromProto(a quotadv1.Algorithm) (algorithms.Algorithm, error) {
-	switch a {
-	case quotadv1.Algorithm_ALGORITHM_FIXED_WINDOW:
-		return algorithms.FixedWindow, nil
-	case quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_LOG:
-		return algorithms.SlidingWindowLog, nil
-	case quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_COUNTER:
-		return algorithms.SlidingWindowCounter, nil
-	case quotadv1.Algorithm_ALGORITHM_TOKEN_BUCKET:
-		return algorithms.TokenBucket, nil
-	case quotadv1.Algorithm_ALGORITHM_LEAKY_BUCKET:
-		return algorithms.LeakyBucket, nil
-	case quotadv1.Algorithm_ALGORITHM_GCRA:
-		return algorithms.GCRA, nil
-	case quotadv1.Algorithm_ALGORITHM_CONCURRENCY:
-		return algorithms.Concurrency, nil
+	if alg, ok := protoconv.AlgorithmFromProto(a); ok {
+		return alg, nil
 	}
 	// String gives the enum name, or the bare number for an unknown value.
 	return 0, fmt.Errorf("algorithm: %w %s (want ALGORITHM_FIXED_WINDOW, ALGORITHM_SLIDING_WINDOW_LOG, ALGORITHM_SLIDING_WINDOW_COUNTER, ALGORITHM_TOKEN_BUCKET, ALGORITHM_LEAKY_BUCKET, ALGORITHM_GCRA or ALGORITHM_CONCURRENCY)",
 		algorithms.ErrUnknownAlgorithm, a)
-}
-
-// algorithmToProto is the inverse of algorithmFromProto; an invalid
-// algorithm maps to ALGORITHM_UNSPECIFIED.
-func algorithmToProto(a algorithms.Algorithm) quotadv1.Algorithm {
-	switch a {
-	case algorithms.FixedWindow:
-		return quotadv1.Algorithm_ALGORITHM_FIXED_WINDOW
-	case algorithms.SlidingWindowLog:
-		return quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_LOG
-	case algorithms.SlidingWindowCounter:
-		return quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_COUNTER
-	case algorithms.TokenBucket:
-		return quotadv1.Algorithm_ALGORITHM_TOKEN_BUCKET
-	case algorithms.LeakyBucket:
-		return quotadv1.Algorithm_ALGORITHM_LEAKY_BUCKET
-	case algorithms.GCRA:
-		return quotadv1.Algorithm_ALGORITHM_GCRA
-	case algorithms.Concurrency:
-		return quotadv1.Algorithm_ALGORITHM_CONCURRENCY
-	}
-	return quotadv1.Algorithm_ALGORITHM_UNSPECIFIED
 }
 
 // periodFromProto converts a period. A missing or malformed Duration is an
@@ -181,7 +145,7 @@ func policyToProto(p node.Policy) *quotadv1.Policy {
 	return &quotadv1.Policy{
 		Name: p.Name,
 		Limit: &quotadv1.Limit{
-			Algorithm:    algorithmToProto(p.Limit.Algorithm),
+			Algorithm:    protoconv.AlgorithmToProto(p.Limit.Algorithm),
 			Limit:        p.Limit.Limit,
 			Period:       durationpb.New(p.Limit.Period),
 			Burst:        p.Limit.Burst,

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
 )
 
@@ -20,7 +21,7 @@ import (
 var (
 	// errInvalidRequest: the request is malformed in a way only the wire
 	// can see (a batch of the wrong size).
-	errInvalidRequest = errors.New("invalid request")
+	errInvalidRequest = algorithms.NewInputError("invalid request")
 	// errInlineDisabled: the request carries a limit, and this server only
 	// serves configured policies.
 	errInlineDisabled = errors.New("inline limits are disabled on this server; use a configured policy")
@@ -28,7 +29,7 @@ var (
 	// configured policy. Refused so that a client cannot replace a
 	// configured policy's limit with a bigger one of its own. The text
 	// continues a message that starts with the policy's name.
-	errPolicyConfigured = errors.New("is configured on this server; omit limit or choose another namespace")
+	errPolicyConfigured = algorithms.NewInputError("is configured on this server; omit limit or choose another namespace")
 	// errInternal is the whole message of every Internal error: details
 	// stay in the server's log.
 	errInternal = errors.New("internal error (details are in the server's log)")
@@ -43,7 +44,8 @@ var (
 )
 
 // code chooses the Connect code of err, an error of the call whose context
-// is ctx. It is the only place in quotad that does: input problems are
+// is ctx. It is the only place in quotad that does: input problems (every
+// error that wraps node.ErrInvalidInput) are
 // InvalidArgument, an unknown policy or Envoy domain, and a concurrency
 // slot that is not held (never taken, released or expired), are NotFound,
 // a client lease that is not held (returned, expired, granted elsewhere) is
@@ -73,7 +75,7 @@ func code(ctx context.Context, err error) connect.Code {
 		// the holder's only move is to stop and, if it still has work,
 		// check again.
 		return connect.CodeNotFound
-	case node.IsInvalidInput(err), errors.Is(err, errInvalidRequest), errors.Is(err, errPolicyConfigured):
+	case errors.Is(err, node.ErrInvalidInput):
 		return connect.CodeInvalidArgument
 	case errors.Is(err, node.ErrStoreFull):
 		// The memory store refuses new keys until some expire: retryable,

@@ -53,10 +53,16 @@ func (r policyResolver) resolveLimit(set *node.PolicySet, name string, limit *qu
 	if err != nil {
 		return node.Policy{}, err
 	}
+	// Validated here, once: node trusts a policy NewPolicy built. The name
+	// is valid already, so an error is the limit's.
+	p, err := node.NewPolicy(node.Policy{Name: name, Limit: l, OnStoreError: mode})
+	if err != nil {
+		return node.Policy{}, fmt.Errorf("limit.%w", err)
+	}
 	if err := checkInlineLifetime(l, r.maxInlinePeriod); err != nil {
 		return node.Policy{}, err
 	}
-	return node.Policy{Name: name, Limit: l, OnStoreError: mode}, nil
+	return p, nil
 }
 
 // unknown is the NotFound error for a policy that is not configured; it

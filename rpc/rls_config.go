@@ -437,7 +437,14 @@ func (cc rlsCompiler) fileRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, error
 			r.blocked = true
 			break
 		}
-		r.policy = node.Policy{Name: EnvoyNamespace, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: int64(rpu), Period: u.period}}
+		// Built once, here, so that checks trust it (node.NewPolicy). Any
+		// requests_per_unit in a unit is a valid fixed window; an error
+		// would be a bug, reported as the rule's.
+		p, err := node.NewPolicy(node.Policy{Name: EnvoyNamespace, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: int64(rpu), Period: u.period}})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", rp.field("requests_per_unit"), ErrInvalidConfig, err)
+		}
+		r.policy = p
 	}
 	return r, nil
 }

@@ -105,6 +105,7 @@ func (s *splitListener) accept() {
 		if err != nil {
 			// Temporary is deprecated, but it is still net/http's test for
 			// an accept error worth retrying (EMFILE, ECONNABORTED).
+			//lint:ignore SA1019 net/http's Server.Serve makes the same test.
 			if ne, ok := err.(net.Error); ok && ne.Temporary() {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				s.log.Debug("accept failed; retrying", "err", err, "in", delay)

@@ -6,16 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/redisbench"
+	"github.com/quotad/quotad/node"
 )
 
 // errHelp means -help was asked for and printed; main exits 0.
@@ -32,10 +30,6 @@ const (
 	maxClients = 10000
 	// maxKeys bounds -nkeys.
 	maxKeys = 10_000_000
-	// maxKeyLen and maxPolicyLen are quotad's own bounds on a key and a
-	// policy name, in bytes (quotabench does not import the server).
-	maxKeyLen    = 1024
-	maxPolicyLen = 128
 )
 
 // Key distributions (-keys).
@@ -204,8 +198,10 @@ func (f rawFlags) validate(set map[string]bool) (config, error) {
 	if f.timeout <= 0 || f.timeout > maxTimeout {
 		return config{}, fmt.Errorf("-timeout: %s must be > 0 and at most %s", f.timeout, maxTimeout)
 	}
-	if err := validatePolicyName(f.policy); err != nil {
-		return config{}, fmt.Errorf("-policy: %w", err)
+	if err := node.ValidatePolicyName(f.policy); err != nil {
+		// node's errors start with the field ("policy: ..."), so this
+		// reads "-policy: ...".
+		return config{}, fmt.Errorf("-%w", err)
 	}
 	if err := f.validateLimit(&c, set); err != nil {
 		return config{}, err
@@ -217,7 +213,7 @@ func (f rawFlags) validate(set map[string]bool) (config, error) {
 		c.NKeys = 1
 	}
 	if f.redisAddr != "" {
-		if _, err := redisOptions(f.redisAddr); err != nil {
+		if err := redisbench.CheckAddr(f.redisAddr); err != nil {
 			return config{}, fmt.Errorf("-redis: %w", err)
 		}
 		c.Redis = f.redisAddr
@@ -311,53 +307,10 @@ func (f rawFlags) validateKeys(set map[string]bool) error {
 		return fmt.Errorf("-zipf-s: only -keys zipf uses it (got -keys %s)", f.keys)
 	}
 	// The longest key must stay within quotad's limit.
-	if longest := len(f.keyPrefix) + len(strconv.Itoa(f.nkeys-1)); longest > maxKeyLen {
-		return fmt.Errorf("-key-prefix: keys would be %d bytes, over quotad's %d", longest, maxKeyLen)
+	if longest := len(f.keyPrefix) + len(strconv.Itoa(f.nkeys-1)); longest > node.MaxKeyLen {
+		return fmt.Errorf("-key-prefix: keys would be %d bytes, over quotad's %d", longest, node.MaxKeyLen)
 	}
 	return nil
-}
-
-// validatePolicyName is quotad's rule for policy names and inline
-// namespaces: 1 to 128 bytes of [A-Za-z0-9_.-].
-func validatePolicyName(name string) error {
-	if name == "" {
-		return errors.New("must not be empty")
-	}
-	if len(name) > maxPolicyLen {
-		return fmt.Errorf("%d bytes exceeds %d", len(name), maxPolicyLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
-			// The whole character, not its first byte (quotad's own
-			// message reads the same).
-			r, size := utf8.DecodeRuneInString(name[i:])
-			if r == utf8.RuneError && size <= 1 {
-				return fmt.Errorf("%q has '\\x%02x' at byte %d; use A-Z a-z 0-9 _ . -", name, c, i)
-			}
-			return fmt.Errorf("%q has %q at byte %d; use A-Z a-z 0-9 _ . -", name, r, i)
-		}
-	}
-	return nil
-}
-
-// redisOptions parses -redis: a redis:// or rediss:// URL, or host:port.
-func redisOptions(s string) (*redis.Options, error) {
-	if strings.Contains(s, "://") {
-		opts, err := redis.ParseURL(s)
-		if err != nil {
-			return nil, fmt.Errorf("%q: %v", s, err)
-		}
-		return opts, nil
-	}
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL: %v", s, err)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 || host == "" {
-		return nil, fmt.Errorf("%q is neither host:port nor a redis:// URL", s)
-	}
-	return &redis.Options{Addr: s}, nil
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {

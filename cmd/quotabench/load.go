@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/quotad/quotad/internal/protoconv"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
@@ -106,9 +107,8 @@ func requestTemplate(cfg config) *quotadv1.CheckRequest {
 	cost := cfg.Cost
 	req := &quotadv1.CheckRequest{Policy: cfg.Policy, Cost: &cost}
 	if l := cfg.Inline; l != nil {
-		// algorithms numbers its algorithms as the API does.
 		req.Limit = &quotadv1.Limit{
-			Algorithm: quotadv1.Algorithm(l.Algorithm),
+			Algorithm: protoconv.AlgorithmToProto(l.Algorithm),
 			Limit:     l.Limit,
 			Period:    durationpb.New(l.Period),
 			Burst:     l.Burst,

@@ -8,11 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quotad/quotad/internal/redisbench"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
@@ -256,7 +256,7 @@ func runCalls(ctx context.Context, conn *grpc.ClientConn, w workload, clients in
 // per operation, keys drawn uniformly from nkeys, until d has passed or
 // maxCalls operations have started. One operation counts as one allowed
 // check.
-func runRedisFloor(ctx context.Context, rc *redis.Client, keyPrefix string, nkeys, clients int, d time.Duration, maxCalls int64) callOutcome {
+func runRedisFloor(ctx context.Context, rc *redisbench.Client, keyPrefix string, nkeys, clients int, d time.Duration, maxCalls int64) callOutcome {
 	stopAt, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var started atomic.Int64
@@ -274,10 +274,7 @@ func runRedisFloor(ctx context.Context, rc *redis.Client, keyPrefix string, nkey
 				}
 				k := key()
 				begin := time.Now()
-				pipe := rc.Pipeline()
-				pipe.IncrBy(ctx, k, 1)
-				pipe.PExpire(ctx, k, time.Hour)
-				_, err := pipe.Exec(ctx)
+				err := rc.IncrExpire(ctx, k, time.Hour)
 				took := time.Since(begin)
 				if err != nil {
 					if ctx.Err() != nil {

@@ -16,9 +16,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/quotad/quotad/internal/redisbench"
 )
 
 // The processes a matrix run measures: quotad binaries and the gRPC floor
@@ -158,9 +159,9 @@ func (s *server) stop() {
 type redisServer struct {
 	addr    string
 	version string
-	client  *redis.Client // for the floor's INCRBY+PEXPIRE
-	stats   *redisStats   // INFO readings
-	cmd     *exec.Cmd     // nil when given
+	client  *redisbench.Client // for the floor's INCRBY+PEXPIRE
+	stats   *redisStats        // INFO readings
+	cmd     *exec.Cmd          // nil when given
 	dir     string
 }
 
@@ -204,15 +205,13 @@ func useRedis(ctx context.Context, addr string) (*redisServer, error) {
 }
 
 func (r *redisServer) connect(ctx context.Context) error {
-	opts, err := redisOptions(r.addr)
-	if err != nil {
+	var err error
+	if r.client, err = redisbench.Dial(r.addr, maxMatrixClients); err != nil {
 		return err
 	}
-	opts.PoolSize = maxMatrixClients
-	r.client = redis.NewClient(opts)
 	deadline := time.Now().Add(startTimeout)
 	for {
-		err = r.client.Ping(ctx).Err()
+		err = r.client.Ping(ctx)
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
@@ -221,7 +220,7 @@ func (r *redisServer) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", r.addr, err)
 	}
-	info, err := r.client.Info(ctx, "server").Result()
+	info, err := r.client.Info(ctx, "server")
 	if err != nil {
 		return fmt.Errorf("redis at %s: INFO server: %w", r.addr, err)
 	}

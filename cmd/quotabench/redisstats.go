@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/quotad/quotad/internal/redisbench"
 )
 
 // commandStats is one reading of INFO commandstats: calls per command,
@@ -20,22 +20,17 @@ type commandStats map[string]int64
 // one connection, so the only commands it adds to the server's figures are
 // its own INFO calls, which it counts and subtracts.
 type redisStats struct {
-	client *redis.Client
+	client *redisbench.Client
 	// infos is how many INFO calls this reader has made.
 	infos int64
 }
 
 func newRedisStats(addr string) (*redisStats, error) {
-	opts, err := redisOptions(addr)
+	c, err := redisbench.DialOne(addr)
 	if err != nil {
 		return nil, err
 	}
-	// One connection: its handshake (HELLO, CLIENT SETINFO) happens before
-	// the first reading, so it never lands between two readings.
-	opts.PoolSize = 1
-	opts.MinIdleConns = 0
-	opts.MaxRetries = 0
-	return &redisStats{client: redis.NewClient(opts)}, nil
+	return &redisStats{client: c}, nil
 }
 
 func (r *redisStats) Close() error { return r.client.Close() }
@@ -43,7 +38,7 @@ func (r *redisStats) Close() error { return r.client.Close() }
 // read returns the current command counts.
 func (r *redisStats) read(ctx context.Context) (commandStats, error) {
 	r.infos++
-	text, err := r.client.Info(ctx, "commandstats").Result()
+	text, err := r.client.Info(ctx, "commandstats")
 	if err != nil {
 		return nil, fmt.Errorf("INFO commandstats: %w", err)
 	}
@@ -54,7 +49,7 @@ func (r *redisStats) read(ctx context.Context) (commandStats, error) {
 // (INFO cpu: used_cpu_user + used_cpu_sys), every thread included.
 func (r *redisStats) cpu(ctx context.Context) (time.Duration, error) {
 	r.infos++
-	text, err := r.client.Info(ctx, "cpu").Result()
+	text, err := r.client.Info(ctx, "cpu")
 	if err != nil {
 		return 0, fmt.Errorf("INFO cpu: %w", err)
 	}

@@ -258,8 +258,7 @@ func (fp filePolicy) policy() (node.Policy, error) {
 			return node.Policy{}, err
 		}
 	}
-	if err := p.Validate(); err != nil {
-		return node.Policy{}, err
-	}
-	return p, nil
+	// Validated here, where the policy enters: node trusts what NewPolicy
+	// built and does not validate it again at start or per check.
+	return node.NewPolicy(p)
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/protoconv"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
@@ -298,7 +299,7 @@ func (c *Client) CheckLimit(ctx context.Context, namespace string, limit algorit
 // limitToProto is an inline limit as the API sends it.
 func limitToProto(limit algorithms.Limit) *quotadv1.Limit {
 	return &quotadv1.Limit{
-		Algorithm: algorithmToProto(limit.Algorithm),
+		Algorithm: protoconv.AlgorithmToProto(limit.Algorithm),
 		Limit:     limit.Limit,
 		Period:    durationpb.New(limit.Period),
 		Burst:     limit.Burst,
@@ -333,15 +334,10 @@ func decisionFromProto(m *quotadv1.CheckResponse) Decision {
 	}
 }
 
-// The API's enum names are algorithms' and Source's names upper-cased with
-// a prefix (ALGORITHM_TOKEN_BUCKET is token_bucket), so the mappings below
-// go through the names: a value added on one side only maps to
-// UNSPECIFIED (which quotad rejects) rather than to a wrong neighbour.
-
-func algorithmToProto(a algorithms.Algorithm) quotadv1.Algorithm {
-	return quotadv1.Algorithm(quotadv1.Algorithm_value["ALGORITHM_"+strings.ToUpper(a.String())])
-}
-
+// sourceFromProto goes through the names: the API's Source names are
+// Source's values upper-cased with a prefix (SOURCE_DENIED_CACHE is
+// denied_cache). Algorithms map through internal/protoconv, as the
+// server's do.
 func sourceFromProto(s quotadv1.Source) Source {
 	return Source(strings.ToLower(strings.TrimPrefix(s.String(), "SOURCE_")))
 }

@@ -137,3 +137,54 @@ func ExampleMiddleware() {
 	// 200 OK "demo";q=5;w=60
 	// 429 Too Many Requests "demo";q=5;w=60
 }
+
+// The README's concurrency example: at most two requests of a tenant, told
+// apart by its X-Tenant header, in flight at once; a third while two run is
+// refused.
+func ExampleConcurrencyMiddleware() {
+	quotad, stop := exampleQuotad(node.Policy{Name: "gpu", Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Limit: 2, Period: time.Minute}})
+	defer stop()
+
+	c, err := quotadclient.New(quotad, quotadclient.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	inFlight, err := quotadclient.ConcurrencyMiddleware(c, quotadclient.ConcurrencyConfig{
+		Policy: "gpu", // algorithm: concurrency
+		Key:    quotadclient.KeyByHeader("X-Tenant"),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	entered, finish := make(chan struct{}), make(chan struct{})
+	api := httptest.NewServer(inFlight(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-finish // a long job
+	})))
+	defer api.Close()
+
+	get := func() *http.Response {
+		req, _ := http.NewRequest("GET", api.URL+"/render", nil)
+		req.Header.Set("X-Tenant", "t1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	done := make(chan string, 2)
+	for range 2 {
+		go func() { done <- get().Status }()
+		<-entered // the job holds one of the two slots
+	}
+	resp := get()
+	fmt.Println(resp.Status, resp.Header.Get("RateLimit-Policy"), "Retry-After:", resp.Header.Get("Retry-After"))
+	close(finish)
+	fmt.Println(<-done)
+	fmt.Println(<-done)
+	// Output:
+	// 429 Too Many Requests "gpu";q=2;qu="concurrent-requests" Retry-After: 1
+	// 200 OK
+	// 200 OK
+}

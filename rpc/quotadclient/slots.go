@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/protoconv"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -69,7 +70,7 @@ func limitProto(l *algorithms.Limit) *quotadv1.Limit {
 		return nil
 	}
 	return &quotadv1.Limit{
-		Algorithm: algorithmToProto(l.Algorithm),
+		Algorithm: protoconv.AlgorithmToProto(l.Algorithm),
 		Limit:     l.Limit,
 		Period:    durationpb.New(l.Period),
 		Burst:     l.Burst,

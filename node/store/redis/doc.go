@@ -1,7 +1,8 @@
 // Package redis is the Redis store: the authority shared by every node,
 // which runs the algorithms' Lua scripts (package algorithms) on a single
 // server, a Redis Cluster or a master watched by Sentinel. It is the only
-// package that imports go-redis. It holds:
+// package of quotad's server that imports go-redis (quotabench's
+// internal/redisbench and test helpers are the others). It holds:
 //
 //   - Store, which implements node.Store and node.SlotStore over
 //     pipelined script calls (pipeline.go: natural batching, batch check

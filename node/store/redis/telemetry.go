@@ -200,7 +200,7 @@ func redisErrorType(err error) string {
 	var rerr goredis.Error
 	var nerr net.Error
 	switch {
-	case errors.Is(err, node.ErrStoreUnavailable):
+	case errors.Is(err, node.ErrBreakerOpen):
 		return "breaker_open"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
