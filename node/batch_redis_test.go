@@ -178,7 +178,7 @@ func oneExhausted(t *testing.T, be batchBackend) {
 			t.Fatalf("spend %d of %s: %+v, %v", spend, it.Policy.Name, res, err)
 		}
 	}
-	releases := cs.releases.Load()
+	releases := cs.Releases.Load()
 	start := time.Now()
 	if got := flood(t, n, be.flood, items); got != 0 {
 		t.Fatalf("%d batches allowed with b exhausted", got)
@@ -197,7 +197,7 @@ func oneExhausted(t *testing.T, be batchBackend) {
 		}
 	}
 	t.Logf("%d batches in %s; %d units taken and given back; the other batches were denied before taking any",
-		be.flood, took.Round(time.Millisecond), cs.releases.Load()-releases)
+		be.flood, took.Round(time.Millisecond), cs.Releases.Load()-releases)
 }
 
 // exactlyTheSmallest: with every limit free, batches over three limits get

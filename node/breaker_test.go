@@ -211,11 +211,11 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	r.Kill()
 	waitUntil(t, 10*time.Second, "the breaker to open", func() bool { return n.Stats().BreakerOpen })
 	down := newPhase()
-	callsWhenOpen := store.acquires.Load() + store.releases.Load()
+	callsWhenOpen := store.Calls()
 	waitUntil(t, 10*time.Second, "both failure modes", func() bool {
 		return seen(down, "open", node.SourceFailOpen) && seen(down, "closed", node.SourceFailClosed)
 	})
-	if got := store.acquires.Load() + store.releases.Load(); got != callsWhenOpen {
+	if got := store.Calls(); got != callsWhenOpen {
 		t.Errorf("%d store calls were tried while the breaker was open", got-callsWhenOpen)
 	}
 

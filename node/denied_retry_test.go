@@ -65,7 +65,7 @@ func TestCachedDenialGivesALargerCostItsOwnRetryAfter(t *testing.T) {
 			if err != nil || one.Allowed || one.Source != node.SourceStore {
 				t.Fatalf("cost 1: %+v, %v; want a denial from the store", one, err)
 			}
-			calls := counted.acquires.Load()
+			calls := counted.Acquires.Load()
 
 			t1 := time.Now()
 			five, err := n.Check(ctx, p, "k", 5)
@@ -81,7 +81,7 @@ func TestCachedDenialGivesALargerCostItsOwnRetryAfter(t *testing.T) {
 				alg, one.RetryAfter, five.RetryAfter, five.Source, truth.RetryAfter)
 
 			local := alg != algorithms.SlidingWindowLog && alg != algorithms.SlidingWindowCounter
-			if made := counted.acquires.Load() - calls; local && (five.Source != node.SourceDeniedCache || made != 0) {
+			if made := counted.Acquires.Load() - calls; local && (five.Source != node.SourceDeniedCache || made != 0) {
 				t.Errorf("cost 5 came from %s with %d store calls; want the denied cache", five.Source, made)
 			} else if !local && five.Source != node.SourceStore {
 				t.Errorf("cost 5 came from %s; only the authority knows this wait", five.Source)

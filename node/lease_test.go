@@ -15,40 +15,7 @@ import (
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/node/store/memory"
-	"github.com/quotad/quotad/node/store/redis"
 )
-
-// countingStore counts the calls a node makes to the store it wraps, and
-// how many of the checks among them came back denied.
-type countingStore struct {
-	node.Store
-	acquires, denials, releases atomic.Int64
-}
-
-func (s *countingStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
-	s.acquires.Add(1)
-	d, g, err := s.Store.Acquire(ctx, base, l, cost, want, hold)
-	if err == nil && !d.Allowed {
-		s.denials.Add(1)
-	}
-	return d, g, err
-}
-
-func (s *countingStore) Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
-	s.releases.Add(1)
-	return s.Store.Release(ctx, base, l, units, g)
-}
-
-func (s *countingStore) calls() int64 { return s.acquires.Load() + s.releases.Load() }
-
-// CallTimeout passes on the wrapped store's per-call timeout, which bounds
-// how long the node coalesces checks on one key.
-func (s *countingStore) CallTimeout() time.Duration {
-	if ct, ok := s.Store.(interface{ CallTimeout() time.Duration }); ok {
-		return ct.CallTimeout()
-	}
-	return redis.DefaultTimeout
-}
 
 // remoteMemory is the memory store presented as a remote one, so the node
 // leases in front of it: the local paths measured without a network.
@@ -132,7 +99,7 @@ func TestLeasesNeverAdmitMoreThanTheLimit(t *testing.T) {
 			var leased, calls int64
 			for i, n := range nodes {
 				leased += n.Stats().LeasesGranted
-				calls += stores[i].calls()
+				calls += stores[i].Calls()
 			}
 			if leased == 0 {
 				t.Fatal("no lease was ever granted: the test would not exercise leases")
@@ -181,7 +148,7 @@ func TestLeasesCutStoreCalls(t *testing.T) {
 			if allowed.Load() != checks {
 				t.Fatalf("%d of %d allowed under a limit far above them", allowed.Load(), checks)
 			}
-			calls := stores[0].calls()
+			calls := stores[0].Calls()
 			t.Logf("lease %s: %d checks, %d store calls (%.4f per check)", mode, checks, calls, float64(calls)/checks)
 			switch mode {
 			case node.LeaseAuto:
@@ -210,7 +177,7 @@ func TestDeniedFloodIsAnsweredLocally(t *testing.T) {
 	windows := int64(time.Since(start)/p.Limit.Period) + 2
 	var cached int64
 	for i, n := range nodes {
-		den := stores[i].denials.Load()
+		den := stores[i].Denials.Load()
 		cached += n.Stats().DeniedCacheHits
 		t.Logf("node %d: %d store denials over %d windows", i, den, windows)
 		// The store's denial holds until the window ends; at the boundary a

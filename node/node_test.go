@@ -8,32 +8,21 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/nodetest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/node/store/memory"
-	"github.com/quotad/quotad/node/store/redis"
 )
 
 var fiveAMinute = algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Period: time.Minute}
 
-func newNode(t *testing.T, store node.Store, cfg node.Config) *node.Node {
-	t.Helper()
-	n, err := node.New(cfg, store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	return n
-}
+// The helpers every test here uses, shared with node/cluster's tests.
+var (
+	newNode       = nodetest.New
+	newRedisStore = nodetest.RedisStore
+)
 
-func newRedisStore(t *testing.T, r *redistest.Server) *redis.Store {
-	t.Helper()
-	s, err := redis.New(context.Background(), redis.Config{URL: r.URL(), Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+type countingStore = nodetest.CountingStore
 
 // Both stores: five allowed, the sixth denied; Reset makes the key fresh;
 // another key and another policy are independent.

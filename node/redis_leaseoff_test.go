@@ -31,7 +31,7 @@ func TestLeaseOffHotKeyIsPipelinedWithoutOverAdmission(t *testing.T) {
 			share := accuracy.NoOverAdmission(t, a, limit, period, start, run, allowed)
 			var calls, scripts int64
 			for _, s := range stores {
-				calls += s.acquires.Load()
+				calls += s.Acquires.Load()
 				scripts += s.Store.(*redis.Store).ScriptCalls()
 			}
 			t.Logf("%s: %d checks, %d allowed (%.1f%% of what the limit permits), %d store calls in %d EVALSHAs", a, total, len(allowed), 100*share, calls, scripts)
@@ -55,7 +55,7 @@ func TestLeaseOffDeniedFloodIsAnsweredLocally(t *testing.T) {
 	windows := int64(time.Since(start)/p.Limit.Period) + 2
 	var cached int64
 	for i, n := range nodes {
-		den := stores[i].denials.Load()
+		den := stores[i].Denials.Load()
 		cached += n.Stats().DeniedCacheHits
 		t.Logf("node %d: %d store denials over %d windows", i, den, windows)
 		// Each window: the checks in flight when the first denial came

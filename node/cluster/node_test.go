@@ -69,7 +69,7 @@ func TestDenialsAreGossiped(t *testing.T) {
 		waitGossip(t, m, "the denial", func(g node.GossipStats) bool { return g.DenialsReceived >= 1 })
 	}
 	for i, n := range nodes[1:] {
-		before := stores[i+1].calls()
+		before := stores[i+1].Calls()
 		got, err := n.Check(ctx, p, "k", 1)
 		if err != nil || got.Allowed || got.Source != node.SourceDeniedCache {
 			t.Fatalf("node %s: %+v, %v; want denied from the denied cache", ms[i+1].Name(), got, err)
@@ -77,7 +77,7 @@ func TestDenialsAreGossiped(t *testing.T) {
 		if got.RetryAfter <= 55*time.Minute || got.RetryAfter > res.RetryAfter || got.Limit != 5 || got.Remaining != 0 {
 			t.Fatalf("node %s answered %+v; the store said %+v", ms[i+1].Name(), got.Decision, res.Decision)
 		}
-		if calls := stores[i+1].calls(); calls != before {
+		if calls := stores[i+1].Calls(); calls != before {
 			t.Fatalf("node %s made %d store calls for a gossiped denial", ms[i+1].Name(), calls-before)
 		}
 	}
@@ -85,9 +85,9 @@ func TestDenialsAreGossiped(t *testing.T) {
 	// goes to the store.
 	other := p
 	other.Limit.Limit = 6
-	before := stores[2].calls()
-	if got, _ := nodes[2].Check(ctx, other, "k", 1); got.Source != node.SourceStore || stores[2].calls() != before+1 {
-		t.Fatalf("another limit: %+v after %d store calls; want the store's answer", got, stores[2].calls()-before)
+	before := stores[2].Calls()
+	if got, _ := nodes[2].Check(ctx, other, "k", 1); got.Source != node.SourceStore || stores[2].Calls() != before+1 {
+		t.Fatalf("another limit: %+v after %d store calls; want the store's answer", got, stores[2].Calls()-before)
 	}
 }
 
@@ -127,8 +127,8 @@ func TestResetReachesEveryNode(t *testing.T) {
 	if held := nodes[1].Stats().UnitsHeld; held != 0 {
 		t.Fatalf("b still holds %d leased units after the reset", held)
 	}
-	before := stores[2].calls()
-	if res, err := nodes[2].Check(ctx, p, "k", 100_000); err != nil || !res.Allowed || res.Source != node.SourceStore || stores[2].calls() != before+1 {
+	before := stores[2].Calls()
+	if res, err := nodes[2].Check(ctx, p, "k", 100_000); err != nil || !res.Allowed || res.Source != node.SourceStore || stores[2].Calls() != before+1 {
 		t.Fatalf("c after the reset: %+v, %v; want the whole capacity allowed by the store", res, err)
 	}
 	// memberlist sends each message several times; a repeat must not reset
