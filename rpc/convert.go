@@ -7,9 +7,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/algorithms"
-	"github.com/quotad/quotad/internal/protoconv"
 	"github.com/quotad/quotad/node"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+	"github.com/quotad/quotad/rpc/protoconv"
 )
 
 // This file converts between protobuf messages and node's domain types.

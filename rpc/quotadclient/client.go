@@ -27,9 +27,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/algorithms"
-	"github.com/quotad/quotad/internal/protoconv"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+	"github.com/quotad/quotad/rpc/protoconv"
 )
 
 // ErrInvalidOptions is wrapped by every error New returns for bad arguments.
@@ -336,7 +336,7 @@ func decisionFromProto(m *quotadv1.CheckResponse) Decision {
 
 // sourceFromProto goes through the names: the API's Source names are
 // Source's values upper-cased with a prefix (SOURCE_DENIED_CACHE is
-// denied_cache). Algorithms map through internal/protoconv, as the
+// denied_cache). Algorithms map through rpc/protoconv, as the
 // server's do.
 func sourceFromProto(s quotadv1.Source) Source {
 	return Source(strings.ToLower(strings.TrimPrefix(s.String(), "SOURCE_")))

@@ -8,8 +8,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/algorithms"
-	"github.com/quotad/quotad/internal/protoconv"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+	"github.com/quotad/quotad/rpc/protoconv"
 )
 
 // SlotRef names a concurrency slot that a check took: the limit and key
