@@ -185,8 +185,16 @@ func TestBreakerRecoversFromStallOnFarRedis(t *testing.T) {
 	healthy := phase()
 	time.Sleep(2 * time.Second)
 	healthyLag := lag.reset()
-	breakerOpen := n.Stats().BreakerOpen
 	stopLoad()
+	// A latched breaker stays open; a working one may open again under a
+	// loaded scheduler (a run of late replies) but its next probe closes
+	// it. So: closed again within a few probes once the load stops, rather
+	// than closed at one instant under load.
+	closedAgain := time.Now().Add(2 * time.Second)
+	for n.Stats().BreakerOpen && time.Now().Before(closedAgain) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	breakerOpen := n.Stats().BreakerOpen
 
 	for _, ph := range []struct {
 		name string
@@ -209,7 +217,7 @@ func TestBreakerRecoversFromStallOnFarRedis(t *testing.T) {
 		t.Errorf("back on the store %s after the stall, want within 2s", back)
 	}
 	if breakerOpen {
-		t.Errorf("the breaker is open 2s after recovering")
+		t.Errorf("the breaker is still open 2s after the load stopped, on a healthy Redis")
 	}
 	for _, ph := range []struct {
 		name string
