@@ -13,7 +13,7 @@ import (
 
 // A node on the embedded memory store, with one configured policy: two
 // units a minute per key. The memory store is the authority of this one
-// process; Redis (NewRedisStore) is the one every node of a cluster
+// process; Redis (node/store/redis) is the one every node of a cluster
 // shares.
 func ExampleNew() {
 	n, err := node.New(node.Config{Policies: []node.Policy{{

@@ -119,7 +119,7 @@ func TestRedisClusterAlgorithms(t *testing.T) {
 	store := newClusterStore(t, c)
 	for i := range c.Len() {
 		if missing, err := missingScripts(c.Master(i)); err != nil || missing != 0 {
-			t.Fatalf("master %d lacks %d scripts after NewRedisStore (%v)", i, missing, err)
+			t.Fatalf("master %d lacks %d scripts after redis.New (%v)", i, missing, err)
 		}
 	}
 	ctx := context.Background()

@@ -27,7 +27,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	}
 	first, second := s.Master(), s.Replica()
 	if missing, err := missingScripts(first); err != nil || missing != 0 {
-		t.Fatalf("the master lacks %d scripts after NewRedisStore (%v)", missing, err)
+		t.Fatalf("the master lacks %d scripts after redis.New (%v)", missing, err)
 	}
 	if missing, err := missingScripts(second); err != nil || missing == 0 {
 		t.Fatalf("the replica has the scripts already (%d missing, %v): the reload would go untested", missing, err)
