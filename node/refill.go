@@ -108,6 +108,12 @@ func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, co
 // refill and may take a lease; beside one in flight it is a plain check of
 // cost, so the key never holds two grants.
 func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		// A caller that has gone spends nothing. (Below, its call would race
+		// ctx.Done in the select and could win it.)
+		l.mu.Unlock()
+		return Result{}, fmt.Errorf("check %s: %w", p.Name, err)
+	}
 	start := n.clock()
 	if l.dead {
 		// Reset removed this lease while we held it: use the key's new one.
