@@ -62,11 +62,21 @@ func TestMaxInlinePeriod(t *testing.T) {
 // and inflating stops just past the limit.
 func TestGzipStopsAtTheLimit(t *testing.T) {
 	ts := startServer(t, memory.New(nil, 0), Config{MaxRequestBytes: 2000})
+	status, raw := postGzippedCheck(t, ts.URL, 1<<20)
+	if status != http.StatusTooManyRequests || !strings.Contains(raw, "gzip: stopped inflating after 2001 bytes") {
+		t.Fatalf("%d %s", status, raw)
+	}
+}
+
+// postGzippedCheck posts a JSON Check to the server at url as one gzip
+// body of n zero bytes, and returns the answer's status and body.
+func postGzippedCheck(t *testing.T, url string, n int) (int, string) {
+	t.Helper()
 	var body bytes.Buffer
 	zw := gzip.NewWriter(&body)
-	_, _ = zw.Write(make([]byte, 1<<20))
+	_, _ = zw.Write(make([]byte, n))
 	_ = zw.Close()
-	req, err := http.NewRequest(http.MethodPost, ts.URL+"/quotad.v1.QuotaService/Check", &body)
+	req, err := http.NewRequest(http.MethodPost, url+"/quotad.v1.QuotaService/Check", &body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +88,5 @@ func TestGzipStopsAtTheLimit(t *testing.T) {
 	}
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(raw), "gzip: stopped inflating after 2001 bytes") {
-		t.Fatalf("%d %s", resp.StatusCode, raw)
-	}
+	return resp.StatusCode, string(raw)
 }

@@ -1,10 +1,7 @@
 package rpc
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -40,23 +37,8 @@ func TestMaxCallRequestBytes(t *testing.T) {
 
 	// A JSON Check compressed to a few KiB that inflates to 1 MiB stops
 	// inflating just past the calls' bound.
-	var body bytes.Buffer
-	zw := gzip.NewWriter(&body)
-	_, _ = zw.Write(make([]byte, 1<<20))
-	_ = zw.Close()
-	req, err := http.NewRequest(http.MethodPost, ts.URL+"/quotad.v1.QuotaService/Check", &body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Content-Encoding", "gzip")
-	resp, err := http1Client(t).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(raw), "gzip: stopped inflating after 65537 bytes") {
-		t.Fatalf("%d %s", resp.StatusCode, raw)
+	status, raw := postGzippedCheck(t, ts.URL, 1<<20)
+	if status != http.StatusTooManyRequests || !strings.Contains(raw, "gzip: stopped inflating after 65537 bytes") {
+		t.Fatalf("%d %s", status, raw)
 	}
 }
