@@ -19,13 +19,12 @@ import (
 	"google.golang.org/grpc/encoding"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
-	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
-	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/node/store/memory"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
@@ -163,52 +162,9 @@ func TestGRPCHealth(t *testing.T) {
 // end's reflection lists, and describes them.
 func TestGRPCReflection(t *testing.T) {
 	ts := startServer(t, memory.New(nil, 0), Config{Envoy: rlsServerConfig()}, rlsServerPolicies()...)
-	conn := grpcConn(t, ts)
 	want := slices.Sorted(slices.Values(ts.handler.reflected))
-	ctx := context.Background()
-
-	v1, err := reflectionv1.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.Send(&reflectionv1.ServerReflectionRequest{MessageRequest: &reflectionv1.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := v1.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, s := range res.GetListServicesResponse().GetService() {
-		got = append(got, s.GetName())
-	}
-	if slices.Sort(got); !slices.Equal(got, want) {
-		t.Errorf("v1 ListServices %v, want %v", got, want)
-	}
-	if err := v1.Send(&reflectionv1.ServerReflectionRequest{MessageRequest: &reflectionv1.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: ratelimitv3connect.RateLimitServiceName}}); err != nil {
-		t.Fatal(err)
-	}
-	if res, err := v1.Recv(); err != nil || len(res.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
-		t.Errorf("v1 FileContainingSymbol: %v, %v", res, err)
-	}
-
-	v1alpha, err := reflectionv1alpha.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha.Send(&reflectionv1alpha.ServerReflectionRequest{MessageRequest: &reflectionv1alpha.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	resA, err := v1alpha.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got = got[:0]
-	for _, s := range resA.GetListServicesResponse().GetService() {
-		got = append(got, s.GetName())
-	}
-	if slices.Sort(got); !slices.Equal(got, want) {
-		t.Errorf("v1alpha ListServices %v, want %v", got, want)
+	if got := quotadtest.ReflectedServices(t, grpcConn(t, ts), ratelimitv3connect.RateLimitServiceName); !slices.Equal(got, want) {
+		t.Errorf("ListServices %v, want %v", got, want)
 	}
 }
 

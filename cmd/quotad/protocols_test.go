@@ -17,10 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
-	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
-	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/quotad/quotad/internal/quotadtest"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
@@ -100,33 +99,8 @@ envoy:
 	})
 	t.Run("reflection", func(t *testing.T) {
 		want := []string{"envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health", "quotad.v1.QuotaService"}
-		v1, err := reflectionv1.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := v1.Send(&reflectionv1.ServerReflectionRequest{MessageRequest: &reflectionv1.ServerReflectionRequest_ListServices{}}); err != nil {
-			t.Fatal(err)
-		}
-		res, err := v1.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, s := range res.GetListServicesResponse().GetService() {
-			got = append(got, s.GetName())
-		}
-		if slices.Sort(got); !slices.Equal(got, want) {
-			t.Errorf("v1: %v, want %v", got, want)
-		}
-		v1alpha, err := reflectionv1alpha.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := v1alpha.Send(&reflectionv1alpha.ServerReflectionRequest{MessageRequest: &reflectionv1alpha.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "quotad.v1.QuotaService"}}); err != nil {
-			t.Fatal(err)
-		}
-		if res, err := v1alpha.Recv(); err != nil || len(res.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
-			t.Errorf("v1alpha FileContainingSymbol: %v, %v", res, err)
+		if got := quotadtest.ReflectedServices(t, conn, "quotad.v1.QuotaService"); !slices.Equal(got, want) {
+			t.Errorf("ListServices %v, want %v", got, want)
 		}
 	})
 	t.Run("health", func(t *testing.T) {
