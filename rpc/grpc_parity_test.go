@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -140,7 +141,14 @@ func TestConnectionCapCountsGRPC(t *testing.T) {
 // fresh loopback port until the test ends.
 func serveServer(t *testing.T, h *Handler, cfg ServerConfig) (*Server, string) {
 	t.Helper()
-	s, err := NewServer(h, h, cfg, nil)
+	return serveServerAPI(t, h, h, cfg)
+}
+
+// serveServerAPI is serveServer with api as the HTTP front end's handler
+// (NewServer's api).
+func serveServerAPI(t *testing.T, h *Handler, api http.Handler, cfg ServerConfig) (*Server, string) {
+	t.Helper()
+	s, err := NewServer(h, api, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,24 +77,7 @@ func TestServerOverTLS(t *testing.T) {
 	})
 	// No NextProtos: the server offers h2 and http/1.1 itself.
 	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	s, err := NewServer(h, api, ServerConfig{TLS: tc}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = s.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		s.Close()
-		<-done
-	})
-	addr := ln.Addr().String()
+	_, addr := serveServerAPI(t, h, api, ServerConfig{TLS: tc})
 	base := "https://" + addr
 	ctx := context.Background()
 	req := &quotadv1.CheckRequest{Policy: "demo", Key: "k", Limit: fw5()}
