@@ -29,6 +29,11 @@ type storeCall struct {
 	// waited for it take their failure mode too, rather than each making
 	// a call of its own in turn.
 	failed error
+	// abandoned means the call's caller left before the store answered
+	// (only a plain call runs under its caller's ctx; see call): nothing is
+	// known of its outcome, and the checks that waited for it make calls
+	// of their own rather than take a failure mode for it.
+	abandoned bool
 }
 
 // refill takes a new grant for l, or asks the store for this check alone
@@ -58,9 +63,12 @@ type storeCall struct {
 //     check waits much longer than two store calls, however many arrive
 //     at once.
 //
-// The call runs on its own goroutine and finishes even if ctx ends first:
-// a grant taken at the store is spent there, and only a call that runs to
-// completion can install it or give it back.
+// A call that may take a grant runs on its own goroutine and finishes even
+// if ctx ends first: a grant taken at the store is spent there, and only a
+// call that runs to completion can install it or give it back. A plain
+// call (every call of a key that cannot lease, and of a cold key) runs on
+// the check's own goroutine under ctx: it brings back no grant, so its
+// caller leaving loses nothing a check of its own would not.
 func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
 	// budget starts with the first wait and bounds the later ones; a nil
 	// channel never fires, so the first wait is for the call's outcome.
@@ -130,6 +138,16 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 	}
 	l.mu.Unlock()
 
+	if want == cost {
+		// A plain call: no goroutine to start (and grow a stack) and no
+		// hand-off back to this one, which the store path of a cold or
+		// lease-off check would otherwise pay every time.
+		n.callStore(ctx, k, l, f, p, cost, want, hold, start)
+		if f.abandoned {
+			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
+		}
+		return f.res, nil
+	}
 	go n.callStore(context.WithoutCancel(ctx), k, l, f, p, cost, want, hold, start)
 	select {
 	case <-f.done:
@@ -140,12 +158,16 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 }
 
 // callStore makes the store call f that call started at start (node
-// clock) and installs what it brought back: the grant, or the denial. It
-// runs to its end whoever still waits: the store bounds each call (the
-// Redis store by its Config.Timeout).
+// clock) and installs what it brought back: the grant, or the denial. A
+// call that may take a grant runs under a ctx that never ends, to its end
+// whoever still waits: the store bounds each call (the Redis store by its
+// Config.Timeout). A plain call runs under its caller's ctx, and is
+// abandoned if that ends first.
 func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeCall, p Policy, cost, want int64, hold time.Duration, start int64) {
 	defer func() {
-		l.quick.Store(f.failed == nil && n.clock()-start < int64(n.coalesceFor/quickCall))
+		if !f.abandoned {
+			l.quick.Store(f.failed == nil && n.clock()-start < int64(n.coalesceFor/quickCall))
+		}
 		l.mu.Lock()
 		if l.refilling == f {
 			l.refilling = nil
@@ -171,6 +193,11 @@ func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeC
 	}
 	base := n.keyBase(p, k.key)
 	d, taken, err := n.store.Acquire(ctx, base, p.Limit, cost, want, hold)
+	if err != nil && ctx.Err() != nil {
+		// The caller left (a plain call): not a store failure.
+		f.abandoned = true
+		return
+	}
 	if err != nil {
 		f.res, f.failed = n.storeFailed(p, err), err
 		return

@@ -57,6 +57,12 @@ const (
 	// grpc-go's clients allow themselves; grpc-go's server default is 5
 	// minutes, which punishes clients net/http never minded.
 	keepaliveMinTime = 10 * time.Second
+	// streamWorkers is the fewest long-lived goroutines that run gRPC
+	// calls: as many as the calls that wait on Redis at once under a few
+	// dozen clients. With 8 (four per core on two), a lease: off key at 16
+	// clients left half its calls to new goroutines, and 4% of the CPU
+	// went to growing their stacks. An idle worker costs only its stack.
+	streamWorkers = 64
 )
 
 // ServerConfig bounds what clients can hold of the API's HTTP server:
@@ -273,9 +279,10 @@ func newGRPCServer(h *Handler, cfg ServerConfig, conns *connLimiter) (*grpc.Serv
 		// Calls run on long-lived workers whose stacks have already grown,
 		// instead of a new goroutine per call growing its stack again
 		// (about a tenth of a hot check's CPU). At most GOMAXPROCS run at
-		// once, but a call waiting on Redis holds its worker, hence four
-		// each; a call finding none idle gets a goroutine of its own.
-		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+		// once, but a call waiting on Redis holds its worker: see
+		// streamWorkers. A call finding none idle gets a goroutine of its
+		// own.
+		grpc.NumStreamWorkers(uint32(max(streamWorkers, 4*runtime.GOMAXPROCS(0)))),
 	)
 	f := grpcFront{tel: h.tel, admin: h.admin, log: h.log, maxCallBytes: min(h.maxRequestBytes, MaxCallRequestBytes)}
 	g.RegisterService(f.quotaService(h.svc), nil)

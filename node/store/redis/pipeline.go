@@ -56,8 +56,11 @@ const (
 
 // scriptCall is one queued EVALSHA and, once done is closed, its outcome.
 type scriptCall struct {
-	ctx    context.Context
-	script *goredis.Script
+	// ctx is the caller's, and deadline when it stops waiting (run): a
+	// call whose caller has left is not sent.
+	ctx      context.Context
+	deadline time.Time
+	script   *goredis.Script
 	// batch is script's batch form, which decides several calls of script
 	// in one (nil: the call goes alone). group is what calls must share to
 	// go in one batch call: "" on a single server, the keys' hash tag on
@@ -151,12 +154,17 @@ func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout
 	return p
 }
 
-// run queues one script call and waits for its reply, at most until ctx is
-// done. batch, if not nil, is sc's batch form (algorithms.BatchCheckScript):
-// the call may then be decided in one call of it with others queued beside
-// it. A call abandoned by its caller may still reach Redis.
-func (p *pipeline) run(ctx context.Context, sc, batch *goredis.Script, keys []string, args []any) (any, error) {
-	c := &scriptCall{ctx: ctx, script: sc, batch: batch, keys: keys, args: args, done: make(chan struct{})}
+// run queues one script call and waits for its reply, at most timeout
+// (then failing with context.DeadlineExceeded) and until ctx is done.
+// batch, if not nil, is sc's batch form (algorithms.BatchCheckScript): the
+// call may then be decided in one call of it with others queued beside it.
+// A call abandoned by its caller may still reach Redis.
+//
+// The timeout is a timer rather than a context.WithTimeout of ctx: under a
+// cancelable ctx (an RPC's) that would register a child with it, start a
+// timer for its cancel and unregister it again, for every call.
+func (p *pipeline) run(ctx context.Context, timeout time.Duration, sc, batch *goredis.Script, keys []string, args []any) (any, error) {
+	c := &scriptCall{ctx: ctx, deadline: time.Now().Add(timeout), script: sc, batch: batch, keys: keys, args: args, done: make(chan struct{})}
 	if batch != nil && p.cluster && len(keys) > 0 {
 		c.group = hashTag(keys[0])
 	}
@@ -165,10 +173,14 @@ func (p *pipeline) run(ctx context.Context, sc, batch *goredis.Script, keys []st
 		return nil, goredis.ErrClosed
 	default:
 	}
+	expired := time.NewTimer(timeout)
+	defer expired.Stop()
 	select {
 	case p.queue <- c:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-expired.C:
+		return nil, context.DeadlineExceeded
 	case <-p.stop:
 		return nil, goredis.ErrClosed
 	}
@@ -177,6 +189,8 @@ func (p *pipeline) run(ctx context.Context, sc, batch *goredis.Script, keys []st
 		return c.reply, c.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-expired.C:
+		return nil, context.DeadlineExceeded
 	case <-p.stop:
 		// Enqueued as the pipeline closed: nobody may be left to answer.
 		return nil, goredis.ErrClosed
@@ -291,8 +305,13 @@ func (p *pipeline) grow() {
 // whether anything went to Redis.
 func (p *pipeline) send(batch []*scriptCall) bool {
 	live := batch[:0:0]
+	now := time.Now()
 	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
+		err := c.ctx.Err()
+		if err == nil && !now.Before(c.deadline) {
+			err = context.DeadlineExceeded
+		}
+		if err != nil {
 			c.err = err
 			close(c.done)
 			continue

@@ -235,9 +235,7 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 	if sc == nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	reply, err := s.checkPipe.run(ctx, sc, s.batch[l.Algorithm], algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
+	reply, err := s.checkPipe.run(ctx, s.cfg.Timeout, sc, s.batch[l.Algorithm], algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
 	if err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
@@ -254,9 +252,7 @@ func (s *Store) Release(ctx context.Context, base string, l algorithms.Limit, un
 	if sc == nil {
 		return 0, fmt.Errorf("redis release: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	reply, err := s.releasePipe.run(ctx, sc, nil, algorithms.Keys(l.Algorithm, base), algorithms.ReleaseArgs(l, units, g, 0))
+	reply, err := s.releasePipe.run(ctx, s.cfg.Timeout, sc, nil, algorithms.Keys(l.Algorithm, base), algorithms.ReleaseArgs(l, units, g, 0))
 	if err != nil {
 		return 0, fmt.Errorf("redis release %s: %w", l.Algorithm, err)
 	}

@@ -30,9 +30,7 @@ func (s slotScripts) all() []*goredis.Script { return []*goredis.Script{s.acquir
 // a call resent after a Cluster redirection never ran, and an acquire run
 // twice under one id takes one slot.
 func (s *Store) AcquireSlot(ctx context.Context, base string, l algorithms.Limit, id string, cost int64) (algorithms.Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	reply, err := s.checkPipe.run(ctx, s.slots.acquire, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, cost, 0))
+	reply, err := s.checkPipe.run(ctx, s.cfg.Timeout, s.slots.acquire, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, cost, 0))
 	if err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis acquire slot: %w", err)
 	}
@@ -56,9 +54,7 @@ func (s *Store) ReleaseSlot(ctx context.Context, base string, l algorithms.Limit
 }
 
 func (s *Store) slotCall(ctx context.Context, op string, p *pipeline, sc *goredis.Script, base string, l algorithms.Limit, id string) (algorithms.Decision, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancel()
-	reply, err := p.run(ctx, sc, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, 0, 0))
+	reply, err := p.run(ctx, s.cfg.Timeout, sc, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, 0, 0))
 	if err != nil {
 		return algorithms.Decision{}, false, fmt.Errorf("redis %s slot: %w", op, err)
 	}
