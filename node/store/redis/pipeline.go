@@ -52,6 +52,15 @@ const (
 	// queueLen is the queue's capacity; a full queue makes callers wait
 	// (back-pressure), bounded by their context.
 	queueLen = 4096
+	// windowShare bounds the batch window to this fraction of the call
+	// timeout, and a pipeliner waits for company only for a call with at
+	// least 1/windowShare... see gather.
+	windowShare = 20
+	// gapWeight is the weight of a new gap between queued calls in their
+	// smoothed gap (1/gapWeight), and gapCap bounds one gap, in windows,
+	// so that after an idle spell a few calls bring the estimate back.
+	gapWeight = 8
+	gapCap    = 10
 )
 
 // scriptCall is one queued EVALSHA and, once done is closed, its outcome.
@@ -66,6 +75,9 @@ type scriptCall struct {
 	group string
 	keys  []string
 	args  []any
+	// gap is the time since the call queued before this one, -1 if none
+	// or if the pipeline never waits.
+	gap   time.Duration
 	done  chan struct{}
 	reply any
 	err   error
@@ -123,13 +135,31 @@ type pipeline struct {
 	active int        // tokens in circulation, minActive..pipeliners
 	rtt    time.Duration
 
+	// window is the longest a pipeliner that took a call waits for more
+	// while calls arrive fast (see gather); 0 never waits.
+	window time.Duration
+	// taking lets one pipeliner at a time take calls off the queue, so
+	// that calls gathered in one window are not split between two.
+	taking chan struct{}
+	// epoch is the zero of lastCall; lastCall is when the last call was
+	// queued and gap the smoothed time between queued calls (ns), racy
+	// but approximate by design: they only decide whether company is
+	// worth waiting for.
+	epoch    time.Time
+	lastCall atomic.Int64
+	gap      atomic.Int64
+
 	// scripts counts the EVALSHAs sent (Store.ScriptCalls), roundTrips
-	// the pipelines that carried them (Store.RoundTrips).
-	scripts, roundTrips atomic.Int64
+	// the pipelines that carried them (Store.RoundTrips), waited the
+	// batches that waited for company.
+	scripts, roundTrips, waited atomic.Int64
 }
 
-func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout time.Duration, reload func(context.Context) error) *pipeline {
+func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout, window time.Duration, reload func(context.Context) error) *pipeline {
 	p := &pipeline{
+		window:      min(window, callTimeout/windowShare),
+		taking:      make(chan struct{}, 1),
+		epoch:       time.Now(),
 		client:      client,
 		follow:      follow,
 		netTimeout:  netTimeout,
@@ -141,6 +171,7 @@ func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout
 		active:      pipeliners,
 	}
 	_, p.cluster = client.(*goredis.ClusterClient)
+	p.taking <- struct{}{}
 	for range pipeliners {
 		p.tokens <- struct{}{}
 	}
@@ -165,6 +196,7 @@ func (p *pipeline) run(ctx context.Context, sc, batch *goredis.Script, keys []st
 		return nil, goredis.ErrClosed
 	default:
 	}
+	c.gap = p.arrived()
 	select {
 	case p.queue <- c:
 	case <-ctx.Done():
@@ -202,6 +234,8 @@ func (p *pipeline) close() {
 func (p *pipeline) loop() {
 	defer p.wg.Done()
 	batch := make([]*scriptCall, 0, maxPipeline)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		select {
 		case <-p.stop:
@@ -211,17 +245,13 @@ func (p *pipeline) loop() {
 		select {
 		case <-p.stop:
 			return
-		case c := <-p.queue:
-			batch = append(batch[:0], c)
+		case <-p.taking:
 		}
-	fill:
-		for len(batch) < maxPipeline {
-			select {
-			case c := <-p.queue:
-				batch = append(batch, c)
-			default:
-				break fill
-			}
+		var ok bool
+		batch, ok = p.gather(batch[:0], timer)
+		p.taking <- struct{}{}
+		if !ok {
+			return
 		}
 		start := time.Now()
 		// A round trip that takes longer than a call should wait for a
@@ -233,6 +263,87 @@ func (p *pipeline) loop() {
 		p.adapt(sent, time.Since(start))
 		clear(batch) // drop references so finished calls can be collected
 	}
+}
+
+// arrived notes that a call is being queued now, for the smoothed gap
+// between calls, and returns the time since the call before it (-1 for
+// the first call).
+func (p *pipeline) arrived() time.Duration {
+	if p.window <= 0 {
+		return -1
+	}
+	now := int64(time.Since(p.epoch))
+	last := p.lastCall.Swap(now)
+	if last == 0 {
+		return -1
+	}
+	d := min(now-last, gapCap*int64(p.window))
+	g := p.gap.Load()
+	p.gap.Store(g + (d-g)/gapWeight)
+	return time.Duration(d)
+}
+
+// gather waits for a call, takes it and whatever else is queued (up to
+// maxPipeline), and while calls have been arriving fast — at least two
+// expected within the window — waits for more: until the batch is full,
+// the window since the first call has passed, or no call came for twice
+// the usual gap. A call that arrives on a quiet pipeline goes at once,
+// and so does one already near its deadline (a slow Redis). It reports
+// false if the pipeline stopped first.
+func (p *pipeline) gather(batch []*scriptCall, timer *time.Timer) ([]*scriptCall, bool) {
+	select {
+	case <-p.stop:
+		return batch, false
+	case c := <-p.queue:
+		batch = append(batch, c)
+	}
+	first := time.Now()
+	batch = p.drain(batch)
+	if p.window <= 0 || len(batch) >= maxPipeline {
+		return batch, true
+	}
+	// Wait only if calls came fast lately and this one came fast too: a
+	// call after a pause goes at once.
+	gap := time.Duration(p.gap.Load())
+	if c := batch[0]; gap <= 0 || 2*gap > p.window || c.gap < 0 || 2*c.gap > p.window {
+		return batch, true
+	}
+	end := first.Add(p.window)
+	if d, ok := batch[0].ctx.Deadline(); ok && d.Sub(first) < p.callTimeout/2 {
+		return batch, true
+	}
+	p.waited.Add(1)
+	for len(batch) < maxPipeline {
+		wait := min(time.Until(end), 2*gap)
+		if wait <= 0 {
+			break
+		}
+		timer.Reset(wait)
+		select {
+		case c := <-p.queue:
+			timer.Stop()
+			batch = p.drain(append(batch, c))
+			continue
+		case <-timer.C:
+		case <-p.stop:
+			timer.Stop()
+		}
+		break
+	}
+	return batch, true
+}
+
+// drain adds to batch whatever is queued, up to maxPipeline calls.
+func (p *pipeline) drain(batch []*scriptCall) []*scriptCall {
+	for len(batch) < maxPipeline {
+		select {
+		case c := <-p.queue:
+			batch = append(batch, c)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // wantActive is how many pipeliners should take calls when round trips

@@ -61,6 +61,13 @@ type Config struct {
 	// ConnectTimeout + Timeout, so a late reply does not cost a new
 	// connection. Default 1s.
 	ConnectTimeout time.Duration
+	// BatchWindow is the longest a script call waits for others to share
+	// its round trip and batch script call, and only while calls arrive
+	// at least two per window; a call on a quiet node goes at once. It is
+	// capped at a twentieth of Timeout. 0 means DefaultBatchWindow; a
+	// negative value never waits (calls then share a round trip only
+	// when they queue while every pipeliner is busy).
+	BatchWindow time.Duration
 }
 
 // Validate reports the first problem with c.
@@ -126,6 +133,9 @@ func (c Config) withDefaults() Config {
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
+	if c.BatchWindow == 0 {
+		c.BatchWindow = DefaultBatchWindow
+	}
 	return c
 }
 
@@ -143,6 +153,9 @@ const DefaultTimeout = 50 * time.Millisecond
 // DefaultConnectTimeout is Config.ConnectTimeout's default: a new
 // connection to a Redis 100ms away, TLS included, fits several times over.
 const DefaultConnectTimeout = time.Second
+
+// DefaultBatchWindow is Config.BatchWindow's default.
+const DefaultBatchWindow = 250 * time.Microsecond
 
 // Store runs the algorithms' Lua scripts on Redis, the authority shared
 // by every node. Script calls are pipelined (see redis_pipeline.go). Safe
@@ -204,8 +217,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	// redis_pipeline.go for why, on Redis Cluster); checks a slot move
 	// redirected are resent through the one that follows redirections.
 	// Releases that meet a slot move fail (see newClients).
-	s.checkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), s.loadScripts)
-	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, cfg.netTimeout(), s.loadScripts)
+	s.checkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
+	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, cfg.netTimeout(), 0, s.loadScripts)
 	return s, nil
 }
 
