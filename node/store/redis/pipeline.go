@@ -12,11 +12,19 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
-// Natural batching of script calls. Checks that miss locally become script
-// calls on a queue; a few pipeliners each take whatever has queued up while
-// their previous round trip was in flight and send it as one pipeline. A
-// lone call goes at once (no timer, so no added latency when idle); under
-// load, calls share round trips. Checks queued together are also decided
+// Batching of script calls. Checks that miss locally become script calls
+// on a queue; a few pipeliners take turns taking calls off it, each sending
+// what it took as one pipeline. A pipeliner takes the call at the head and
+// whatever else has queued up (calls that came while round trips were in
+// flight); then, while calls have been coming faster than one per batch
+// window (Config.BatchWindow), it waits for company: until the window
+// since the first call has passed, the batch is full, or no call has come
+// for a few of the usual gaps between calls (the callers are all in the
+// batch). A call on a quiet node, or after a pause of a window or more,
+// goes at once, and so does one already near its deadline, so the window
+// costs a lone call nothing and a slow Redis no deadlines. Under load,
+// calls share round trips, and Redis pays once per round trip for its
+// read, write and wakeup. Checks queued together are also decided
 // together: the checks of one algorithm in a batch go to Redis as one call
 // of its batch script (algorithms.BatchCheckScript), which pays once for
 // EVALSHA and Redis TIME; on Redis Cluster only checks whose keys share a
@@ -52,13 +60,17 @@ const (
 	// queueLen is the queue's capacity; a full queue makes callers wait
 	// (back-pressure), bounded by their context.
 	queueLen = 4096
-	// windowShare bounds the batch window to this fraction of the call
-	// timeout, and a pipeliner waits for company only for a call with at
-	// least 1/windowShare... see gather.
+	// windowShare caps the batch window at this fraction of the call
+	// timeout, and a call whose deadline is nearer than half the timeout
+	// (it queued behind a slow Redis) never waits for company.
 	windowShare = 20
+	// quietGaps ends a wait for company when no call has come for this
+	// many of the usual gaps between calls: the callers are all in the
+	// batch, or the burst is over.
+	quietGaps = 4
 	// gapWeight is the weight of a new gap between queued calls in their
-	// smoothed gap (1/gapWeight), and gapCap bounds one gap, in windows,
-	// so that after an idle spell a few calls bring the estimate back.
+	// smoothed gap (1/gapWeight); gapCap bounds one gap, in windows, so
+	// that a few calls after an idle spell bring the estimate back.
 	gapWeight = 8
 	gapCap    = 10
 )
@@ -284,12 +296,13 @@ func (p *pipeline) arrived() time.Duration {
 }
 
 // gather waits for a call, takes it and whatever else is queued (up to
-// maxPipeline), and while calls have been arriving fast — at least two
-// expected within the window — waits for more: until the batch is full,
-// the window since the first call has passed, or no call came for twice
-// the usual gap. A call that arrives on a quiet pipeline goes at once,
-// and so does one already near its deadline (a slow Redis). It reports
-// false if the pipeline stopped first.
+// maxPipeline), and, while calls come faster than one per window, waits
+// for more: until the batch is full, the window since the first call has
+// passed, or no call has come for quietGaps usual gaps. A call that came
+// after a pause of more than a window goes at once, and so does one whose
+// deadline is already near (a slow Redis), so a quiet node never waits
+// and a wait never costs a call its deadline. It reports false if the
+// pipeline stopped first.
 func (p *pipeline) gather(batch []*scriptCall, timer *time.Timer) ([]*scriptCall, bool) {
 	select {
 	case <-p.stop:
@@ -302,19 +315,17 @@ func (p *pipeline) gather(batch []*scriptCall, timer *time.Timer) ([]*scriptCall
 	if p.window <= 0 || len(batch) >= maxPipeline {
 		return batch, true
 	}
-	// Wait only if calls came fast lately and this one came fast too: a
-	// call after a pause goes at once.
 	gap := time.Duration(p.gap.Load())
-	if c := batch[0]; gap <= 0 || 2*gap > p.window || c.gap < 0 || 2*c.gap > p.window {
+	if c := batch[0]; gap <= 0 || gap >= p.window || c.gap < 0 || c.gap >= p.window {
 		return batch, true
 	}
-	end := first.Add(p.window)
 	if d, ok := batch[0].ctx.Deadline(); ok && d.Sub(first) < p.callTimeout/2 {
 		return batch, true
 	}
 	p.waited.Add(1)
+	end := first.Add(p.window)
 	for len(batch) < maxPipeline {
-		wait := min(time.Until(end), 2*gap)
+		wait := min(time.Until(end), quietGaps*gap)
 		if wait <= 0 {
 			break
 		}
