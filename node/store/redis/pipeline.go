@@ -73,6 +73,10 @@ const (
 	// that a few calls after an idle spell bring the estimate back.
 	gapWeight = 8
 	gapCap    = 10
+	// companyScale is the fixed point of pipeline.others: a call waits
+	// for company only while calls have found at least half a call
+	// pending beside them, on average.
+	companyScale = 1024
 )
 
 // scriptCall is one queued EVALSHA and, once done is closed, its outcome.
@@ -154,12 +158,17 @@ type pipeline struct {
 	// that calls gathered in one window are not split between two.
 	taking chan struct{}
 	// epoch is the zero of lastCall; lastCall is when the last call was
-	// queued and gap the smoothed time between queued calls (ns), racy
-	// but approximate by design: they only decide whether company is
-	// worth waiting for.
+	// queued and gap the smoothed time between queued calls (ns). pending
+	// is the calls queued or in flight, and others the smoothed number of
+	// them a call found when it came, in 1/companyScale: a lone caller
+	// that calls again as soon as it has its answer, however fast, finds
+	// none. Racy but approximate by design: they only decide whether
+	// company is worth waiting for.
 	epoch    time.Time
 	lastCall atomic.Int64
 	gap      atomic.Int64
+	pending  atomic.Int64
+	others   atomic.Int64
 
 	// scripts counts the EVALSHAs sent (Store.ScriptCalls), roundTrips
 	// the pipelines that carried them (Store.RoundTrips), waited the
@@ -209,6 +218,7 @@ func (p *pipeline) run(ctx context.Context, sc, batch *goredis.Script, keys []st
 	default:
 	}
 	c.gap = p.arrived()
+	defer p.pending.Add(-1)
 	select {
 	case p.queue <- c:
 	case <-ctx.Done():
@@ -281,9 +291,12 @@ func (p *pipeline) loop() {
 // between calls, and returns the time since the call before it (-1 for
 // the first call).
 func (p *pipeline) arrived() time.Duration {
+	seen := p.pending.Add(1) - 1
 	if p.window <= 0 {
 		return -1
 	}
+	o := p.others.Load()
+	p.others.Store(o + (seen*companyScale-o)/gapWeight)
 	now := int64(time.Since(p.epoch))
 	last := p.lastCall.Swap(now)
 	if last == 0 {
@@ -296,8 +309,8 @@ func (p *pipeline) arrived() time.Duration {
 }
 
 // gather waits for a call, takes it and whatever else is queued (up to
-// maxPipeline), and, while calls come faster than one per window, waits
-// for more: until the batch is full, the window since the first call has
+// maxPipeline), and, while calls come faster than one per window and
+// beside others (not one caller calling back to back), waits for more: until the batch is full, the window since the first call has
 // passed, or no call has come for quietGaps usual gaps. A call that came
 // after a pause of more than a window goes at once, and so does one whose
 // deadline is already near (a slow Redis), so a quiet node never waits
@@ -316,7 +329,7 @@ func (p *pipeline) gather(batch []*scriptCall, timer *time.Timer) ([]*scriptCall
 		return batch, true
 	}
 	gap := time.Duration(p.gap.Load())
-	if c := batch[0]; gap <= 0 || gap >= p.window || c.gap < 0 || c.gap >= p.window {
+	if c := batch[0]; gap <= 0 || gap >= p.window || c.gap < 0 || c.gap >= p.window || p.others.Load() < companyScale/2 {
 		return batch, true
 	}
 	if d, ok := batch[0].ctx.Deadline(); ok && d.Sub(first) < p.callTimeout/2 {

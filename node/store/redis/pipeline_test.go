@@ -56,6 +56,20 @@ func TestLoneCallIsNotHeldByTheWindow(t *testing.T) {
 	}
 }
 
+// One caller calling back to back, however fast, has nobody to wait for:
+// none of its calls waits for company.
+func TestBackToBackCallerIsNotHeldByTheWindow(t *testing.T) {
+	p, sc := newWindowed(t, window)
+	start := time.Now()
+	for range 300 {
+		call(t, p, sc)
+	}
+	t.Logf("300 calls back to back: %s", time.Since(start))
+	if n := p.waited.Load(); n != 0 {
+		t.Fatalf("%d of one caller's back-to-back calls waited for company", n)
+	}
+}
+
 // A call that comes after calls stopped coming for longer than half the
 // window goes at once: a busy spell does not make a quiet node wait.
 func TestCallAfterAPauseIsNotHeldByTheWindow(t *testing.T) {
