@@ -61,8 +61,7 @@ const (
 	// (back-pressure), bounded by their context.
 	queueLen = 4096
 	// windowShare caps the batch window at this fraction of the call
-	// timeout, and a call whose deadline is nearer than half the timeout
-	// (it queued behind a slow Redis) never waits for company.
+	// timeout.
 	windowShare = 20
 	// quietGaps ends a wait for company when no call has come for this
 	// many of the usual gaps between calls: the callers are all in the
@@ -169,6 +168,8 @@ type pipeline struct {
 	gap      atomic.Int64
 	pending  atomic.Int64
 	others   atomic.Int64
+	// lastRTT is rtt, for urgent to read without the lock.
+	lastRTT atomic.Int64
 
 	// scripts counts the EVALSHAs sent (Store.ScriptCalls), roundTrips
 	// the pipelines that carried them (Store.RoundTrips), waited the
@@ -310,12 +311,14 @@ func (p *pipeline) arrived() time.Duration {
 
 // gather waits for a call, takes it and whatever else is queued (up to
 // maxPipeline), and, while calls come faster than one per window and
-// beside others (not one caller calling back to back), waits for more: until the batch is full, the window since the first call has
-// passed, or no call has come for quietGaps usual gaps. A call that came
-// after a pause of more than a window goes at once, and so does one whose
-// deadline is already near (a slow Redis), so a quiet node never waits
-// and a wait never costs a call its deadline. It reports false if the
-// pipeline stopped first.
+// beside others (not one caller calling back to back), waits for more:
+// until the batch is full, the window since the first call has passed, or
+// no call has come for quietGaps usual gaps. A call that came after a
+// pause of more than a window goes at once, and a batch holding a call
+// whose deadline is near (it queued behind a slow Redis, or its caller
+// allowed it little time) goes as soon as that call is in it, so a quiet
+// node never waits and a wait never costs a call its deadline. It reports
+// false if the pipeline stopped first.
 func (p *pipeline) gather(batch []*scriptCall, timer *time.Timer) ([]*scriptCall, bool) {
 	select {
 	case <-p.stop:
@@ -332,7 +335,7 @@ func (p *pipeline) gather(batch []*scriptCall, timer *time.Timer) ([]*scriptCall
 	if c := batch[0]; gap <= 0 || gap >= p.window || c.gap < 0 || c.gap >= p.window || p.others.Load() < companyScale/2 {
 		return batch, true
 	}
-	if d, ok := batch[0].ctx.Deadline(); ok && d.Sub(first) < p.callTimeout/2 {
+	if p.urgent(batch, first) {
 		return batch, true
 	}
 	p.waited.Add(1)
@@ -346,7 +349,11 @@ func (p *pipeline) gather(batch []*scriptCall, timer *time.Timer) ([]*scriptCall
 		select {
 		case c := <-p.queue:
 			timer.Stop()
+			n := len(batch)
 			batch = p.drain(append(batch, c))
+			if p.urgent(batch[n:], time.Now()) {
+				return batch, true
+			}
 			continue
 		case <-timer.C:
 		case <-p.stop:
@@ -355,6 +362,20 @@ func (p *pipeline) gather(batch []*scriptCall, timer *time.Timer) ([]*scriptCall
 		break
 	}
 	return batch, true
+}
+
+// urgent reports whether any of calls has, at now, less time left than
+// two windows and two smoothed round trips: such a call must not wait for
+// company. On a Redis whose round trips take a good part of the call
+// timeout, no call waits.
+func (p *pipeline) urgent(calls []*scriptCall, now time.Time) bool {
+	margin := 2*p.window + 2*time.Duration(p.lastRTT.Load())
+	for _, c := range calls {
+		if d, ok := c.ctx.Deadline(); ok && d.Sub(now) < margin {
+			return true
+		}
+	}
+	return false
 }
 
 // drain adds to batch whatever is queued, up to maxPipeline calls.
@@ -390,6 +411,7 @@ func (p *pipeline) adapt(sent bool, rtt time.Duration) {
 		} else {
 			p.rtt += (rtt - p.rtt) / 4
 		}
+		p.lastRTT.Store(int64(p.rtt))
 		switch want := p.wantActive(p.rtt); {
 		case p.active > want:
 			p.active--

@@ -134,3 +134,33 @@ func TestSteadyCallsWaitForCompany(t *testing.T) {
 		t.Errorf("a call took %s, the whole window of %s: waiting did not stop when calls stopped coming", slowest, window)
 	}
 }
+
+// A call whose deadline is near never waits for company, however busy the
+// pipeline looks; one without a deadline, in the same state, does (up to
+// a few of the usual gaps, since no company comes).
+func TestCallNearItsDeadlineIsNotHeldByTheWindow(t *testing.T) {
+	p, sc := newWindowed(t, window)
+	busy := func() {
+		p.gap.Store(int64(time.Millisecond))
+		p.others.Store(4 * companyScale)
+		p.lastCall.Store(int64(time.Since(p.epoch)))
+	}
+
+	busy()
+	// This call has less time left than two windows: it must go at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.run(ctx, sc, nil, []string{"k"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.waited.Load(); n != 0 {
+		t.Fatalf("a call with 5s left and a %s window waited for company (%d batches waited)", window, n)
+	}
+
+	busy()
+	took := call(t, p, sc)
+	t.Logf("call without a deadline on a busy-looking pipeline: %s", took)
+	if n := p.waited.Load(); n != 1 {
+		t.Fatalf("%d batches waited for company, want 1: the pipeline did not take itself for busy", n)
+	}
+}
