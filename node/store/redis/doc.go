@@ -5,11 +5,12 @@
 // internal/redisbench and test helpers are the others). It holds:
 //
 //   - Store, which implements node.Store and node.SlotStore over
-//     pipelined script calls (pipeline.go: natural batching, batch check
-//     scripts, Cluster redirections, NOSCRIPT reloads; slots.go: the
-//     concurrency scripts), and names the state it holds (epoch.go:
+//     pipelined script calls (pipeline.go: batching, with a short wait
+//     for company under load, batch check scripts, Cluster redirections,
+//     NOSCRIPT reloads; slots.go: the concurrency scripts), and names the state it holds (epoch.go:
 //     run_id and the state marker) so that a node notices a restarted,
 //     failed-over or flushed Redis;
-//   - Config, how to reach Redis, with its call and connect timeouts;
+//   - Config, how to reach Redis, with its call and connect timeouts and
+//     its batch window;
 //   - the spans and metrics of its calls (telemetry.go).
 package redis

@@ -12,11 +12,19 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
-// Natural batching of script calls. Checks that miss locally become script
-// calls on a queue; a few pipeliners each take whatever has queued up while
-// their previous round trip was in flight and send it as one pipeline. A
-// lone call goes at once (no timer, so no added latency when idle); under
-// load, calls share round trips. Checks queued together are also decided
+// Batching of script calls. Checks that miss locally become script calls
+// on a queue; a few pipeliners take turns taking calls off it, each sending
+// what it took as one pipeline. A pipeliner takes the call at the head and
+// whatever else has queued up (calls that came while round trips were in
+// flight); then, while calls have been coming faster than one per batch
+// window (Config.BatchWindow), it waits for company: until the window
+// since the first call has passed, the batch is full, or no call has come
+// for a few of the usual gaps between calls (the callers are all in the
+// batch). A call on a quiet node, or after a pause of a window or more,
+// goes at once, and so does one already near its deadline, so the window
+// costs a lone call nothing and a slow Redis no deadlines. Under load,
+// calls share round trips, and Redis pays once per round trip for its
+// read, write and wakeup. Checks queued together are also decided
 // together: the checks of one algorithm in a batch go to Redis as one call
 // of its batch script (algorithms.BatchCheckScript), which pays once for
 // EVALSHA and Redis TIME; on Redis Cluster only checks whose keys share a
@@ -52,6 +60,22 @@ const (
 	// queueLen is the queue's capacity; a full queue makes callers wait
 	// (back-pressure), bounded by their context.
 	queueLen = 4096
+	// windowShare caps the batch window at this fraction of the call
+	// timeout.
+	windowShare = 20
+	// quietGaps ends a wait for company when no call has come for this
+	// many of the usual gaps between calls: the callers are all in the
+	// batch, or the burst is over.
+	quietGaps = 4
+	// gapWeight is the weight of a new gap between queued calls in their
+	// smoothed gap (1/gapWeight); gapCap bounds one gap, in windows, so
+	// that a few calls after an idle spell bring the estimate back.
+	gapWeight = 8
+	gapCap    = 10
+	// companyScale is the fixed point of pipeline.others: a call waits
+	// for company only while calls have found at least half a call
+	// pending beside them, on average.
+	companyScale = 1024
 )
 
 // scriptCall is one queued EVALSHA and, once done is closed, its outcome.
@@ -69,6 +93,9 @@ type scriptCall struct {
 	group string
 	keys  []string
 	args  []any
+	// gap is the time since the call queued before this one, -1 if none
+	// or if the pipeline never waits.
+	gap   time.Duration
 	done  chan struct{}
 	reply any
 	err   error
@@ -126,13 +153,38 @@ type pipeline struct {
 	active int        // tokens in circulation, minActive..pipeliners
 	rtt    time.Duration
 
+	// window is the longest a pipeliner that took a call waits for more
+	// while calls arrive fast (see gather); 0 never waits.
+	window time.Duration
+	// taking lets one pipeliner at a time take calls off the queue, so
+	// that calls gathered in one window are not split between two.
+	taking chan struct{}
+	// epoch is the zero of lastCall; lastCall is when the last call was
+	// queued and gap the smoothed time between queued calls (ns). pending
+	// is the calls queued or in flight, and others the smoothed number of
+	// them a call found when it came, in 1/companyScale: a lone caller
+	// that calls again as soon as it has its answer, however fast, finds
+	// none. Racy but approximate by design: they only decide whether
+	// company is worth waiting for.
+	epoch    time.Time
+	lastCall atomic.Int64
+	gap      atomic.Int64
+	pending  atomic.Int64
+	others   atomic.Int64
+	// lastRTT is rtt, for urgent to read without the lock.
+	lastRTT atomic.Int64
+
 	// scripts counts the EVALSHAs sent (Store.ScriptCalls), roundTrips
-	// the pipelines that carried them (Store.RoundTrips).
-	scripts, roundTrips atomic.Int64
+	// the pipelines that carried them (Store.RoundTrips), waited the
+	// batches that waited for company.
+	scripts, roundTrips, waited atomic.Int64
 }
 
-func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout time.Duration, reload func(context.Context) error) *pipeline {
+func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout, window time.Duration, reload func(context.Context) error) *pipeline {
 	p := &pipeline{
+		window:      min(window, callTimeout/windowShare),
+		taking:      make(chan struct{}, 1),
+		epoch:       time.Now(),
 		client:      client,
 		follow:      follow,
 		netTimeout:  netTimeout,
@@ -144,6 +196,7 @@ func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout
 		active:      pipeliners,
 	}
 	_, p.cluster = client.(*goredis.ClusterClient)
+	p.taking <- struct{}{}
 	for range pipeliners {
 		p.tokens <- struct{}{}
 	}
@@ -175,6 +228,8 @@ func (p *pipeline) run(ctx context.Context, timeout time.Duration, sc, batch *go
 	}
 	expired := time.NewTimer(timeout)
 	defer expired.Stop()
+	c.gap = p.arrived()
+	defer p.pending.Add(-1)
 	select {
 	case p.queue <- c:
 	case <-ctx.Done():
@@ -216,6 +271,8 @@ func (p *pipeline) close() {
 func (p *pipeline) loop() {
 	defer p.wg.Done()
 	batch := make([]*scriptCall, 0, maxPipeline)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		select {
 		case <-p.stop:
@@ -225,17 +282,13 @@ func (p *pipeline) loop() {
 		select {
 		case <-p.stop:
 			return
-		case c := <-p.queue:
-			batch = append(batch[:0], c)
+		case <-p.taking:
 		}
-	fill:
-		for len(batch) < maxPipeline {
-			select {
-			case c := <-p.queue:
-				batch = append(batch, c)
-			default:
-				break fill
-			}
+		var ok bool
+		batch, ok = p.gather(batch[:0], timer)
+		p.taking <- struct{}{}
+		if !ok {
+			return
 		}
 		start := time.Now()
 		// A round trip that takes longer than a call should wait for a
@@ -247,6 +300,112 @@ func (p *pipeline) loop() {
 		p.adapt(sent, time.Since(start))
 		clear(batch) // drop references so finished calls can be collected
 	}
+}
+
+// arrived notes that a call is being queued now, for the smoothed gap
+// between calls, and returns the time since the call before it (-1 for
+// the first call).
+func (p *pipeline) arrived() time.Duration {
+	seen := p.pending.Add(1) - 1
+	if p.window <= 0 {
+		return -1
+	}
+	o := p.others.Load()
+	p.others.Store(o + (seen*companyScale-o)/gapWeight)
+	now := int64(time.Since(p.epoch))
+	last := p.lastCall.Swap(now)
+	if last == 0 {
+		return -1
+	}
+	d := min(now-last, gapCap*int64(p.window))
+	g := p.gap.Load()
+	p.gap.Store(g + (d-g)/gapWeight)
+	return time.Duration(d)
+}
+
+// gather waits for a call, takes it and whatever else is queued (up to
+// maxPipeline), and, while calls come faster than one per window and
+// beside others (not one caller calling back to back), waits for more:
+// until the batch is full, the window since the first call has passed, or
+// no call has come for quietGaps usual gaps. A call that came after a
+// pause of more than a window goes at once, and a batch holding a call
+// whose deadline is near (it queued behind a slow Redis, or its caller
+// allowed it little time) goes as soon as that call is in it, so a quiet
+// node never waits and a wait never costs a call its deadline. It reports
+// false if the pipeline stopped first.
+func (p *pipeline) gather(batch []*scriptCall, timer *time.Timer) ([]*scriptCall, bool) {
+	select {
+	case <-p.stop:
+		return batch, false
+	case c := <-p.queue:
+		batch = append(batch, c)
+	}
+	first := time.Now()
+	batch = p.drain(batch)
+	if p.window <= 0 || len(batch) >= maxPipeline {
+		return batch, true
+	}
+	gap := time.Duration(p.gap.Load())
+	if c := batch[0]; gap <= 0 || gap >= p.window || c.gap < 0 || c.gap >= p.window || p.others.Load() < companyScale/2 {
+		return batch, true
+	}
+	if p.urgent(batch, first) {
+		return batch, true
+	}
+	p.waited.Add(1)
+	end := first.Add(p.window)
+	for len(batch) < maxPipeline {
+		wait := min(time.Until(end), quietGaps*gap)
+		if wait <= 0 {
+			break
+		}
+		timer.Reset(wait)
+		select {
+		case c := <-p.queue:
+			timer.Stop()
+			n := len(batch)
+			batch = p.drain(append(batch, c))
+			if p.urgent(batch[n:], time.Now()) {
+				return batch, true
+			}
+			continue
+		case <-timer.C:
+		case <-p.stop:
+			timer.Stop()
+		}
+		break
+	}
+	return batch, true
+}
+
+// urgent reports whether any of calls has, at now, less time left than
+// two windows and two smoothed round trips: such a call must not wait for
+// company. On a Redis whose round trips take a good part of the call
+// timeout, no call waits.
+func (p *pipeline) urgent(calls []*scriptCall, now time.Time) bool {
+	margin := 2*p.window + 2*time.Duration(p.lastRTT.Load())
+	for _, c := range calls {
+		if c.deadline.Sub(now) < margin {
+			return true
+		}
+		if d, ok := c.ctx.Deadline(); ok && d.Sub(now) < margin {
+			return true
+		}
+	}
+	return false
+}
+
+// drain adds to batch whatever is queued, up to maxPipeline calls.
+func (p *pipeline) drain(batch []*scriptCall) []*scriptCall {
+	for len(batch) < maxPipeline {
+		select {
+		case c := <-p.queue:
+			batch = append(batch, c)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // wantActive is how many pipeliners should take calls when round trips
@@ -269,6 +428,7 @@ func (p *pipeline) adapt(sent bool, rtt time.Duration) {
 		} else {
 			p.rtt += (rtt - p.rtt) / 4
 		}
+		p.lastRTT.Store(int64(p.rtt))
 		switch want := p.wantActive(p.rtt); {
 		case p.active > want:
 			p.active--

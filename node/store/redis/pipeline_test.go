@@ -1,0 +1,174 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/quotad/quotad/internal/redistest"
+)
+
+// window is a batch window far longer than any call here takes: a call
+// that waited for it would show.
+const window = 10 * time.Second
+
+// newWindowed returns a store on a fresh redis-server whose check pipeline
+// waits up to window for company, and a script to call through it.
+func newWindowed(t *testing.T, window time.Duration) (*pipeline, *goredis.Script) {
+	t.Helper()
+	r := redistest.Start(t)
+	s, err := New(context.Background(), Config{URL: r.URL(), Timeout: time.Hour, BatchWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if s.checkPipe.window != window {
+		t.Fatalf("window %s, want %s", s.checkPipe.window, window)
+	}
+	sc := goredis.NewScript("return 1")
+	if err := sc.Load(context.Background(), s.client).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return s.checkPipe, sc
+}
+
+// call makes one call through p and reports how long it took.
+func call(t *testing.T, p *pipeline, sc *goredis.Script) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if _, err := p.run(context.Background(), time.Hour, sc, nil, []string{"k"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// A lone call on a quiet pipeline goes at once, however long the batch
+// window.
+func TestLoneCallIsNotHeldByTheWindow(t *testing.T) {
+	p, sc := newWindowed(t, window)
+	took := call(t, p, sc)
+	t.Logf("first call: %s", took)
+	if n := p.waited.Load(); n != 0 || took >= window/2 {
+		t.Fatalf("the first call took %s and %d batches waited for company: it was held by the %s window", took, n, window)
+	}
+}
+
+// One caller calling back to back, however fast, has nobody to wait for:
+// none of its calls waits for company.
+func TestBackToBackCallerIsNotHeldByTheWindow(t *testing.T) {
+	p, sc := newWindowed(t, window)
+	start := time.Now()
+	for range 300 {
+		call(t, p, sc)
+	}
+	t.Logf("300 calls back to back: %s", time.Since(start))
+	if n := p.waited.Load(); n != 0 {
+		t.Fatalf("%d of one caller's back-to-back calls waited for company", n)
+	}
+}
+
+// A call that comes after calls stopped coming for longer than half the
+// window goes at once: a busy spell does not make a quiet node wait.
+func TestCallAfterAPauseIsNotHeldByTheWindow(t *testing.T) {
+	const window = 20 * time.Millisecond
+	p, sc := newWindowed(t, window)
+
+	// A busy spell: calls one after another, so the pipeline has seen
+	// calls come fast.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				call(t, p, sc)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("busy spell: %d calls waited for company", p.waited.Load())
+
+	// Then quiet: the next call finds the last one long past.
+	time.Sleep(2 * window) // the pause itself is what is tested
+	before := p.waited.Load()
+	took := call(t, p, sc)
+	t.Logf("call after the pause: %s", took)
+	if n := p.waited.Load() - before; n != 0 {
+		t.Fatalf("the call after a pause took %s and waited for company (%d batches waited): it was held by the window", took, n)
+	}
+}
+
+// Calls that keep coming share round trips through the window, and none
+// waits longer than the window for it.
+func TestSteadyCallsWaitForCompany(t *testing.T) {
+	p, sc := newWindowed(t, window)
+	const workers, each = 8, 100
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var slowest time.Duration
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				took := call(t, p, sc)
+				mu.Lock()
+				slowest = max(slowest, took)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	trips, waited := p.roundTrips.Load(), p.waited.Load()
+	t.Logf("%d calls in %d round trips, %d of which waited for company; slowest call %s", workers*each, trips, waited, slowest)
+	if waited == 0 {
+		t.Errorf("no batch waited for company while %d callers called back to back", workers)
+	}
+	if trips >= workers*each {
+		t.Errorf("%d calls took %d round trips: none shared one", workers*each, trips)
+	}
+	if slowest >= window {
+		t.Errorf("a call took %s, the whole window of %s: waiting did not stop when calls stopped coming", slowest, window)
+	}
+}
+
+// A call whose deadline is near never waits for company, however busy the
+// pipeline looks; one without a deadline, in the same state, does (up to
+// a few of the usual gaps, since no company comes).
+func TestCallNearItsDeadlineIsNotHeldByTheWindow(t *testing.T) {
+	p, sc := newWindowed(t, window)
+	busy := func() {
+		p.gap.Store(int64(time.Millisecond))
+		p.others.Store(4 * companyScale)
+		p.lastCall.Store(int64(time.Since(p.epoch)))
+	}
+
+	busy()
+	// This call has less time left than two windows: it must go at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.run(ctx, time.Hour, sc, nil, []string{"k"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.waited.Load(); n != 0 {
+		t.Fatalf("a call with 5s left and a %s window waited for company (%d batches waited)", window, n)
+	}
+	// The same with the time left set by the call's own timeout.
+	busy()
+	if _, err := p.run(context.Background(), 5*time.Second, sc, nil, []string{"k"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.waited.Load(); n != 0 {
+		t.Fatalf("a call with a 5s timeout and a %s window waited for company (%d batches waited)", window, n)
+	}
+
+	busy()
+	took := call(t, p, sc)
+	t.Logf("call without a deadline on a busy-looking pipeline: %s", took)
+	if n := p.waited.Load(); n != 1 {
+		t.Fatalf("%d batches waited for company, want 1: the pipeline did not take itself for busy", n)
+	}
+}
