@@ -161,6 +161,12 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 	}
 	m.name = mc.Name
 	mc.SecretKey = c.SecretKey
+	// memberlist's LZW compression allocates a 72 KB writer for every
+	// message it sends (most of a quiet node's allocations), to shrink
+	// packets that are small anyway: quotad's gossip fits its 1400-byte
+	// packets uncompressed (maxGossipPacket). Peers decode compressed and
+	// uncompressed messages alike.
+	mc.EnableCompression = false
 	mc.ProbeInterval = c.probeInterval()
 	mc.ProbeTimeout = mc.ProbeInterval / 2
 	mc.SuspicionMult = 4
