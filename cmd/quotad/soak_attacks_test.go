@@ -315,7 +315,7 @@ func (s *soakAttackSet) stats() soakAttackStats {
 func (s *soakAttackSet) volumes(st soakAttackStats) []soakVolume {
 	secs := max(st.RanFor.Seconds(), 1e-3)
 	// rounds is how many rounds a ticker of every fits in the run.
-	rounds := func(every time.Duration) float64 { return max(1, float64(st.RanFor/every)) }
+	rounds := func(every time.Duration) float64 { return max(1, st.RanFor.Seconds()/every.Seconds()) }
 	var v []soakVolume
 	if f := st.Forger; f != nil {
 		// Each round sends two sealed packets.

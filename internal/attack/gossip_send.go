@@ -139,6 +139,9 @@ func (a *GossipForger) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if ctx.Err() != nil { // a tick and the end at once: the end wins
+			return
+		}
 		hundredYears := 3_153_599_999 * time.Second
 		var denials [][]byte
 		for _, v := range a.Victims {
@@ -222,6 +225,9 @@ func (a *GossipReplayer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if ctx.Err() != nil { // a tick and the end at once: the end wins
+			return
 		}
 		var picked [][]byte
 		for _, p := range a.Source.Captured() {
