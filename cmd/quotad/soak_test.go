@@ -56,9 +56,13 @@ const (
 	// 2s, request headers 10s) must close what the attackers left open,
 	// and the Go runtime give back the memory they made it use, which
 	// takes two garbage collections (connect-go's buffer pools keep what
-	// they hold until then), which the legit load's allocations bring
-	// within seconds, and the scavenger's pace.
-	soakRecovery = time.Minute
+	// they hold until then), and the scavenger's pace. A collection comes
+	// when the legit load has allocated as much as the heap held live,
+	// which took 10-25 s while memberlist allocated 64 KiB per packet
+	// received and 72 KB per message sent, and 40 s and more once it no
+	// longer did (node/cluster's transport); the runtime forces one every
+	// 2 minutes at the latest.
+	soakRecovery = 2*time.Minute + 30*time.Second
 	// The server's bounds under test, the same on every node.
 	soakMaxConns    = 200
 	soakReadTimeout = 2 * time.Second
