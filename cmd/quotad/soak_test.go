@@ -35,7 +35,8 @@ import (
 // phase as long with the attacks of items 3-8 all against node 1. The
 // legit figures of the two phases are compared, and node 1's resident
 // memory and goroutines must come back to the first phase's once the
-// attacks stop.
+// attacks stop. The attackers run in a process of their own, at idle
+// priority in a long soak (soak_attacks_test.go says why).
 //
 // QUOTAD_SOAK sets each phase's length (a duration; `make soak` runs 60s,
 // without -race); unset, the phases last soakShortPhase, and the test
