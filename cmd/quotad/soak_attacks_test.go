@@ -9,15 +9,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/attack"
@@ -519,27 +516,6 @@ func startSoakAttacks(t *testing.T, plan soakAttackPlan, target *proc, tap *atta
 		t.Fatalf("the attacker process said nothing in a minute:\n%s", a.output.tail())
 	}
 	return a
-}
-
-// schedIdle is Linux's SCHED_IDLE scheduling policy (sched.h).
-const schedIdle = 5
-
-// startSchedIdle starts cmd under SCHED_IDLE: from a thread of its own
-// that takes that policy, which a new process inherits from the thread
-// that forks it. The thread is never unlocked, so it ends with its
-// goroutine and no other goroutine runs at idle priority.
-func startSchedIdle(cmd *exec.Cmd) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		var param struct{ priority int32 }
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETSCHEDULER, 0, schedIdle, uintptr(unsafe.Pointer(&param))); e != 0 {
-			errc <- fmt.Errorf("sched_setscheduler SCHED_IDLE: %w", e)
-			return
-		}
-		errc <- cmd.Start()
-	}()
-	return <-errc
 }
 
 // schedPolicy is process pid's scheduling policy, from /proc.
