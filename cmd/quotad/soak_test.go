@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -34,7 +35,8 @@ import (
 // phase as long with the attacks of items 3-8 all against node 1. The
 // legit figures of the two phases are compared, and node 1's resident
 // memory and goroutines must come back to the first phase's once the
-// attacks stop.
+// attacks stop. The attackers run in a process of their own, at idle
+// priority in a long soak (soak_attacks_test.go says why).
 //
 // QUOTAD_SOAK sets each phase's length (a duration; `make soak` runs 60s,
 // without -race); unset, the phases last soakShortPhase, and the test
@@ -44,6 +46,8 @@ import (
 // ratio is logged; it is asserted (within 20%) only with
 // QUOTAD_SOAK_QUIET=1, which says the machine has nothing else to do.
 // QUOTAD_SOAK_ATTACKS chooses some of the attacks (chosenAttacks).
+// QUOTAD_SOAK_PROFILE names a directory for node 1's CPU and allocation
+// profiles of each phase (soakProfiles).
 
 const (
 	soakShortPhase = 8 * time.Second
@@ -53,9 +57,13 @@ const (
 	// 2s, request headers 10s) must close what the attackers left open,
 	// and the Go runtime give back the memory they made it use, which
 	// takes two garbage collections (connect-go's buffer pools keep what
-	// they hold until then), which the legit load's allocations bring
-	// within seconds, and the scavenger's pace.
-	soakRecovery = time.Minute
+	// they hold until then), and the scavenger's pace. A collection comes
+	// when the legit load has allocated as much as the heap held live,
+	// which took 10-25 s while memberlist allocated 64 KiB per packet
+	// received and 72 KB per message sent, and 40 s and more once it no
+	// longer did (node/cluster's transport); the runtime forces one every
+	// 2 minutes at the latest.
+	soakRecovery = 2*time.Minute + 30*time.Second
 	// The server's bounds under test, the same on every node.
 	soakMaxConns    = 200
 	soakReadTimeout = 2 * time.Second
@@ -94,7 +102,9 @@ const soakKey = "shared"
 
 func TestSoakAttacksOnOneNode(t *testing.T) {
 	phase := soakShortPhase
-	if v := os.Getenv("QUOTAD_SOAK"); v != "" {
+	v := os.Getenv("QUOTAD_SOAK")
+	long := v != ""
+	if long {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Second {
 			t.Fatalf("QUOTAD_SOAK=%q: want a duration of at least 1s, such as 60s", v)
@@ -133,7 +143,8 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tap.Close() })
-	n1 := startProc(t, bin, 1, r.URL(), "", keyFile, append(flags, "--cluster-advertise", tap.Addr())...)
+	profiles := soakProfilesOf(t)
+	n1 := startProc(t, bin, 1, r.URL(), "", keyFile, append(slices.Clip(flags), append(profiles.flags(), "--cluster-advertise", tap.Addr())...)...)
 	if err := tap.Forward("127.0.0.1:" + n1.gossipPort(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +158,12 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 
 	// Under the race detector every request costs several times more, on
 	// both sides: the attacks go gentler, so that they and not the
-	// machine's saturation are what the legit load meets.
-	attacks := newSoakAttacks(t, n1, tap, gossipKey, quotadtest.Race(), only)
+	// machine's saturation are what the legit load meets. The attackers
+	// run in a process of their own, at idle priority in a long soak
+	// (soak_attacks_test.go says why).
+	plan := soakAttackPlan{API: n1.api, Gossip: "127.0.0.1:" + n1.gossipPort(t), GossipKey: gossipKey, Gentle: quotadtest.Race(), Only: only}
+	attacks := startSoakAttacks(t, plan, n1, tap, long)
+	t.Logf("the attackers' process: %s", schedPolicy(attacks.cmd.Process.Pid))
 	load := startLegitLoad(t, procs)
 	defer load.stop()
 	time.Sleep(soakWarmUp) // time is what a soak measures
@@ -159,16 +174,19 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 	// last exactly as long.
 	start := time.Now()
 	load.schedule(start, phase)
-	cpuAtStart := soakCPU(t, procs, r)
+	cpuAtStart := soakCPU(t, procs, r, attacks)
+	profiles.capture(t, "baseline", phase)
 	n1Figures.sampleUntil(t, start.Add(phase))
 	baseline := n1Figures.median()
-	cpuAtAttack := soakCPU(t, procs, r)
+	cpuAtAttack := soakCPU(t, procs, r, attacks)
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(2*phase))
 	defer cancel()
 	attacks.run(ctx, t)
+	profiles.capture(t, "attack", phase)
 	during := n1Figures.sampleUntil(t, start.Add(2*phase))
-	attacks.wait()
-	cpuAfterAttack := soakCPU(t, procs, r)
+	attacks.wait(t)
+	cpuAfterAttack := soakCPU(t, procs, r, attacks)
+	profiles.wait()
 
 	// Recovery: what the attackers left open is the server's to close.
 	stopped := time.Now()
@@ -189,7 +207,7 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 	}
 	recoveredIn := time.Since(stopped)
 	load.stop()
-	attacks.close()
+	attacks.close(t)
 
 	// The report.
 	t.Logf("load average at the end %s", loadAverage())
@@ -233,7 +251,7 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 		t.Errorf("node-1 not back to its baseline %s after %s: %s; attackers' connections still open: %s",
 			baseline, soakRecovery, after, attacks.openConns())
 	}
-	attacks.check(t)
+	attacks.check(t, quiet)
 	for _, p := range procs {
 		v, err := p.cluster(t)
 		if err != nil || v.Size != 3 {
@@ -241,6 +259,78 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 		}
 	}
 }
+
+// soakProfiles takes node 1's profiles of each phase when
+// QUOTAD_SOAK_PROFILE names a directory: node 1 serves Go's profiler
+// (--pprof-addr), and each phase's CPU profile and allocations land in
+// node-1-PHASE.cpu.pprof and node-1-PHASE.allocs.pprof there (read them
+// with `go tool pprof -top`).
+type soakProfiles struct {
+	dir, addr string
+	wg        sync.WaitGroup
+}
+
+func soakProfilesOf(t *testing.T) *soakProfiles {
+	t.Helper()
+	p := &soakProfiles{dir: os.Getenv("QUOTAD_SOAK_PROFILE")}
+	if p.dir == "" {
+		return p
+	}
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = "127.0.0.1:" + strconv.Itoa(port)
+	return p
+}
+
+// flags are node 1's flags for its profiler.
+func (p *soakProfiles) flags() []string {
+	if p.dir == "" {
+		return nil
+	}
+	return []string{"--pprof-addr", p.addr}
+}
+
+// capture profiles node 1 for the phase that starts now, in the
+// background.
+func (p *soakProfiles) capture(t *testing.T, phase string, d time.Duration) {
+	if p.dir == "" {
+		return
+	}
+	secs := strconv.Itoa(max(1, int((d - 500*time.Millisecond).Seconds())))
+	for kind, path := range map[string]string{"cpu": "profile", "allocs": "allocs"} {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			file := fmt.Sprintf("%s/node-1-%s.%s.pprof", p.dir, phase, kind)
+			resp, err := (&http.Client{Timeout: d + time.Minute}).Get("http://" + p.addr + "/debug/pprof/" + path + "?seconds=" + secs)
+			if err != nil {
+				t.Errorf("profile %s: %v", file, err)
+				return
+			}
+			defer resp.Body.Close()
+			raw, err := io.ReadAll(resp.Body)
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("%s: %s", resp.Status, raw)
+			}
+			if err == nil {
+				err = os.WriteFile(file, raw, 0o644)
+			}
+			if err != nil {
+				t.Errorf("profile %s: %v", file, err)
+				return
+			}
+			t.Logf("node-1's %s profile of the %s phase: %s", kind, phase, file)
+		}()
+	}
+}
+
+// wait waits for the profiles under way.
+func (p *soakProfiles) wait() { p.wg.Wait() }
 
 // goroutineSlack is how far above its baseline node 1's goroutines may
 // be and count as back: they come and go with the legit requests in
@@ -263,14 +353,14 @@ func memoryBack(base, now nodeFigures) bool {
 }
 
 // cpuTimes are the CPU times the soak's processes have used: the three
-// nodes, redis-server, and the test's own process (the legit load's
-// clients and the attackers).
+// nodes, redis-server, the test's own process (the legit load's clients,
+// the tap) and the attackers' process.
 type cpuTimes struct {
-	nodes       [3]time.Duration
-	redis, test time.Duration
+	nodes                  [3]time.Duration
+	redis, test, attackers time.Duration
 }
 
-func soakCPU(t *testing.T, procs []*proc, r *redistest.Server) cpuTimes {
+func soakCPU(t *testing.T, procs []*proc, r *redistest.Server, a *soakAttacks) cpuTimes {
 	t.Helper()
 	var c cpuTimes
 	for i, p := range procs {
@@ -285,6 +375,7 @@ func soakCPU(t *testing.T, procs []*proc, r *redistest.Server) cpuTimes {
 		t.Fatal(err)
 	}
 	c.test = cpu
+	c.attackers = a.cpu()
 	// Redis's own count: used_cpu_sys and used_cpu_user, in seconds.
 	info, err := r.Do("INFO", "cpu")
 	if err != nil {
@@ -310,7 +401,8 @@ func cpuPhases(a, b, c cpuTimes) string {
 	for i := range a.nodes {
 		parts = append(parts, span(fmt.Sprintf("node-%d", i+1), a.nodes[i], b.nodes[i], c.nodes[i]))
 	}
-	parts = append(parts, span("redis-server", a.redis, b.redis, c.redis), span("the test (legit clients, attackers)", a.test, b.test, c.test))
+	parts = append(parts, span("redis-server", a.redis, b.redis, c.redis), span("the test (legit clients, tap)", a.test, b.test, c.test),
+		span("the attackers", a.attackers, b.attackers, c.attackers))
 	return strings.Join(parts, ", ")
 }
 

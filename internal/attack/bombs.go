@@ -59,6 +59,9 @@ func (a *Bombs) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if ctx.Err() != nil { // a tick and the end at once: the end wins
+			return
+		}
 		var out outcome
 		var err error
 		if i%2 == 0 {

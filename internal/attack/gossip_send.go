@@ -139,6 +139,9 @@ func (a *GossipForger) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if ctx.Err() != nil { // a tick and the end at once: the end wins
+			return
+		}
 		hundredYears := 3_153_599_999 * time.Second
 		var denials [][]byte
 		for _, v := range a.Victims {
@@ -187,28 +190,30 @@ func (a *GossipForger) send(c net.Conn, packet []byte, seal bool) {
 }
 
 // GossipReplayer plays captured gossip again: every Every it sends up to
-// PerRound of the packets its Tap captured, as they were on the wire,
+// PerRound of the packets its Source captured (a Tap), as they were on the wire,
 // from a fresh socket (issue 10's replay). It picks, with Key, the
 // packets that carry only quotad's gossip, so that the replay tests
 // gossip's own defence and not memberlist's handling of its old pings.
 // Set the fields before Run; Stats may be read at any time.
 type GossipReplayer struct {
 	// Addr is the node's gossip host:port.
-	Addr     string
-	Tap      *Tap
+	Addr string
+	// Source holds the captured packets, oldest first.
+	Source   interface{ Captured() [][]byte }
 	Key      []byte
 	PerRound int
 	Every    time.Duration
 
-	replayed, failed atomic.Int64
+	rounds, replayed, failed atomic.Int64
 }
 
-// ReplayerStats counts the packets a GossipReplayer sent.
-type ReplayerStats struct{ Replayed, Failed int64 }
+// ReplayerStats counts the packets a GossipReplayer sent (Replayed,
+// Failed) and the rounds it sent some in.
+type ReplayerStats struct{ Rounds, Replayed, Failed int64 }
 
 // Stats returns the counts so far.
 func (a *GossipReplayer) Stats() ReplayerStats {
-	return ReplayerStats{Replayed: a.replayed.Load(), Failed: a.failed.Load()}
+	return ReplayerStats{Rounds: a.rounds.Load(), Replayed: a.replayed.Load(), Failed: a.failed.Load()}
 }
 
 // Run replays until ctx ends.
@@ -221,8 +226,11 @@ func (a *GossipReplayer) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if ctx.Err() != nil { // a tick and the end at once: the end wins
+			return
+		}
 		var picked [][]byte
-		for _, p := range a.Tap.Captured() {
+		for _, p := range a.Source.Captured() {
 			if plain, err := OpenGossip(a.Key, p); err == nil && IsGossip(plain) {
 				picked = append(picked, p)
 			}
@@ -238,6 +246,7 @@ func (a *GossipReplayer) Run(ctx context.Context) {
 			a.failed.Add(1)
 			continue
 		}
+		a.rounds.Add(1)
 		for _, p := range picked {
 			if _, err := c.Write(p); err != nil {
 				a.failed.Add(1)

@@ -87,6 +87,9 @@ func (a *IdleConns) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if ctx.Err() != nil { // a tick and the end at once: the end wins
+			return
+		}
 		if a.Stats().Open < a.N {
 			a.open()
 		}

@@ -73,6 +73,9 @@ func (a *KeyFlood) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if ctx.Err() != nil { // a tick and the end at once: the end wins
+			return
+		}
 		a.once(ctx)
 	}
 }

@@ -52,6 +52,9 @@ func (a *RapidReset) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if ctx.Err() != nil { // a tick and the end at once: the end wins
+			return
+		}
 		a.once()
 	}
 }

@@ -26,6 +26,7 @@ type Tap struct {
 	mu       sync.Mutex
 	target   string
 	out      *net.UDPConn
+	copyTo   *net.UDPConn
 	captured [][]byte // a ring of tapKeeps, the next at n % tapKeeps
 	n        int
 }
@@ -77,6 +78,27 @@ func (t *Tap) Forward(target string) error {
 	return nil
 }
 
+// CopyTo sends a copy of every datagram that passes, from now on, to
+// addr (host:port): another eavesdropper's Tap, say, that forwards
+// nothing and only captures, in another process.
+func (t *Tap) CopyTo(addr string) error {
+	a, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return err
+	}
+	c, err := net.DialUDP("udp", nil, a)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.copyTo != nil {
+		t.copyTo.Close()
+	}
+	t.copyTo = c
+	return nil
+}
+
 // Captured returns copies of the latest datagrams that passed, oldest
 // first.
 func (t *Tap) Captured() [][]byte {
@@ -100,6 +122,9 @@ func (t *Tap) Close() error {
 	if t.out != nil {
 		t.out.Close()
 	}
+	if t.copyTo != nil {
+		t.copyTo.Close()
+	}
 	return err
 }
 
@@ -117,12 +142,15 @@ func (t *Tap) relayUDP() {
 		}
 		t.captured[t.n%tapKeeps] = append(t.captured[t.n%tapKeeps][:0], buf[:n]...)
 		t.n++
-		out := t.out
+		out, copyTo := t.out, t.copyTo
 		t.mu.Unlock()
 		if out != nil {
 			// The node answers pings at the address in them, not at the
 			// Tap's, so nothing comes back this way.
 			_, _ = out.Write(buf[:n])
+		}
+		if copyTo != nil {
+			_, _ = copyTo.Write(buf[:n])
 		}
 	}
 }

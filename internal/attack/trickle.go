@@ -67,6 +67,9 @@ func (a *Trickle) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if ctx.Err() != nil { // a tick and the end at once: the end wins
+			return
+		}
 		if a.Stats().Open < a.N {
 			a.start(ctx)
 		}

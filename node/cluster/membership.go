@@ -100,6 +100,9 @@ func New(cfg Config, log *slog.Logger) (*Membership, error) {
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if cfg.Transport == nil {
+			_ = mc.Transport.Shutdown()
+		}
 		return nil, fmt.Errorf("cluster: start gossip on %s: %w", cfg.BindAddr, err)
 	}
 	m.ml = ml
@@ -118,6 +121,17 @@ func New(cfg Config, log *slog.Logger) (*Membership, error) {
 func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 	c := m.cfg
 	mc := memberlist.DefaultLANConfig()
+	mc.Logger = log.New(&memberlistLog{log: m.log, closing: &m.closing}, "", 0)
+	var advertiseIP string
+	advertisePort := 0
+	if c.AdvertiseAddr != "" {
+		host, port, _ := splitAddr(c.AdvertiseAddr, false) // validated
+		ip, err := m.resolveOne(host)
+		if err != nil {
+			return nil, fmt.Errorf("cluster advertise address: %w", err)
+		}
+		advertiseIP, advertisePort = ip, port
+	}
 	if c.Transport != nil {
 		mc.Transport = c.Transport
 	} else {
@@ -125,15 +139,17 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 		if host == "" {
 			host = "0.0.0.0"
 		}
-		mc.BindAddr, mc.BindPort, mc.AdvertisePort = host, port, port
-	}
-	if c.AdvertiseAddr != "" {
-		host, port, _ := splitAddr(c.AdvertiseAddr, false) // validated
-		ip, err := m.resolveOne(host)
+		// Our transport, not memberlist's NetTransport (transport.go says
+		// why); a port of 0 is the one it took.
+		t, err := newNetTransport(host, port, mc.Logger)
 		if err != nil {
-			return nil, fmt.Errorf("cluster advertise address: %w", err)
+			return nil, fmt.Errorf("cluster: start gossip on %s: %w", c.BindAddr, err)
 		}
-		mc.AdvertiseAddr, mc.AdvertisePort = ip, port
+		mc.Transport = t
+		mc.BindAddr, mc.BindPort, mc.AdvertisePort = host, t.port(), t.port()
+	}
+	if advertiseIP != "" {
+		mc.AdvertiseAddr, mc.AdvertisePort = advertiseIP, advertisePort
 	}
 	mc.Name = c.NodeName
 	if mc.Name == "" {
@@ -145,6 +161,12 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 	}
 	m.name = mc.Name
 	mc.SecretKey = c.SecretKey
+	// memberlist's LZW compression allocates a 72 KB writer for every
+	// message it sends (most of a quiet node's allocations), to shrink
+	// packets that are small anyway: quotad's gossip fits its 1400-byte
+	// packets uncompressed (maxGossipPacket). Peers decode compressed and
+	// uncompressed messages alike.
+	mc.EnableCompression = false
 	mc.ProbeInterval = c.probeInterval()
 	mc.ProbeTimeout = mc.ProbeInterval / 2
 	mc.SuspicionMult = 4
@@ -160,7 +182,6 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 	mc.Events = events{m}
 	mc.Alive = guard{m}
 	mc.Merge = guard{m}
-	mc.Logger = log.New(&memberlistLog{log: m.log, closing: &m.closing}, "", 0)
 	return mc, nil
 }
 
