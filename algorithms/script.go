@@ -231,6 +231,14 @@ const argsPerCheck = 9
 // one call blocks Redis for well under a millisecond.
 const MaxBatchChecks = 64
 
+// MaxBatchKeyBytes bounds the bytes of the keys one batch script call
+// carries, beside MaxBatchChecks: a check's Redis work grows with its key
+// (the script builds its state key from it and Redis stores it), and a
+// flood of 1 KiB keys (CheckBatch, 64 at a time) made each call hold Redis
+// for about a millisecond, for every node on it. Typical keys (tens of
+// bytes) never reach it; a call whose keys alone exceed it goes by itself.
+const MaxBatchKeyBytes = 8 << 10
+
 // batchDriver runs a check script's exact source (at CHECK_SCRIPT) once
 // per check of a batch, in order. KEYS are the checks' keys, NKEYS per
 // check; ARGV their arguments, argsPerCheck per check. Each check is

@@ -108,6 +108,8 @@ type wireCall struct {
 	keys    []string
 	args    []any
 	members []*scriptCall
+	// keyBytes is the length of the members' keys, together.
+	keyBytes int
 }
 
 // pipeline sends queued script calls to Redis in batches.
@@ -512,8 +514,9 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 
 // wireCalls groups calls into the EVALSHAs that send them: calls of one
 // batch script and group share one call of it (up to
-// algorithms.MaxBatchChecks each, in queue order); a call left alone, or
-// without a batch form, goes as itself.
+// algorithms.MaxBatchChecks calls and algorithms.MaxBatchKeyBytes of keys
+// each, in queue order); a call left alone, or without a batch form, goes
+// as itself.
 func wireCalls(calls []*scriptCall) []*wireCall {
 	type groupKey struct {
 		batch *goredis.Script
@@ -531,12 +534,14 @@ func wireCalls(calls []*scriptCall) []*wireCall {
 		}
 		k := groupKey{c.batch, c.group}
 		w := open[k]
-		if w == nil || len(w.members) == algorithms.MaxBatchChecks {
+		n := keyBytes(c.keys)
+		if w == nil || len(w.members) == algorithms.MaxBatchChecks || w.keyBytes+n > algorithms.MaxBatchKeyBytes {
 			w = &wireCall{}
 			open[k] = w
 			wire = append(wire, w)
 		}
 		w.members = append(w.members, c)
+		w.keyBytes += n
 	}
 	for _, w := range wire {
 		switch c := w.members[0]; {
@@ -552,6 +557,15 @@ func wireCalls(calls []*scriptCall) []*wireCall {
 		}
 	}
 	return wire
+}
+
+// keyBytes is the length of keys, together.
+func keyBytes(keys []string) int {
+	n := 0
+	for _, k := range keys {
+		n += len(k)
+	}
+	return n
 }
 
 // deliver hands cmd's outcome to w's members: a lone call gets it as it

@@ -2,12 +2,15 @@ package redis
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
 )
 
@@ -170,5 +173,54 @@ func TestCallNearItsDeadlineIsNotHeldByTheWindow(t *testing.T) {
 	t.Logf("call without a deadline on a busy-looking pipeline: %s", took)
 	if n := p.waited.Load(); n != 1 {
 		t.Fatalf("%d batches waited for company, want 1: the pipeline did not take itself for busy", n)
+	}
+}
+
+// Calls of one batch script share a call of it up to MaxBatchChecks calls
+// and MaxBatchKeyBytes of keys: a flood of 1 KiB keys goes in calls that
+// each hold Redis briefly, while typical keys still fill whole calls.
+func TestWireCallsBoundKeyBytes(t *testing.T) {
+	single, batch := goredis.NewScript("return 1"), goredis.NewScript("return 2")
+	calls := func(n, keyLen int) []*scriptCall {
+		cs := make([]*scriptCall, n)
+		for i := range cs {
+			cs[i] = &scriptCall{script: single, batch: batch, keys: []string{strings.Repeat("k", keyLen)}}
+		}
+		return cs
+	}
+	sizes := func(wire []*wireCall) []int {
+		var n []int
+		for _, w := range wire {
+			n = append(n, len(w.members))
+		}
+		return n
+	}
+	perCall := algorithms.MaxBatchKeyBytes / 1024
+	for _, tc := range []struct {
+		name        string
+		calls       []*scriptCall
+		want        []int
+		wantBatches int
+	}{
+		{"typical keys", calls(100, 30), []int{algorithms.MaxBatchChecks, 100 - algorithms.MaxBatchChecks}, 2},
+		{"1 KiB keys", calls(2*perCall+1, 1024), []int{perCall, perCall, 1}, 2},
+		{"one key over the bound", calls(2, algorithms.MaxBatchKeyBytes+1), []int{1, 1}, 0},
+	} {
+		wire := wireCalls(tc.calls)
+		if got := sizes(wire); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: calls per EVALSHA %v, want %v", tc.name, got, tc.want)
+		}
+		batches := 0
+		for _, w := range wire {
+			if w.script == batch {
+				batches++
+				if w.keyBytes > algorithms.MaxBatchKeyBytes {
+					t.Errorf("%s: a batch call carries %d key bytes, over %d", tc.name, w.keyBytes, algorithms.MaxBatchKeyBytes)
+				}
+			}
+		}
+		if batches != tc.wantBatches {
+			t.Errorf("%s: %d batch script calls, want %d", tc.name, batches, tc.wantBatches)
+		}
 	}
 }
