@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -146,10 +147,14 @@ type cellResult struct {
 	ClientCPUMicros float64 `json:"client_cpu_us_per_check"`
 	// ServerToFloor is ServerCPUMicros over the gRPC floor's in the same
 	// transport and client count; RedisToFloor is RedisCPUMicros over the
-	// Redis floor's at the same client count (cold scenario only).
-	ServerToFloor *float64 `json:"server_cpu_to_grpc_floor,omitempty"`
-	RedisToFloor  *float64 `json:"redis_cpu_to_redis_floor,omitempty"`
-	LoadAverage   string   `json:"load_average_after"`
+	// Redis floor's at the same client count (cold scenario only), and
+	// RedisToPacedFloor over that of the Redis floor sent at this cell's
+	// own checks/s right after it (its Target is pacedFloorPrefix + this
+	// cell's, its Via this cell's).
+	ServerToFloor     *float64 `json:"server_cpu_to_grpc_floor,omitempty"`
+	RedisToFloor      *float64 `json:"redis_cpu_to_redis_floor,omitempty"`
+	RedisToPacedFloor *float64 `json:"redis_cpu_to_paced_redis_floor,omitempty"`
+	LoadAverage       string   `json:"load_average_after"`
 }
 
 // runMatrix is `quotabench matrix`.
@@ -259,7 +264,16 @@ type cell struct {
 	// exactly one of: a gRPC server (floor or target), or the Redis floor.
 	srv        *server
 	redisFloor bool
+	// pacedAfter, on a Redis floor, names the target whose cell runs just
+	// before it: the floor then sends at that cell's checks/s (rate, set
+	// when the cell runs) instead of as fast as it can.
+	pacedAfter string
+	rate       float64
 }
+
+// pacedFloorPrefix starts the name of a Redis floor paced at a target's
+// rate: "redis-floor@after".
+const pacedFloorPrefix = "redis-floor@"
 
 // plan lists the cells in the order they run: per scenario, transport and
 // client count, the floor first and then each target.
@@ -276,6 +290,9 @@ func (m *matrix) plan() []cell {
 				}
 				for _, t := range m.targets {
 					cells = append(cells, cell{sc: sc, via: via, clients: c, srv: t})
+					if m.cfg.Floors && sc.floor == "redis" {
+						cells = append(cells, cell{sc: sc, via: via, clients: c, redisFloor: true, pacedAfter: t.name})
+					}
 				}
 			}
 		}
@@ -302,6 +319,9 @@ func (m *matrix) run(ctx context.Context) *matrixRun {
 		if ctx.Err() != nil {
 			break
 		}
+		if c.pacedAfter != "" && len(run.Cells) > 0 {
+			c.rate = run.Cells[len(run.Cells)-1].ChecksPerSecond
+		}
 		r := m.measure(ctx, c)
 		run.Cells = append(run.Cells, r)
 		fmt.Fprintf(m.log, "[%d/%d] %-11s %-4s c=%-3d %-12s %9.0f checks/s  p99 %s  errors %d\n",
@@ -315,14 +335,17 @@ func (m *matrix) run(ctx context.Context) *matrixRun {
 // readings again.
 func (m *matrix) measure(ctx context.Context, c cell) cellResult {
 	name := "redis-floor"
-	if c.srv != nil {
+	switch {
+	case c.srv != nil:
 		name = c.srv.name
+	case c.pacedAfter != "":
+		name = pacedFloorPrefix + c.pacedAfter
 	}
 	// Keys of their own per cell: nothing carries over from another cell.
 	prefix := fmt.Sprintf("%s-%s-%d-%s-", c.sc.name, c.via, c.clients, name)
 	load := func(d time.Duration) callOutcome {
 		if c.redisFloor {
-			return runRedisFloor(ctx, m.redis.client, "qb-floor-"+prefix, m.cfg.NKeys, c.clients, d, m.cfg.MaxCalls)
+			return runRedisFloor(ctx, m.redis.client, "qb-floor-"+prefix, m.cfg.NKeys, c.clients, c.rate, d, m.cfg.MaxCalls)
 		}
 		return runCalls(ctx, c.srv.conn, m.workload(c, prefix), c.clients, d, m.cfg.MaxCalls, m.cfg.Timeout)
 	}
@@ -389,7 +412,7 @@ func (m *matrix) result(c cell, name string, o callOutcome, b, a sample) cellRes
 		},
 		LoadAverage: loadAverage(),
 	}
-	if c.redisFloor {
+	if c.redisFloor && c.pacedAfter == "" {
 		r.Via = "redis"
 	}
 	if len(o.errors) > 0 {
@@ -436,20 +459,32 @@ func fillRatios(cells []cellResult) {
 		via     string
 		clients int
 	}
+	type pacedKey struct {
+		via     string
+		clients int
+		target  string
+	}
 	grpcFloor := map[key]float64{}
 	redisFloor := map[int]float64{}
+	pacedFloor := map[pacedKey]float64{}
 	for _, c := range cells {
 		switch {
 		case c.Target == "grpc-floor" && c.ServerCPUMicros != nil:
 			grpcFloor[key{c.Via, c.Clients}] = *c.ServerCPUMicros
 		case c.Target == "redis-floor":
 			redisFloor[c.Clients] = c.RedisCPUMicros
+		case strings.HasPrefix(c.Target, pacedFloorPrefix):
+			pacedFloor[pacedKey{c.Via, c.Clients, strings.TrimPrefix(c.Target, pacedFloorPrefix)}] = c.RedisCPUMicros
 		}
 	}
 	for i := range cells {
 		c := &cells[i]
-		if c.Target == "grpc-floor" || c.Target == "redis-floor" {
+		if c.Target == "grpc-floor" || c.Target == "redis-floor" || strings.HasPrefix(c.Target, pacedFloorPrefix) {
 			continue
+		}
+		if f, ok := pacedFloor[pacedKey{c.Via, c.Clients, c.Target}]; ok && f > 0 && c.Scenario == "cold" {
+			r := c.RedisCPUMicros / f
+			c.RedisToPacedFloor = &r
 		}
 		if f, ok := grpcFloor[key{c.Via, c.Clients}]; ok && f > 0 && c.ServerCPUMicros != nil && c.Scenario != "batch" {
 			r := *c.ServerCPUMicros / f

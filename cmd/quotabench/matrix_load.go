@@ -255,8 +255,12 @@ func runCalls(ctx context.Context, conn *grpc.ClientConn, w workload, clients in
 // clients workers each send INCRBY key 1 and PEXPIRE key in one pipeline
 // per operation, keys drawn uniformly from nkeys, until d has passed or
 // maxCalls operations have started. One operation counts as one allowed
-// check.
-func runRedisFloor(ctx context.Context, rc *redisbench.Client, keyPrefix string, nkeys, clients int, d time.Duration, maxCalls int64) callOutcome {
+// check. With rate 0 each worker sends as fast as Redis answers; with a
+// rate (operations a second, all workers together) each worker sends on
+// a schedule of its share, staggered, so that Redis sees the traffic a
+// target served at that rate: how much Redis spends per operation depends
+// on how many arrive per wakeup of its event loop.
+func runRedisFloor(ctx context.Context, rc *redisbench.Client, keyPrefix string, nkeys, clients int, rate float64, d time.Duration, maxCalls int64) callOutcome {
 	stopAt, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var started atomic.Int64
@@ -267,10 +271,21 @@ func runRedisFloor(ctx context.Context, rc *redisbench.Client, keyPrefix string,
 		t := &tallies[i]
 		t.errors = map[string]int64{}
 		key := keyPicker(keyPrefix, nkeys, i)
+		var every time.Duration
+		if rate > 0 {
+			every = time.Duration(float64(clients) / rate * float64(time.Second))
+		}
+		next := start.Add(every * time.Duration(i) / time.Duration(clients))
 		wg.Go(func() {
 			for stopAt.Err() == nil {
 				if maxCalls > 0 && started.Add(1) > maxCalls {
 					return
+				}
+				if every > 0 {
+					if !sleepUntil(stopAt, next) {
+						return
+					}
+					next = next.Add(every)
 				}
 				k := key()
 				begin := time.Now()
@@ -296,4 +311,20 @@ func runRedisFloor(ctx context.Context, rc *redisbench.Client, keyPrefix string,
 		o.add(&tallies[i])
 	}
 	return o
+}
+
+// sleepUntil waits until t; it reports false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -109,8 +109,15 @@ func TestFillRatios(t *testing.T) {
 		{Scenario: "cold", Via: "redis", Clients: 16, Target: "redis-floor", RedisCPUMicros: 10},
 		{Scenario: "cold", Via: "grpc", Clients: 16, Target: "after", ServerCPUMicros: f(80), RedisCPUMicros: 25},
 		{Scenario: "batch", Via: "grpc", Clients: 16, Target: "after", ServerCPUMicros: f(3)},
+		{Scenario: "cold", Via: "grpc", Clients: 16, Target: "redis-floor@after", RedisCPUMicros: 20},
 	}
 	fillRatios(cells)
+	if r := cells[4].RedisToPacedFloor; r == nil || *r != 1.25 {
+		t.Fatalf("cold redis ratio to the paced floor %v, want 1.25", r)
+	}
+	if cells[6].RedisToFloor != nil || cells[6].RedisToPacedFloor != nil {
+		t.Fatal("a paced floor got a ratio")
+	}
 	if r := cells[1].ServerToFloor; r == nil || *r != 1.25 {
 		t.Fatalf("hot grpc ratio %v, want 1.25", r)
 	}
@@ -200,15 +207,16 @@ func TestMatrixEndToEnd(t *testing.T) {
 		"-scenarios", "hot-allowed,hot-denied,cold,batch", "-via", "grpc,rls", "-clients", "2",
 		"-duration", "300ms", "-warmup", "100ms", "-max-calls", "300", "-nkeys", "1000", "-batch", "10")
 	// 4 scenarios × 2 transports × 1 client count × 1 target, 2 gRPC
-	// floors (hot-allowed) and 1 Redis floor (cold).
-	if len(r.Cells) != 8+2+1 {
-		t.Fatalf("%d cells, want 11:\n%s", len(r.Cells), text)
+	// floors (hot-allowed), 1 Redis floor (cold) and 2 Redis floors paced
+	// at the target's cold cells.
+	if len(r.Cells) != 8+2+1+2 {
+		t.Fatalf("%d cells, want 13:\n%s", len(r.Cells), text)
 	}
 	for _, c := range r.Cells {
 		if c.Errors != 0 || c.Checks == 0 {
 			t.Errorf("%s %s %s: %d checks, %d errors (%v, %s)", c.Scenario, c.Via, c.Target, c.Checks, c.Errors, c.ErrorsByCode, c.FirstError)
 		}
-		if c.Target != "redis-floor" && (c.ServerCPUMicros == nil || c.ServerSyscalls == nil) {
+		if !strings.HasPrefix(c.Target, "redis-floor") && (c.ServerCPUMicros == nil || c.ServerSyscalls == nil) {
 			t.Errorf("%s %s %s: no server CPU or syscall figure", c.Scenario, c.Via, c.Target)
 		}
 	}
@@ -227,6 +235,15 @@ func TestMatrixEndToEnd(t *testing.T) {
 	cold := cellOf(t, r, "cold", "grpc", 2, "q")
 	if cold.RedisCommands < 1 || cold.RedisCPUMicros <= 0 || cold.RedisToFloor == nil || cold.Sources["STORE"] == 0 {
 		t.Errorf("cold: %.2f Redis commands and %.1f µs per check, ratio %v, sources %v", cold.RedisCommands, cold.RedisCPUMicros, cold.RedisToFloor, cold.Sources)
+	}
+	paced := cellOf(t, r, "cold", "grpc", 2, "redis-floor@q")
+	if cold.RedisToPacedFloor == nil || paced.RedisCommands < 1.9 || paced.RedisCommands > 2.1 {
+		t.Errorf("cold: ratio to the paced floor %v; the paced floor made %.3f commands per operation, want 2", cold.RedisToPacedFloor, paced.RedisCommands)
+	}
+	// Paced at the target's rate (within a loaded machine's slack), not as
+	// fast as Redis answers.
+	if paced.ChecksPerSecond > 1.5*cold.ChecksPerSecond {
+		t.Errorf("the paced floor sent %.0f/s after a cell of %.0f/s", paced.ChecksPerSecond, cold.ChecksPerSecond)
 	}
 	floor := cellOf(t, r, "cold", "redis", 2, "redis-floor")
 	if floor.RedisCommands < 1.9 || floor.RedisCommands > 2.1 {
