@@ -123,7 +123,7 @@ func settings() []setting {
 			v: duration(func(c *config) *time.Duration { return &c.Redis.Timeout })},
 		{flag: "redis-connect-timeout", file: "redis.connect_timeout", arg: "duration", def: show(redis.DefaultConnectTimeout), help: "deadline of opening a Redis connection (dial, TLS, HELLO) and of a circuit-breaker probe, apart from --redis-timeout",
 			v: duration(func(c *config) *time.Duration { return &c.Redis.ConnectTimeout })},
-		{flag: "redis-batch-window", file: "redis.batch_window", arg: "duration", def: show(redis.DefaultBatchWindow), help: "longest a Redis call waits for others to share its round trip, only while calls come faster than one per window; a negative value never waits",
+		{flag: "redis-batch-window", file: "redis.batch_window", arg: "duration", def: "0s", help: "longest a Redis call waits for others to share its round trip, only while calls come faster than one per window; 0 never waits",
 			v: duration(func(c *config) *time.Duration { return &c.Redis.BatchWindow })},
 		{flag: "breaker-failures", file: "breaker.failures", arg: "count", zeroMeans: "5", help: "Redis calls failing in a row that open the circuit breaker; while open, checks take their failure mode at once",
 			v: whole(func(c *config) *int { return &c.Breaker.Failures })},

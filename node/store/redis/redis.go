@@ -64,9 +64,11 @@ type Config struct {
 	// BatchWindow is the longest a script call waits for others to share
 	// its round trip and batch script call (see pipeline.go), and only
 	// while calls come faster than one per window; a call on a quiet node
-	// goes at once. It is capped at a twentieth of Timeout. 0 means
-	// DefaultBatchWindow; a negative value never waits (calls then share
-	// a round trip only when they queue while round trips are in flight).
+	// goes at once. It is capped at a twentieth of Timeout. 0, the
+	// default, never waits: calls then share a round trip only when they
+	// queue while round trips are in flight. Waiting trades a closed
+	// loop's checks/s for fewer round trips, which paid off only in some
+	// measurements (README, "Waiting for company"), so it is opt-in.
 	BatchWindow time.Duration
 }
 
@@ -123,6 +125,9 @@ func (c Config) Validate() error {
 	if c.ConnectTimeout < 0 {
 		return fmt.Errorf("redis connect timeout: %w: %s must not be negative (0 means the default)", node.ErrInvalidConfig, c.ConnectTimeout)
 	}
+	if c.BatchWindow < 0 {
+		return fmt.Errorf("redis batch window: %w: %s must not be negative (0 never waits)", node.ErrInvalidConfig, c.BatchWindow)
+	}
 	return nil
 }
 
@@ -132,9 +137,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	if c.BatchWindow == 0 {
-		c.BatchWindow = DefaultBatchWindow
 	}
 	return c
 }
@@ -153,12 +155,6 @@ const DefaultTimeout = 50 * time.Millisecond
 // DefaultConnectTimeout is Config.ConnectTimeout's default: a new
 // connection to a Redis 100ms away, TLS included, fits several times over.
 const DefaultConnectTimeout = time.Second
-
-// DefaultBatchWindow is Config.BatchWindow's default: on loopback at a few
-// thousand checks/s from 16 callers it cuts the script calls per check by
-// about a third, for at most half a millisecond added to a check that
-// waits (README, "Benchmarks").
-const DefaultBatchWindow = 500 * time.Microsecond
 
 // Store runs the algorithms' Lua scripts on Redis, the authority shared
 // by every node. Script calls are pipelined (see redis_pipeline.go). Safe
