@@ -1,7 +1,5 @@
 package main
 
-//lint:file-ignore SA1019 these tests speak grpc.reflection.v1alpha on purpose: older clients (grpcurl among them) still do, and quotad serves it.
-
 import (
 	"context"
 	"io"

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 these helpers speak grpc.reflection.v1alpha on purpose: older clients (grpcurl among them) still do, and quotad serves it.
+
 package quotadtest
 
 import (
