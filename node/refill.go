@@ -68,7 +68,10 @@ type storeCall struct {
 // call that runs to completion can install it or give it back. A plain
 // call (every call of a key that cannot lease, and of a cold key) runs on
 // the check's own goroutine under ctx: it brings back no grant, so its
-// caller leaving loses nothing a check of its own would not.
+// caller leaving loses nothing a check of its own would not. Except under
+// a ctx whose deadline comes before the store's call timeout: such a call
+// also runs to its end on its own goroutine, so that its failure still
+// counts for the breaker (see allowsCall).
 func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
 	// budget starts with the first wait and bounds the later ones; a nil
 	// channel never fires, so the first wait is for the call's outcome.
@@ -138,7 +141,7 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 	}
 	l.mu.Unlock()
 
-	if want == cost {
+	if want == cost && n.allowsCall(ctx) {
 		// A plain call: no goroutine to start (and grow a stack) and no
 		// hand-off back to this one, which the store path of a cold or
 		// lease-off check would otherwise pay every time.
@@ -157,12 +160,24 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 	}
 }
 
+// allowsCall reports whether ctx leaves a store call its whole timeout
+// (n.coalesceFor), so that a plain call may run under it: a caller that
+// would leave sooner (Envoy's rate limit filter allows 20ms by default)
+// would abandon every call on a Redis that stopped answering, and the
+// breaker, which ignores abandoned calls, would never open, nor would the
+// key's calls stop counting as quick.
+func (n *leasing) allowsCall(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return !ok || time.Until(d) > n.coalesceFor
+}
+
 // callStore makes the store call f that call started at start (node
 // clock) and installs what it brought back: the grant, or the denial. A
-// call that may take a grant runs under a ctx that never ends, to its end
+// call on its own goroutine (one that may take a grant, or a plain call
+// under a short deadline) runs under a ctx that never ends, to its end
 // whoever still waits: the store bounds each call (the Redis store by its
-// Config.Timeout). A plain call runs under its caller's ctx, and is
-// abandoned if that ends first.
+// Config.Timeout). A plain call on its caller's goroutine runs under its
+// caller's ctx, and is abandoned if that ends first.
 func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeCall, p Policy, cost, want int64, hold time.Duration, start int64) {
 	defer func() {
 		if !f.abandoned {

@@ -23,7 +23,8 @@ import (
 // replayed gossip) that was most of a node's allocations. This transport
 // reads into one buffer it keeps and hands memberlist a copy of the
 // packet's own length. Streams, dials, writes and the advertised address
-// are NetTransport's.
+// are NetTransport's; so is Shutdown, except that it also ends a reader
+// waiting to hand over what it read (see Shutdown).
 
 // udpPacketBufSize is the largest UDP packet read whole (memberlist's).
 const udpPacketBufSize = 65536
@@ -42,7 +43,10 @@ type netTransport struct {
 	packetCh chan *memberlist.Packet
 	streamCh chan net.Conn
 	closing  atomic.Bool
-	wg       sync.WaitGroup
+	// done is closed by the first Shutdown: a reader waiting to hand over
+	// a packet or a connection stops waiting.
+	done chan struct{}
+	wg   sync.WaitGroup
 }
 
 var _ memberlist.NodeAwareTransport = (*netTransport)(nil)
@@ -96,6 +100,7 @@ func listenTransport(ip string, port int, logger *log.Logger) (*netTransport, er
 	return &netTransport{
 		bindIP: ip, logger: logger, tcp: tcp, udp: udp,
 		packetCh: make(chan *memberlist.Packet), streamCh: make(chan net.Conn),
+		done: make(chan struct{}),
 	}, nil
 }
 
@@ -164,10 +169,15 @@ func (t *netTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 func (t *netTransport) StreamCh() <-chan net.Conn { return t.streamCh }
 
 // Shutdown implements memberlist.Transport: it closes both sockets and
-// waits for their readers to end. Memberlist calls it once, after it has
-// stopped reading the channels.
+// waits for their readers to end; a packet or connection read but not yet
+// handed over is dropped. Memberlist calls it while its own handlers still
+// read the channels; New calls it again, or instead, after a failed
+// memberlist.Create, which may have failed before they started. It may be
+// called more than once.
 func (t *netTransport) Shutdown() error {
-	t.closing.Store(true)
+	if t.closing.CompareAndSwap(false, true) {
+		close(t.done)
+	}
 	t.tcp.Close()
 	t.udp.Close()
 	t.wg.Wait()
@@ -191,7 +201,12 @@ func (t *netTransport) acceptStreams() {
 			continue
 		}
 		delay = 0
-		t.streamCh <- c
+		select {
+		case t.streamCh <- c:
+		case <-t.done:
+			c.Close()
+			return
+		}
 	}
 }
 
@@ -214,6 +229,10 @@ func (t *netTransport) readPackets() {
 			t.logger.Printf("[ERR] memberlist: UDP packet too short (%d bytes) %s", n, memberlist.LogAddress(from))
 			continue
 		}
-		t.packetCh <- &memberlist.Packet{Buf: bytes.Clone(buf[:n]), From: from, Timestamp: at}
+		select {
+		case t.packetCh <- &memberlist.Packet{Buf: bytes.Clone(buf[:n]), From: from, Timestamp: at}:
+		case <-t.done:
+			return
+		}
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"io"
 	"log"
 	"net"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -54,4 +56,58 @@ func TestTransportPacketsAreOwnCopies(t *testing.T) {
 			t.Errorf("packet %d: %d bytes in a buffer of %d", i, len(p), cap(p))
 		}
 	}
+}
+
+// Shutdown returns even when nobody reads the channels: memberlist.Create
+// that fails before its readers start (no private IP to advertise) leaves
+// New to shut the transport down, and a packet or a connection that came
+// meanwhile must not hold its reader, and so New, for ever.
+func TestTransportShutdownWithNobodyReading(t *testing.T) {
+	tr, err := newNetTransport("127.0.0.1", 0, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tr.port()))
+	u, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if _, err := u.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Both readers hold what they read, waiting to hand it over.
+	blocked := func() bool {
+		buf := make([]byte, 1<<20)
+		dump := string(buf[:runtime.Stack(buf, true)])
+		n := 0
+		for _, g := range strings.Split(dump, "\n\n") {
+			waiting := strings.Contains(g, "[chan send") || strings.Contains(g, "[select")
+			if waiting && (strings.Contains(g, "(*netTransport).readPackets") || strings.Contains(g, "(*netTransport).acceptStreams")) {
+				n++
+			}
+		}
+		return n == 2
+	}
+	for deadline := time.Now().Add(10 * time.Second); !blocked(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the transport's readers never took the packet and the connection")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { tr.Shutdown(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown hangs while its readers wait to hand over a packet and a connection")
+	}
+	// A second Shutdown (New's after a failed Create that shut it down
+	// already) is harmless.
+	tr.Shutdown()
 }
