@@ -319,8 +319,16 @@ func (m *matrix) run(ctx context.Context) *matrixRun {
 		if ctx.Err() != nil {
 			break
 		}
-		if c.pacedAfter != "" && len(run.Cells) > 0 {
-			c.rate = run.Cells[len(run.Cells)-1].ChecksPerSecond
+		if c.pacedAfter != "" {
+			if len(run.Cells) > 0 {
+				c.rate = run.Cells[len(run.Cells)-1].ChecksPerSecond
+			}
+			if c.rate <= 0 {
+				// Flat out it would be the other floor under this one's name.
+				fmt.Fprintf(m.log, "[%d/%d] %s %s c=%d %s%s: skipped, its target made no checks\n",
+					i+1, len(cells), c.sc.name, c.via, c.clients, pacedFloorPrefix, c.pacedAfter)
+				continue
+			}
 		}
 		r := m.measure(ctx, c)
 		run.Cells = append(run.Cells, r)
