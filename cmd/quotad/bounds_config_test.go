@@ -48,6 +48,7 @@ func TestBoundsConfigErrors(t *testing.T) {
 		{name: "negative memory max keys", args: []string{"--memory-max-keys", "-5"}, want: "config: memory max keys: invalid config: -5 must be > 0 (0 means 250000)"},
 		{name: "negative lease max keys", file: "lease:\n  max_keys: -1\n", want: "config: lease max keys: invalid config: -1 must be > 0 (0 means 50000)"},
 		{name: "lease hold over an hour", args: []string{"--lease-hold", "2h"}, want: "config: lease hold: invalid config: 2h0m0s exceeds 1h0m0s"},
+		{name: "redis batch window over a twentieth of the timeout", args: []string{"--redis", "redis://127.0.0.1:1", "--redis-batch-window", "10ms"}, want: "config: redis batch window: invalid config: 10ms exceeds a twentieth of the redis timeout 50ms (2.5ms)"},
 		{name: "negative redis batch window", args: []string{"--redis", "redis://127.0.0.1:1", "--redis-batch-window", "-1ms"}, want: "config: redis batch window: invalid config: -1ms must not be negative (0 never waits)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -60,9 +60,9 @@ const (
 	// queueLen is the queue's capacity; a full queue makes callers wait
 	// (back-pressure), bounded by their context.
 	queueLen = 4096
-	// windowShare caps the batch window at this fraction of the call
-	// timeout.
-	windowShare = 20
+	// maxWindowShare bounds the batch window at this fraction of the call
+	// timeout (Config.Validate).
+	maxWindowShare = 20
 	// quietGaps ends a wait for company when no call has come for this
 	// many of the usual gaps between calls: the callers are all in the
 	// batch, or the burst is over.
@@ -184,7 +184,7 @@ type pipeline struct {
 
 func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout, window time.Duration, reload func(context.Context) error) *pipeline {
 	p := &pipeline{
-		window:      min(window, callTimeout/windowShare),
+		window:      window,
 		taking:      make(chan struct{}, 1),
 		epoch:       time.Now(),
 		client:      client,

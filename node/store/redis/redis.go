@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,7 +65,8 @@ type Config struct {
 	// BatchWindow is the longest a script call waits for others to share
 	// its round trip and batch script call (see pipeline.go), and only
 	// while calls come faster than one per window; a call on a quiet node
-	// goes at once. It is capped at a twentieth of Timeout. 0, the
+	// goes at once. At most a twentieth of Timeout (a call may wait for
+	// company only a small share of its time). 0, the
 	// default, never waits: calls then share a round trip only when they
 	// queue while round trips are in flight. Waiting trades a closed
 	// loop's checks/s for fewer round trips, which paid off only in some
@@ -127,6 +129,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchWindow < 0 {
 		return fmt.Errorf("redis batch window: %w: %s must not be negative (0 never waits)", node.ErrInvalidConfig, c.BatchWindow)
+	}
+	if timeout := cmp.Or(c.Timeout, DefaultTimeout); c.BatchWindow > timeout/maxWindowShare {
+		return fmt.Errorf("redis batch window: %w: %s exceeds a twentieth of the redis timeout %s (%s)", node.ErrInvalidConfig, c.BatchWindow, timeout, timeout/maxWindowShare)
 	}
 	return nil
 }
