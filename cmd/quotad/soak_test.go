@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -227,6 +229,12 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 	// Nodes 2 and 3 are not attacked: what their p99 does is the machine's
 	// share (the attackers' CPU, Redis's, node 1's), which node 1 suffers
 	// too.
+	for _, ph := range []soakPhase{phaseBaseline, phaseAttack} {
+		t.Logf("  the %s's tail: node-1 %s; nodes 2 and 3 %s", ph, load.tail(ph, 0), load.tail(ph, 1, 2))
+	}
+	for _, ph := range []soakPhase{phaseBaseline, phaseAttack} {
+		t.Logf("  the %s's p99 by sixths of it: node-1 %s; nodes 2 and 3 %s", ph, load.p99Slices(ph, 6, 0), load.p99Slices(ph, 6, 1, 2))
+	}
 	t.Logf("node-1's p99 ratio against the unattacked nodes' mean: %.2f", nodeRatios[0]/((nodeRatios[1]+nodeRatios[2])/2))
 	t.Logf("CPU used, baseline → attack phase: %s", cpuPhases(cpuAtStart, cpuAtAttack, cpuAfterAttack))
 	t.Logf("node-1 baseline (median): %s", baseline)
@@ -302,12 +310,21 @@ func (p *soakProfiles) capture(t *testing.T, phase string, d time.Duration) {
 		return
 	}
 	secs := strconv.Itoa(max(1, int((d - 500*time.Millisecond).Seconds())))
-	for kind, path := range map[string]string{"cpu": "profile", "allocs": "allocs"} {
+	for kind, path := range map[string]string{"cpu": "profile", "allocs": "allocs", "trace": "trace"} {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
 			file := fmt.Sprintf("%s/node-1-%s.%s.pprof", p.dir, phase, kind)
-			resp, err := (&http.Client{Timeout: d + time.Minute}).Get("http://" + p.addr + "/debug/pprof/" + path + "?seconds=" + secs)
+			query := "?seconds=" + secs
+			if kind == "trace" {
+				// An execution trace of 5 s in the middle of the phase
+				// (`go tool trace`; -pprof=sched tells where goroutines
+				// waited to run).
+				time.Sleep(d / 2)
+				query = "?seconds=5"
+				file = fmt.Sprintf("%s/node-1-%s.trace", p.dir, phase)
+			}
+			resp, err := (&http.Client{Timeout: d + time.Minute}).Get("http://" + p.addr + "/debug/pprof/" + path + query)
 			if err != nil {
 				t.Errorf("profile %s: %v", file, err)
 				return
@@ -447,6 +464,20 @@ type legitLoad struct {
 type legitStats struct {
 	checks, allowed, errors int64
 	latencies               []time.Duration
+	// kinds are the checks' kinds (legitKind) and starts when they were
+	// sent, in latencies' order.
+	kinds  []string
+	starts []time.Time
+}
+
+// legitKind names what a check was, for the tail's breakdown: its policy,
+// its protocol and the source of its answer.
+func legitKind(pol string, grpc bool, src quotadv1.Source) string {
+	proto := "connect"
+	if grpc {
+		proto = "grpc"
+	}
+	return pol + "/" + proto + "/" + strings.TrimPrefix(src.String(), "SOURCE_")
 }
 
 func startLegitLoad(t *testing.T, procs []*proc) *legitLoad {
@@ -469,7 +500,7 @@ func startLegitLoad(t *testing.T, procs []*proc) *legitLoad {
 				c = clients[1]
 			}
 			l.wg.Add(1)
-			go l.work(i, w, c)
+			go l.work(i, w, c, w == soakWorkers-1)
 		}
 		t.Cleanup(func() { h1.CloseIdleConnections(); h2c.CloseIdleConnections() })
 	}
@@ -477,7 +508,7 @@ func startLegitLoad(t *testing.T, procs []*proc) *legitLoad {
 }
 
 // work checks on node i until the load stops; worker w starts on policy w.
-func (l *legitLoad) work(i, w int, c quotadv1connect.QuotaServiceClient) {
+func (l *legitLoad) work(i, w int, c quotadv1connect.QuotaServiceClient, grpc bool) {
 	defer l.wg.Done()
 	interval := time.Second / soakRate
 	next := time.Now()
@@ -496,6 +527,12 @@ func (l *legitLoad) work(i, w int, c quotadv1connect.QuotaServiceClient) {
 		s := &l.stats[i][ph]
 		s.checks++
 		s.latencies = append(s.latencies, took)
+		src := quotadv1.Source_SOURCE_UNSPECIFIED
+		if err == nil {
+			src = res.Msg.GetSource()
+		}
+		s.kinds = append(s.kinds, legitKind(pol, grpc, src))
+		s.starts = append(s.starts, start)
 		switch {
 		case err != nil:
 			s.errors++
@@ -575,6 +612,80 @@ func (l *legitLoad) sum(ph soakPhase, nodes ...int) legitTotals {
 		out.p99 = lat[len(lat)*99/100].Round(10 * time.Microsecond)
 	}
 	return out
+}
+
+// tail describes the slowest 1% of phase ph's checks on nodes: how many
+// of them each kind of check (legitKind) made, most first, against its
+// share of all the checks.
+func (l *legitLoad) tail(ph soakPhase, nodes ...int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	type sample struct {
+		took time.Duration
+		kind string
+	}
+	var all []sample
+	for _, i := range nodes {
+		s := l.stats[i][ph]
+		for j, took := range s.latencies {
+			all = append(all, sample{took, s.kinds[j]})
+		}
+	}
+	if len(all) == 0 {
+		return "no checks"
+	}
+	slices.SortFunc(all, func(a, b sample) int { return cmp.Compare(b.took, a.took) })
+	slowest := all[:max(1, len(all)/100)]
+	inTail, inAll := map[string]int{}, map[string]int{}
+	for _, c := range all {
+		inAll[c.kind]++
+	}
+	for _, c := range slowest {
+		inTail[c.kind]++
+	}
+	kinds := slices.Collect(maps.Keys(inTail))
+	slices.SortFunc(kinds, func(a, b string) int { return cmp.Or(inTail[b]-inTail[a], strings.Compare(a, b)) })
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%s %d (%.0f%% of all)", k, inTail[k], 100*float64(inAll[k])/float64(len(all)))
+	}
+	return fmt.Sprintf("%d slowest, from %s: %s", len(slowest), slowest[len(slowest)-1].took.Round(10*time.Microsecond), strings.Join(parts, ", "))
+}
+
+// p99Slices gives phase ph's p99 on nodes in n equal slices of its time, to
+// tell a tail that grows as the phase goes on from one that does not.
+func (l *legitLoad) p99Slices(ph soakPhase, n int, nodes ...int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first, last time.Time
+	for _, i := range nodes {
+		for _, at := range l.stats[i][ph].starts {
+			if first.IsZero() || at.Before(first) {
+				first = at
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+	}
+	span := last.Sub(first) + time.Nanosecond
+	lat := make([][]time.Duration, n)
+	for _, i := range nodes {
+		s := l.stats[i][ph]
+		for j, at := range s.starts {
+			k := int(int64(n) * int64(at.Sub(first)) / int64(span))
+			lat[k] = append(lat[k], s.latencies[j])
+		}
+	}
+	parts := make([]string, n)
+	for k, slice := range lat {
+		slices.Sort(slice)
+		parts[k] = "-"
+		if len(slice) > 0 {
+			parts[k] = slice[len(slice)*99/100].Round(10 * time.Microsecond).String()
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // nodeFigures are what a node's process costs at one moment. The Go
