@@ -91,6 +91,9 @@ func (s *service) checkBatch(ctx context.Context, procedure string, req *quotadv
 	}
 	ctx, span := s.tracer.Start(ctx, batchSpanName, trace.WithAttributes(attrBatchSize.Int(len(items))))
 	defer span.End()
+	// The caller waits for every item: a store may serve single checks
+	// before them (node.WithBulk).
+	ctx = node.WithBulk(ctx)
 	// One set for the whole batch: a reload in the middle of it does not
 	// decide some items by the old policies and others by the new.
 	set := s.node.PolicySet()

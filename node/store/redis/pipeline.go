@@ -51,9 +51,9 @@ const (
 	// pipeliners × rtt / (timeout / activeShare) pipeliners take calls.
 	activeShare = 5
 	// poolSize is the connections a client keeps: one per pipeliner of the
-	// check and release pipelines, and a few for pings, resets and script
-	// loads, so no batch waits for a connection.
-	poolSize = 2*pipeliners + 4
+	// check, bulk and release pipelines, and a few for pings, resets and
+	// script loads, so no batch waits for a connection.
+	poolSize = 3*pipeliners + 4
 	// maxPipeline bounds one round trip, so that one huge batch does not
 	// hold back the calls queued behind it.
 	maxPipeline = 256

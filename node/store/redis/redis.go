@@ -173,10 +173,15 @@ type Store struct {
 	describe         string
 	check            map[algorithms.Algorithm]*goredis.Script
 	// batch decides several checks of one algorithm in one call.
-	batch       map[algorithms.Algorithm]*goredis.Script
-	release     map[algorithms.Algorithm]*goredis.Script
-	slots       slotScripts
-	checkPipe   *pipeline
+	batch     map[algorithms.Algorithm]*goredis.Script
+	release   map[algorithms.Algorithm]*goredis.Script
+	slots     slotScripts
+	checkPipe *pipeline
+	// bulkPipe runs the checks made for a batch's items (node.IsBulk):
+	// a CheckBatch of many cold keys keeps its pipeline's round trips
+	// full, and a single check queued behind them would wait for one to
+	// come back and then ride in the next, behind the items in it.
+	bulkPipe    *pipeline
 	releasePipe *pipeline
 	closed      sync.Once
 }
@@ -222,6 +227,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	// redirected are resent through the one that follows redirections.
 	// Releases that meet a slot move fail (see newClients).
 	s.checkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
+	s.bulkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
 	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, cfg.netTimeout(), 0, s.loadScripts)
 	return s, nil
 }
@@ -252,7 +258,11 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 	if sc == nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
-	reply, err := s.checkPipe.run(ctx, s.cfg.Timeout, sc, s.batch[l.Algorithm], algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
+	pipe := s.checkPipe
+	if node.IsBulk(ctx) {
+		pipe = s.bulkPipe
+	}
+	reply, err := pipe.run(ctx, s.cfg.Timeout, sc, s.batch[l.Algorithm], algorithms.Keys(l.Algorithm, base), algorithms.AcquireArgs(l, cost, want, hold, 0))
 	if err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
@@ -292,13 +302,13 @@ func (s *Store) Remote() bool { return true }
 // and releases it was asked for when batch script calls decided several
 // checks.
 func (s *Store) ScriptCalls() int64 {
-	return s.checkPipe.scripts.Load() + s.releasePipe.scripts.Load()
+	return s.checkPipe.scripts.Load() + s.bulkPipe.scripts.Load() + s.releasePipe.scripts.Load()
 }
 
 // RoundTrips reports how many pipelines of script calls the store sent
 // (resends not counted): the network round trips that ScriptCalls shared.
 func (s *Store) RoundTrips() int64 {
-	return s.checkPipe.roundTrips.Load() + s.releasePipe.roundTrips.Load()
+	return s.checkPipe.roundTrips.Load() + s.bulkPipe.roundTrips.Load() + s.releasePipe.roundTrips.Load()
 }
 
 // Reset implements node.Store. All keys of one base share a hash tag, so one DEL
@@ -394,6 +404,7 @@ func (s *Store) Close() error {
 	var err error
 	s.closed.Do(func() {
 		s.checkPipe.close()
+		s.bulkPipe.close()
 		s.releasePipe.close()
 		err = s.closeClients()
 	})
