@@ -116,6 +116,9 @@ func New(cfg Config, log *slog.Logger) (*Membership, error) {
 	return m, nil
 }
 
+// hostname is os.Hostname, a variable for the test of its failure.
+var hostname = os.Hostname
+
 // memberlistConfig translates m.cfg into memberlist's configuration,
 // starting from its LAN defaults.
 func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
@@ -153,8 +156,11 @@ func (m *Membership) memberlistConfig() (*memberlist.Config, error) {
 	}
 	mc.Name = c.NodeName
 	if mc.Name == "" {
-		hostname, err := os.Hostname()
+		hostname, err := hostname()
 		if err != nil {
+			if c.Transport == nil {
+				_ = mc.Transport.Shutdown() // ours, listening: New fails
+			}
 			return nil, fmt.Errorf("cluster node name: none given and %w", err)
 		}
 		mc.Name = net.JoinHostPort(hostname, strconv.Itoa(mc.AdvertisePort))

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log"
 	"net"
@@ -110,4 +111,40 @@ func TestTransportShutdownWithNobodyReading(t *testing.T) {
 	// A second Shutdown (New's after a failed Create that shut it down
 	// already) is harmless.
 	tr.Shutdown()
+}
+
+// New that fails after it opened its transport (no node name given, and
+// none to be had from the hostname) closes the transport: its port is
+// free again at once.
+func TestNewClosesItsTransportWhenTheHostnameFails(t *testing.T) {
+	defer func(h func() (string, error)) { hostname = h }(hostname)
+	hostname = func() (string, error) { return "", errors.New("no hostname here") }
+	probe, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := probe.LocalAddr().(*net.UDPAddr).Port
+	probe.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	m, err := New(Config{BindAddr: addr}, nil)
+	if err == nil {
+		m.Shutdown()
+		t.Fatal("New without a node name or a hostname succeeded")
+	}
+	if !strings.Contains(err.Error(), "no hostname here") {
+		t.Fatalf("error %q, want the hostname's", err)
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		var c io.Closer
+		var err error
+		if network == "udp" {
+			c, err = net.ListenPacket(network, addr)
+		} else {
+			c, err = net.Listen(network, addr)
+		}
+		if err != nil {
+			t.Fatalf("%s %s still taken after New failed: %v", network, addr, err)
+		}
+		c.Close()
+	}
 }
