@@ -122,7 +122,9 @@ type wireCall struct {
 // nodes at once, its reply written by two goroutines. Instead, the calls a
 // batch got a redirection for (MOVED, ASK, TRYAGAIN: Redis refused to run
 // them, so a resend cannot run one twice) are resent one by one through
-// follow, whose single-command path follows redirections correctly.
+// follow, whose single-command path follows redirections correctly: those
+// of one slot one after another, in the order sent, so two calls of one
+// key keep their order (redirectedBySlot).
 type pipeline struct {
 	// client sends batches; on Redis Cluster it must not follow
 	// redirections (MaxRedirects -1).
@@ -626,18 +628,45 @@ func (p *pipeline) exec(ctx context.Context, calls []*wireCall, cmd func(goredis
 		return cmds
 	}
 	var wg sync.WaitGroup
+	for _, group := range redirectedBySlot(calls, cmds) {
+		wg.Go(func() {
+			for _, i := range group {
+				cmds[i] = cmd(p.follow, calls[i])
+			}
+		})
+	}
+	wg.Wait()
+	return cmds
+}
+
+// redirectedBySlot returns the indexes of the calls whose commands Redis
+// Cluster redirected, grouped by their keys' hash tag (so their slot), each
+// group in the order sent. exec resends the groups at once and each
+// group's calls one after another: two calls of one key, redirected
+// together, must still run in their queue order.
+func redirectedBySlot(calls []*wireCall, cmds []*goredis.Cmd) [][]int {
+	var groups [][]int
+	var at map[string]int
 	for i, c := range calls {
 		if err := cmds[i].Err(); err == nil || !isRedirect(err) {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmds[i] = cmd(p.follow, c)
-		}()
+		tag := ""
+		if len(c.keys) > 0 {
+			tag = hashTag(c.keys[0])
+		}
+		if at == nil {
+			at = make(map[string]int)
+		}
+		g, ok := at[tag]
+		if !ok {
+			g = len(groups)
+			at[tag] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
 	}
-	wg.Wait()
-	return cmds
+	return groups
 }
 
 // reloadInBackground loads every script again, once at a time, so the

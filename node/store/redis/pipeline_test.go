@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -222,5 +223,31 @@ func TestWireCallsBoundKeyBytes(t *testing.T) {
 		if batches != tc.wantBatches {
 			t.Errorf("%s: %d batch script calls, want %d", tc.name, batches, tc.wantBatches)
 		}
+	}
+}
+
+// Calls Redis Cluster redirected are resent grouped by slot, each group
+// in the order sent: two calls of one key keep their order, while calls
+// of other slots need not wait for them.
+func TestRedirectedCallsResentInOrderBySlot(t *testing.T) {
+	call := func(key string) *wireCall { return &wireCall{keys: []string{key + ":fw2"}} }
+	calls := []*wireCall{call("{a}"), call("{b}"), call("{a}"), call("{c}"), call("{b}"), call("{a}")}
+	errs := []error{
+		errors.New("MOVED 15495 127.0.0.1:7002"), errors.New("ASK 3300 127.0.0.1:7001"), errors.New("MOVED 15495 127.0.0.1:7002"),
+		nil, errors.New("TRYAGAIN Multiple keys request during rehashing of slot"), errors.New("CLUSTERDOWN The cluster is down"),
+	}
+	cmds := make([]*goredis.Cmd, len(calls))
+	for i := range cmds {
+		cmds[i] = goredis.NewCmd(context.Background())
+		if errs[i] != nil {
+			cmds[i].SetErr(errs[i])
+		}
+	}
+	got := redirectedBySlot(calls, cmds)
+	// {a}: calls 0 and 2 (5, CLUSTERDOWN, is no redirection); {b}: 1 and
+	// 4; {c}: answered.
+	want := [][]int{{0, 2}, {1, 4}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("groups %v, want %v", got, want)
 	}
 }
