@@ -114,37 +114,61 @@ func TestTransportShutdownWithNobodyReading(t *testing.T) {
 }
 
 // New that fails after it opened its transport (no node name given, and
-// none to be had from the hostname) closes the transport: its port is
-// free again at once.
+// none to be had from the hostname) closes the transport: its readers end.
 func TestNewClosesItsTransportWhenTheHostnameFails(t *testing.T) {
 	defer func(h func() (string, error)) { hostname = h }(hostname)
 	hostname = func() (string, error) { return "", errors.New("no hostname here") }
-	probe, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	readers := func() int {
+		buf := make([]byte, 1<<20)
+		dump := string(buf[:runtime.Stack(buf, true)])
+		return strings.Count(dump, "(*netTransport).readPackets") + strings.Count(dump, "(*netTransport).acceptStreams")
 	}
-	port := probe.LocalAddr().(*net.UDPAddr).Port
-	probe.Close()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	m, err := New(Config{BindAddr: addr}, nil)
-	if err == nil {
-		m.Shutdown()
-		t.Fatal("New without a node name or a hostname succeeded")
+	for deadline := time.Now().Add(10 * time.Second); readers() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("another test's transport is still reading")
+		}
+	}
+	// A port free for TCP and UDP when probed; another process may take
+	// it before New binds it, so a port found taken is tried again.
+	var err error
+	for range 5 {
+		var m *Membership
+		m, err = New(Config{BindAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(freeTCPAndUDPPort(t)))}, nil)
+		if err == nil {
+			m.Shutdown()
+			t.Fatal("New without a node name or a hostname succeeded")
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
 	}
 	if !strings.Contains(err.Error(), "no hostname here") {
 		t.Fatalf("error %q, want the hostname's", err)
 	}
-	for _, network := range []string{"udp", "tcp"} {
-		var c io.Closer
-		var err error
-		if network == "udp" {
-			c, err = net.ListenPacket(network, addr)
-		} else {
-			c, err = net.Listen(network, addr)
+	for deadline := time.Now().Add(10 * time.Second); readers() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d transport readers still running after New failed: the transport was left open", readers())
 		}
-		if err != nil {
-			t.Fatalf("%s %s still taken after New failed: %v", network, addr, err)
-		}
-		c.Close()
 	}
+}
+
+// freeTCPAndUDPPort returns a loopback port that was free for both TCP
+// and UDP a moment ago.
+func freeTCPAndUDPPort(t *testing.T) int {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no port free for both TCP and UDP")
+	return 0
 }
