@@ -11,7 +11,7 @@ package algorithms
 // (the scripts read a missing key as tat = now, which decides the same).
 //
 // It mirrors scripts/gcra.lua and scripts/release_gcra.lua (STRING
-// base:gc2, "tat r"); the rules are docs/algorithms.md, "GCRA" and "Leases". Decisions equal go-redis/redis_rate's for the
+// base:gc3, "tat r"); the rules are docs/algorithms.md, "GCRA" and "Leases". Decisions equal go-redis/redis_rate's for the
 // same rate, period and burst, with waits rounded up to whole ms and without
 // its -1 sentinels, except that a denied cost reports the units that do
 // remain (redis_rate reports 0) and cost 0 asks whether one unit fits.

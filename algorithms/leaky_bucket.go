@@ -16,7 +16,7 @@ package algorithms
 // The zero value is a fresh state: an empty bucket, as for a key never seen.
 //
 // It mirrors scripts/leaky_bucket.lua and scripts/release_leaky_bucket.lua
-// (STRING base:lb2, "l d ts"); the rules are docs/algorithms.md,
+// (STRING base:lb3, "l d ts"); the rules are docs/algorithms.md,
 // "Leaky bucket" and "Leases".
 type LeakyBucketState struct {
 	level  int64 // units in the bucket, rounded up, 0 to capacity

@@ -18,7 +18,7 @@ var ErrBadReply = errors.New("malformed script reply")
 // scriptFile, releaseFile and keySuffixes describe each algorithm's Lua
 // scripts and the Redis keys they use. Suffixes differ between algorithms so that a policy
 // whose algorithm changes never reads another algorithm's state, and they
-// change with the state's format (the 2 in ":tb2") so that two quotad
+// change with the state's format (the 3 in ":tb3") so that two quotad
 // versions on one Redis, as in a rolling upgrade, never read each other's
 // state: each keeps its own (see legacySuffixes).
 var (
@@ -42,16 +42,18 @@ var (
 		FixedWindow:          {":fw2"},
 		SlidingWindowLog:     {":sl2", ":slm2"},
 		SlidingWindowCounter: {":sc2"},
-		TokenBucket:          {":tb2"},
-		LeakyBucket:          {":lb2"},
-		GCRA:                 {":gc2"},
+		TokenBucket:          {":tb3"},
+		LeakyBucket:          {":lb3"},
+		GCRA:                 {":gc3"},
 		Concurrency:          {":cc"},
 	}
 	// legacySuffixes are the keys of earlier state formats (the HASH
-	// states quotad kept before its STRING ones): no script reads them, but
-	// a reset deletes them too, so that an older node still running beside
+	// states quotad kept before its STRING ones; the token bucket's, leaky
+	// bucket's and GCRA's STRING states before their fresh form, which an
+	// older script would refuse as malformed): no script reads them, but a
+	// reset deletes them too, so that an older node still running beside
 	// this one in a rolling upgrade sees the reset as well.
-	legacySuffixes = []string{":fw", ":sl", ":slm", ":sc", ":tb", ":lb", ":gc"}
+	legacySuffixes = []string{":fw", ":sl", ":slm", ":sc", ":tb", ":lb", ":gc", ":tb2", ":lb2", ":gc2"}
 )
 
 // CheckScript returns the Lua source of algorithm a's check script, which

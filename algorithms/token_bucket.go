@@ -9,7 +9,7 @@ package algorithms
 // The zero value is a fresh state: a full bucket, as for a key never seen.
 //
 // It mirrors scripts/token_bucket.lua and scripts/release_token_bucket.lua
-// (STRING base:tb2, "t r ts"); the rules are docs/algorithms.md,
+// (STRING base:tb3, "t r ts"); the rules are docs/algorithms.md,
 // "Token bucket" and "Leases".
 type TokenBucketState struct {
 	tokens  int64 // whole tokens, 0 to capacity

@@ -152,8 +152,8 @@ func TestResetOfConfiguredAndUnknownKeys(t *testing.T) {
 	if got := spend(t, n, p, "k}1", 2); got != 2 {
 		t.Fatalf("got %d of 2", got)
 	}
-	if got, err := r.Do("EXISTS", "{quotad:api:k%7D1}:tb2"); err != nil || got != "1" {
-		t.Fatalf("EXISTS {quotad:api:k%%7D1}:tb2 = %q, %v", got, err)
+	if got, err := r.Do("EXISTS", "{quotad:api:k%7D1}:tb3"); err != nil || got != "1" {
+		t.Fatalf("EXISTS {quotad:api:k%%7D1}:tb3 = %q, %v", got, err)
 	}
 	for _, key := range []string{"k}1", "never-seen"} {
 		if err := n.Reset(context.Background(), "api", key); err != nil {

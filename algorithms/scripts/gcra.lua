@@ -6,7 +6,7 @@
 -- go-redis/redis_rate's, in whole ms (rounded up) and without its -1
 -- sentinels, but for what a denial or cost 0 reports (see gcra.go).
 --
--- KEYS[1]  base..":gc2", a STRING "tat r" (prelude: load, save): tat = whole
+-- KEYS[1]  base..":gc3", a STRING "tat r" (prelude: parse, save): tat = whole
 --          ms of tat, r = its fraction in 1/a ms (0 <= r < a). A missing key
 --          is tat = now.
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
@@ -78,4 +78,4 @@ local function decide(found, st_tat, st_r)
   return reply
 end
 
-return check_state(key, 2, decide)
+return check_state(key, 2, decide, 1)

@@ -4,7 +4,7 @@
 -- match decision for decision, are docs/algorithms.md "Leaky bucket" and
 -- algorithms/leaky_bucket.go.
 --
--- KEYS[1]  base..":lb2", a STRING "l d ts" (prelude: load, save): l = level
+-- KEYS[1]  base..":lb3", a STRING "l d ts" (prelude: parse, save): l = level
 --          rounded up, d = how much of the top unit has drained in 1/b units
 --          (0 <= d < b; the exact level is l - d/b), ts = time of the last
 --          drain in ms. A missing key is an empty bucket.
@@ -78,4 +78,4 @@ local function decide(found, st_l, st_d, st_ts)
   return reply
 end
 
-return check_state(key, 3, decide)
+return check_state(key, 3, decide, 3)

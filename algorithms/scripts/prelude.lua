@@ -42,18 +42,38 @@ end
 
 -- parse returns the n (2 or 3) integers of the state value v of key. A
 -- value of another shape is an error.
-local function parse(key, v, n)
+--
+-- A value that starts with "r" is a fresh state a node wrote with a plain
+-- SET ... PX ttl NX (no script, so no TIME: algorithms/fresh.go):
+-- "r<ttl> " then the n integers, field tf (a time in ms) written as an
+-- offset from the write's own time. That time is the key's expire time
+-- less ttl (PEXPIRETIME: Redis's clock, as TIME is, and the same on a
+-- replica or after a restart from the AOF, which keep the absolute expire
+-- time), so the state reads exactly as if a script had written it then.
+-- Only a script whose state has a time field (tf) reads one; no script
+-- ever writes one (save and check_state write absolute times).
+local function parse(key, v, n, tf)
+  if string.byte(v, 1) == 114 then -- "r"
+    local ttl, rest = string.match(v, '^r(%d+) (.*)$')
+    local exp = ttl and tf and redis.call('PEXPIRETIME', key)
+    if not exp or exp < 0 then error('malformed state in ' .. key) end
+    local f = {string.match(rest, state_patterns[n])}
+    if not f[1] then error('malformed state in ' .. key) end
+    for i = 1, n do f[i] = tonumber(f[i]) end
+    f[tf] = f[tf] + exp - tonumber(ttl)
+    return f[1], f[2], f[3]
+  end
   local x, y, z = string.match(v, state_patterns[n])
   if not x then error('malformed state in ' .. key) end
   return tonumber(x), tonumber(y), z and tonumber(z)
 end
 
--- load returns whether key holds a state and, if so, its n integers. A key
--- of another type is an error (WRONGTYPE).
-local function load(key, n)
+-- load returns whether key holds a state and, if so, its n integers (tf:
+-- see parse). A key of another type is an error (WRONGTYPE).
+local function load(key, n, tf)
   local v = redis.call('GET', key)
   if not v then return false end
-  return true, parse(key, v, n)
+  return true, parse(key, v, n, tf)
 end
 
 -- save writes the integers x, y and (if not nil) z as key's state, keeping
@@ -62,7 +82,8 @@ local function save(key, x, y, z)
   redis.call('SET', key, encode(x, y, z), 'KEEPTTL')
 end
 
--- check_state runs a check whose state is the n integers at key.
+-- check_state runs a check whose state is the n integers at key (tf: see
+-- parse).
 -- decide(found, x, y, z) returns the check's reply for the state (found
 -- false: a missing key, the fresh state) and, when the check writes, the
 -- new state's value and its TTL in ms. A cold key is the common case, so
@@ -70,7 +91,7 @@ end
 -- writes it if the key is missing and otherwise reads what is there,
 -- without writing. Only a key that exists costs a second command, the
 -- write its own decision makes, if any. Needs Redis 7.0 (NX with GET).
-local function check_state(key, n, decide)
+local function check_state(key, n, decide, tf)
   local reply, v, ttl = decide(false)
   local old
   if v then
@@ -79,7 +100,7 @@ local function check_state(key, n, decide)
     old = redis.call('GET', key)
   end
   if not old then return reply end
-  reply, v, ttl = decide(true, parse(key, old, n))
+  reply, v, ttl = decide(true, parse(key, old, n, tf))
   if v then redis.call('SET', key, v, 'PX', int(ttl)) end
   return reply
 end

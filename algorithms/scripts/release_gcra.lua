@@ -3,7 +3,7 @@
 -- shared with the Go model (GCRAState.Release), are docs/algorithms.md,
 -- "Leases".
 --
--- KEYS[1]  base..":gc2", a STRING "tat r" (prelude: load, save): tat = whole
+-- KEYS[1]  base..":gc3", a STRING "tat r" (prelude: parse, save): tat = whole
 --          ms of tat, r = its fraction in 1/a ms (0 <= r < a). A missing key
 --          is tat = now.
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" reads TIME),
@@ -22,7 +22,7 @@ local b = tonumber(ARGV[6])
 local now = now_ms(ARGV[7])
 
 if units <= 0 then return {0} end
-local found, tat, r = load(key, 2)
+local found, tat, r = load(key, 2, 1)
 -- A missing key is tat = now already.
 if not found then return {0} end
 local full = capacity * b

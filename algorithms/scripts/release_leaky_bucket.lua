@@ -2,7 +2,7 @@
 -- units of a lease grant out, down to an empty bucket. The rules, shared with
 -- the Go model (LeakyBucketState.Release), are docs/algorithms.md, "Leases".
 --
--- KEYS[1]  base..":lb2", a STRING "l d ts" (prelude: load, save): l = level
+-- KEYS[1]  base..":lb3", a STRING "l d ts" (prelude: parse, save): l = level
 --          rounded up, d = how much of the top unit has drained in 1/b units
 --          (0 <= d < b), ts = time of the last drain in ms. A missing key is an
 --          empty bucket.
@@ -21,7 +21,7 @@ local b = tonumber(ARGV[6])
 local now = now_ms(ARGV[7])
 
 if units <= 0 then return {0} end
-local found, level, d, last = load(key, 3)
+local found, level, d, last = load(key, 3, 3)
 -- A missing key is an empty bucket already.
 if not found then return {0} end
 -- A level above the capacity was written under a larger limit and is read

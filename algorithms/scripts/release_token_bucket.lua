@@ -2,7 +2,7 @@
 -- units of a lease grant back, up to a full bucket. The rules, shared with
 -- the Go model (TokenBucketState.Release), are docs/algorithms.md, "Leases".
 --
--- KEYS[1]  base..":tb2", a STRING "t r ts" (prelude: load, save): t = whole
+-- KEYS[1]  base..":tb3", a STRING "t r ts" (prelude: parse, save): t = whole
 --          tokens, r = the part of the next token refilled so far in 1/b
 --          tokens (0 <= r < b), ts = time of the last refill in ms. A missing
 --          key is a full bucket.
@@ -21,7 +21,7 @@ local b = tonumber(ARGV[6])
 local now = now_ms(ARGV[7])
 
 if units <= 0 then return {0} end
-local found, tokens, r, last = load(key, 3)
+local found, tokens, r, last = load(key, 3, 3)
 -- A missing key is a full bucket already.
 if not found then return {0} end
 -- Read and refill exactly as the check does.

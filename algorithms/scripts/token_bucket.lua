@@ -3,7 +3,7 @@
 -- must match decision for decision, are docs/algorithms.md "Token bucket" and
 -- algorithms/token_bucket.go.
 --
--- KEYS[1]  base..":tb2", a STRING "t r ts" (prelude: load, save): t = whole
+-- KEYS[1]  base..":tb3", a STRING "t r ts" (prelude: parse, save): t = whole
 --          tokens, r = the part of the next token refilled so far in 1/b
 --          tokens (0 <= r < b), ts = time of the last refill in ms. A missing
 --          key is a full bucket.
@@ -75,4 +75,4 @@ local function decide(found, st_t, st_r, st_ts)
   return reply
 end
 
-return check_state(key, 3, decide)
+return check_state(key, 3, decide, 3)

@@ -1,0 +1,181 @@
+package algorithms_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotad/quotad/algorithms"
+)
+
+// freshTimeField is the field of each fresh-writable state that is a time
+// (1-based, as scripts/prelude.lua's parse takes it).
+var freshTimeField = map[algorithms.Algorithm]int{
+	algorithms.TokenBucket: 3,
+	algorithms.LeakyBucket: 3,
+	algorithms.GCRA:        1,
+}
+
+// TestFreshWriteMatchesTheScript requires that a fresh write (Fresh, then
+// a plain SET ... NX) decides what the check script decides on a
+// missing key, and that the state it writes, read back by the scripts,
+// decides every later check and release exactly as the state the script
+// would have written at the same time.
+func TestFreshWriteMatchesTheScript(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	seed := seedFor(t)
+	for a, tf := range freshTimeField {
+		t.Run(a.String(), func(t *testing.T) {
+			check := redis.NewScript(algorithms.CheckScript(a))
+			release := redis.NewScript(algorithms.ReleaseScript(a))
+			rng := rand.New(rand.NewPCG(seed, uint64(a)))
+			compared := 0
+			for n := range 400 {
+				l := diffLimit(rng, a)
+				cost := diffCost(rng, l.Capacity())
+				want := cost + rng.Int64N(max(1, l.Capacity()))
+				where := fmt.Sprintf("seed %d, case %d, %+v, cost %d, want %d", seed, n, l, cost, want)
+				w, ok := algorithms.Fresh(l, cost, want)
+				if wantOK := cost > 0 && cost <= l.Capacity(); ok != wantOK {
+					t.Fatalf("%s: Fresh ok %v, want %v", where, ok, wantOK)
+				}
+				if !ok {
+					continue
+				}
+
+				// The script on a missing key, at a clock of its own.
+				scripted := fmt.Sprintf("{fresh:%d:%d}s", seed, n)
+				nowMs := redisNowMs(t, rdb)
+				raw, err := check.Run(ctx, rdb, algorithms.Keys(a, scripted), algorithms.AcquireArgs(l, cost, want, 0, nowMs)...).Slice()
+				if err != nil {
+					t.Fatalf("%s: script: %v", where, err)
+				}
+				d, g, err := algorithms.DecodeAcquireReply(raw)
+				if err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				if d != w.Decision || g != w.Grant {
+					t.Fatalf("%s: Fresh decided %+v %+v, the script %+v %+v", where, w.Decision, w.Grant, d, g)
+				}
+				if ttl := max(raw[3].(int64), 1); ttl != w.TTLMillis {
+					t.Fatalf("%s: Fresh TTL %d ms, the script's %d ms", where, w.TTLMillis, ttl)
+				}
+				stored, err := rdb.Get(ctx, algorithms.Keys(a, scripted)[0]).Result()
+				if err != nil {
+					t.Fatalf("%s: GET: %v", where, err)
+				}
+				if got := absolute(t, w.Value, tf, nowMs); got != stored {
+					t.Fatalf("%s: Fresh writes %q (%q at %d), the script %q", where, w.Value, got, nowMs, stored)
+				}
+
+				// Later steps read both states alike. Only states that live
+				// well beyond this test's own few ms are compared: both keys
+				// expire on Redis's clock, not on the simulated one.
+				if w.TTLMillis < 10_000 {
+					continue
+				}
+				compared++
+				plain := fmt.Sprintf("{fresh:%d:%d}p", seed, n)
+				key := algorithms.Keys(a, plain)[0]
+				// (Not SetNX: its Duration overflows on a TTL of centuries.)
+				if reply, err := rdb.Do(ctx, "SET", key, w.Value, "PX", w.TTLMillis, "NX").Result(); reply != "OK" || err != nil {
+					t.Fatalf("%s: SET NX on a missing key: %v, %v", where, reply, err)
+				}
+				// (go-redis's PExpireTime returns a Duration, which a TTL of
+				// centuries overflows.)
+				expireMs, err := rdb.Do(ctx, "PEXPIRETIME", key).Int64()
+				if err != nil {
+					t.Fatalf("%s: PEXPIRETIME: %v", where, err)
+				}
+				writtenMs := expireMs - w.TTLMillis
+				rescripted := fmt.Sprintf("{fresh:%d:%d}r", seed, n)
+				if err := check.Run(ctx, rdb, algorithms.Keys(a, rescripted), algorithms.AcquireArgs(l, cost, want, 0, writtenMs)...).Err(); err != nil {
+					t.Fatalf("%s: script: %v", where, err)
+				}
+				at := writtenMs
+				for step := range 4 {
+					at += diffJump(rng, l.PeriodMillis(), at, w.Decision)
+					var args []any
+					sc := check
+					// Half the cases read the fresh state with a release first.
+					if (step+n)%2 == 1 {
+						sc = release
+						args = algorithms.ReleaseArgs(l, 1+rng.Int64N(w.Grant.Units), w.Grant, at)
+					} else {
+						c := diffCost(rng, l.Capacity())
+						args = algorithms.AcquireArgs(l, c, max(c, want), 0, at)
+					}
+					fromFresh, err1 := sc.Run(ctx, rdb, algorithms.Keys(a, plain), args...).Slice()
+					fromScript, err2 := sc.Run(ctx, rdb, algorithms.Keys(a, rescripted), args...).Slice()
+					if err1 != nil || err2 != nil {
+						t.Fatalf("%s, step %d at +%d ms: %v / %v", where, step, at-writtenMs, err1, err2)
+					}
+					if fmt.Sprint(fromFresh) != fmt.Sprint(fromScript) {
+						t.Fatalf("%s, step %d at +%d ms: the fresh write's state replied %v, the script's %v", where, step, at-writtenMs, fromFresh, fromScript)
+					}
+				}
+			}
+			if compared < 20 {
+				t.Fatalf("only %d cases lived long enough to compare later steps", compared)
+			}
+			t.Logf("%d cases compared beyond the first check", compared)
+		})
+	}
+}
+
+// absolute returns a fresh write's value as the script would have stored
+// it at nowMs: the "r<ttl> " prefix dropped and field tf made absolute.
+func absolute(t *testing.T, v string, tf int, nowMs int64) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(v, " ")
+	if !strings.HasPrefix(v, "r") || !ok {
+		t.Fatalf("fresh value %q is not r<ttl> then the fields", v)
+	}
+	fields := strings.Fields(rest)
+	offset, err := strconv.ParseInt(fields[tf-1], 10, 64)
+	if err != nil {
+		t.Fatalf("fresh value %q: %v", v, err)
+	}
+	fields[tf-1] = strconv.FormatInt(nowMs+offset, 10)
+	return strings.Join(fields, " ")
+}
+
+// TestFreshWriteRejectsMalformedValues requires that a script reading a
+// fresh-form value refuses one of the wrong shape, or one under an
+// algorithm that never writes that form, instead of misreading it.
+func TestFreshWriteRejectsMalformedValues(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		a     algorithms.Algorithm
+		value string
+		ttl   time.Duration
+	}{
+		{algorithms.TokenBucket, "r100 1 2", time.Minute}, // two fields of three
+		{algorithms.TokenBucket, "r 1 2 3", time.Minute},  // no TTL
+		{algorithms.GCRA, "rx 1 2", time.Minute},          // a TTL that is no number
+		{algorithms.FixedWindow, "r100 1 2", time.Minute}, // windows are never written fresh
+		{algorithms.SlidingWindowCounter, "r100 1 2 3", time.Minute},
+		{algorithms.LeakyBucket, "r100 1 2 3", 0}, // no expire time to read the write's time from
+	} {
+		key := algorithms.Keys(c.a, "{fresh:bad}")[0]
+		if err := rdb.Set(ctx, key, c.value, c.ttl).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l := algorithms.Limit{Algorithm: c.a, Limit: 10, Period: time.Minute}
+		err := redis.NewScript(algorithms.CheckScript(c.a)).Run(ctx, rdb, algorithms.Keys(c.a, "{fresh:bad}"), algorithms.CheckArgs(l, 1, 0)...).Err()
+		if err == nil || !strings.Contains(err.Error(), "malformed state") {
+			t.Errorf("%s reading %q: %v, want a malformed state error", c.a, c.value, err)
+		}
+		if err := rdb.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
