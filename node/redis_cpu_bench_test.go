@@ -26,8 +26,9 @@ import (
 // each check on a key not checked before (the first of 100,000 distinct
 // keys, then the next run's), and reports redis-server's CPU time per check
 // (INFO cpu: used_cpu_sys + used_cpu_user, delta) as redis-µs/check, and
-// script calls (EVALSHAs) and round trips per check: the batches the
-// pipeline formed.
+// script calls (EVALSHAs), fresh writes (plain SET ... NX, see
+// algorithms.Fresh) and round trips per check: the batches the pipeline
+// formed.
 // BenchmarkRedisCPU/floor-* are the reference: the same number of checks
 // as INCRBY + PEXPIRE on distinct keys, pipelined, from the same number of
 // goroutines — "perreq" one two-command pipeline per check (as
@@ -61,14 +62,17 @@ func BenchmarkRedisCPU(b *testing.B) {
 			round.Add(1)
 			l := algorithms.Limit{Algorithm: a, Limit: 1000, Period: time.Minute}
 			calls0 := s.ScriptCalls()
+			fresh0 := s.FreshWrites()
 			trips0 := s.RoundTrips()
 			measureRedisCPU(b, r, func(i int64) error {
 				_, _, err := s.Acquire(ctx, keyOf("c", i), l, 1, 1, 0)
 				return err
 			})
 			calls1 := s.ScriptCalls()
+			fresh1 := s.FreshWrites()
 			trips1 := s.RoundTrips()
 			b.ReportMetric(float64(calls1-calls0)/float64(b.N), "scriptcalls/check")
+			b.ReportMetric(float64(fresh1-fresh0)/float64(b.N), "freshwrites/check")
 			b.ReportMetric(float64(trips1-trips0)/float64(b.N), "roundtrips/check")
 		})
 	}

@@ -100,23 +100,27 @@ func TestCheckSpans(t *testing.T) {
 
 	t.Run("store", func(t *testing.T) {
 		p := node.Policy{Name: "plain", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Period: time.Hour}}
-		res, s := check(p, 2)
-		if res.Source != node.SourceStore {
-			t.Fatalf("source %s, want store", res.Source)
+		// The key's first check is a fresh write (a plain SET), its second
+		// a script call.
+		for _, op := range []string{"SET", "EVALSHA"} {
+			res, s := check(p, 2)
+			if res.Source != node.SourceStore {
+				t.Fatalf("source %s, want store", res.Source)
+			}
+			wantAttrs(t, s, map[string]any{"quotad.policy": "plain", "quotad.algorithm": "token_bucket", "quotad.cost": int64(2), "quotad.allowed": true, "quotad.source": "store"})
+			kids := children(sr, s)
+			if len(kids) != 1 {
+				t.Fatalf("%d child spans, want the Redis call", len(kids))
+			}
+			redis := kids[0]
+			if redis.Name() != op || redis.SpanKind() != trace.SpanKindClient || redis.Status().Code == codes.Error {
+				t.Fatalf("child %q kind %s status %v, want %s, client, ok", redis.Name(), redis.SpanKind(), redis.Status(), op)
+			}
+			wantAttrs(t, redis, map[string]any{
+				"db.system.name": "redis", "db.operation.name": op, "db.stored_procedure.name": "token_bucket",
+				"db.namespace": "0", "server.address": "127.0.0.1", "server.port": int64(r.Port()),
+			})
 		}
-		wantAttrs(t, s, map[string]any{"quotad.policy": "plain", "quotad.algorithm": "token_bucket", "quotad.cost": int64(2), "quotad.allowed": true, "quotad.source": "store"})
-		kids := children(sr, s)
-		if len(kids) != 1 {
-			t.Fatalf("%d child spans, want the Redis call", len(kids))
-		}
-		redis := kids[0]
-		if redis.Name() != "EVALSHA" || redis.SpanKind() != trace.SpanKindClient || redis.Status().Code == codes.Error {
-			t.Fatalf("child %q kind %s status %v, want EVALSHA, client, ok", redis.Name(), redis.SpanKind(), redis.Status())
-		}
-		wantAttrs(t, redis, map[string]any{
-			"db.system.name": "redis", "db.operation.name": "EVALSHA", "db.stored_procedure.name": "token_bucket",
-			"db.namespace": "0", "server.address": "127.0.0.1", "server.port": int64(r.Port()),
-		})
 	})
 
 	t.Run("lease", func(t *testing.T) {

@@ -78,7 +78,8 @@ const (
 	companyScale = 1024
 )
 
-// scriptCall is one queued EVALSHA and, once done is closed, its outcome.
+// scriptCall is one queued EVALSHA, or one plain command (a fresh write,
+// algorithms.Fresh), and, once done is closed, its outcome.
 type scriptCall struct {
 	// ctx is the caller's, and deadline when it stops waiting (run): a
 	// call whose caller has left is not sent.
@@ -93,6 +94,9 @@ type scriptCall struct {
 	group string
 	keys  []string
 	args  []any
+	// plain, if not nil, is the call instead of a script: a command and
+	// its arguments, whose only key is keys[0].
+	plain []any
 	// gap is the time since the call queued before this one, -1 if none
 	// or if the pipeline never waits.
 	gap   time.Duration
@@ -101,10 +105,19 @@ type scriptCall struct {
 	err   error
 }
 
-// wireCall is one EVALSHA a pipeline sends: one queued call, or several
-// calls of one batch script (members, in queue order).
+// commander sends script calls and plain commands: a go-redis pipeline,
+// or a client (resends).
+type commander interface {
+	goredis.Scripter
+	Do(ctx context.Context, args ...any) *goredis.Cmd
+}
+
+// wireCall is one command a pipeline sends: one queued call (an EVALSHA
+// or a plain command), or several calls of one batch script (members, in
+// queue order).
 type wireCall struct {
 	script  *goredis.Script
+	plain   []any
 	keys    []string
 	args    []any
 	members []*scriptCall
@@ -178,10 +191,11 @@ type pipeline struct {
 	// lastRTT is rtt, for urgent to read without the lock.
 	lastRTT atomic.Int64
 
-	// scripts counts the EVALSHAs sent (Store.ScriptCalls), roundTrips
-	// the pipelines that carried them (Store.RoundTrips), waited the
-	// batches that waited for company.
-	scripts, roundTrips, waited atomic.Int64
+	// scripts counts the EVALSHAs sent (Store.ScriptCalls), plain the
+	// plain commands (Store.FreshWrites), roundTrips the pipelines that
+	// carried them (Store.RoundTrips), waited the batches that waited for
+	// company.
+	scripts, plain, roundTrips, waited atomic.Int64
 }
 
 func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout, window time.Duration, reload func(context.Context) error) *pipeline {
@@ -225,6 +239,20 @@ func (p *pipeline) run(ctx context.Context, timeout time.Duration, sc, batch *go
 	if batch != nil && p.cluster && len(keys) > 0 {
 		c.group = hashTag(keys[0])
 	}
+	return p.call(c, timeout)
+}
+
+// runPlain queues the plain command cmd, whose only key is key, and waits
+// for its reply as run does: in the pipeline beside the script calls,
+// after every call queued before it.
+func (p *pipeline) runPlain(ctx context.Context, timeout time.Duration, key string, cmd ...any) (any, error) {
+	c := &scriptCall{ctx: ctx, deadline: time.Now().Add(timeout), keys: []string{key}, plain: cmd, done: make(chan struct{})}
+	return p.call(c, timeout)
+}
+
+// call queues c and waits for its outcome, at most timeout.
+func (p *pipeline) call(c *scriptCall, timeout time.Duration) (any, error) {
+	ctx := c.ctx
 	select {
 	case <-p.stop:
 		return nil, goredis.ErrClosed
@@ -488,9 +516,18 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), p.netTimeout)
 	defer cancel()
 	wire := wireCalls(live)
-	p.scripts.Add(int64(len(wire)))
+	for _, w := range wire {
+		if w.plain != nil {
+			p.plain.Add(1)
+		} else {
+			p.scripts.Add(1)
+		}
+	}
 	p.roundTrips.Add(1)
-	cmds := p.exec(ctx, wire, func(s goredis.Scripter, w *wireCall) *goredis.Cmd {
+	cmds := p.exec(ctx, wire, func(s commander, w *wireCall) *goredis.Cmd {
+		if w.plain != nil {
+			return s.Do(ctx, w.plain...)
+		}
 		return w.script.EvalSha(ctx, s, w.keys, w.args...)
 	})
 	var missing []*wireCall
@@ -505,7 +542,7 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 		return true
 	}
 	p.reloadInBackground()
-	cmds = p.exec(ctx, missing, func(s goredis.Scripter, w *wireCall) *goredis.Cmd {
+	cmds = p.exec(ctx, missing, func(s commander, w *wireCall) *goredis.Cmd {
 		return w.script.Eval(ctx, s, w.keys, w.args...)
 	})
 	for i, w := range missing {
@@ -514,11 +551,12 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 	return true
 }
 
-// wireCalls groups calls into the EVALSHAs that send them: calls of one
+// wireCalls groups calls into the commands that send them: calls of one
 // batch script and group share one call of it (up to
 // algorithms.MaxBatchChecks calls and algorithms.MaxBatchKeyBytes of keys
 // each, in queue order); a call left alone, or without a batch form, goes
-// as itself.
+// as itself. A plain call closes every batch call open before it, so that
+// a script call queued after it, for its key, also runs after it.
 func wireCalls(calls []*scriptCall) []*wireCall {
 	type groupKey struct {
 		batch *goredis.Script
@@ -527,6 +565,11 @@ func wireCalls(calls []*scriptCall) []*wireCall {
 	wire := make([]*wireCall, 0, len(calls))
 	var open map[groupKey]*wireCall
 	for _, c := range calls {
+		if c.plain != nil {
+			wire = append(wire, &wireCall{plain: c.plain, keys: c.keys, members: []*scriptCall{c}})
+			clear(open)
+			continue
+		}
 		if c.batch == nil {
 			wire = append(wire, &wireCall{script: c.script, keys: c.keys, args: c.args, members: []*scriptCall{c}})
 			continue
@@ -547,7 +590,7 @@ func wireCalls(calls []*scriptCall) []*wireCall {
 	}
 	for _, w := range wire {
 		switch c := w.members[0]; {
-		case w.script != nil:
+		case w.script != nil, w.plain != nil:
 		case len(w.members) == 1:
 			w.script, w.keys, w.args = c.script, c.keys, c.args
 		default:
@@ -603,7 +646,7 @@ func (w *wireCall) deliver(cmd *goredis.Cmd) {
 // exec sends one command per wire call in one pipeline (a lone call is a
 // pipeline of one: the same single round trip), then resends the calls
 // Redis Cluster redirected, each on its own and all at once.
-func (p *pipeline) exec(ctx context.Context, calls []*wireCall, cmd func(goredis.Scripter, *wireCall) *goredis.Cmd) []*goredis.Cmd {
+func (p *pipeline) exec(ctx context.Context, calls []*wireCall, cmd func(commander, *wireCall) *goredis.Cmd) []*goredis.Cmd {
 	cmds := make([]*goredis.Cmd, len(calls))
 	// Exec's own error repeats the first failed command's; each command
 	// carries its own, which is what callers get.

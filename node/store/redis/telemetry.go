@@ -1,8 +1,8 @@
 package redis
 
 // This file is the Redis store's telemetry: a client span "EVALSHA" for
-// each script call a check or a lease release makes (a child of the
-// check's span), and the db.client.operation.duration and
+// each script call a check or a lease release makes ("SET" for a check a
+// fresh write decided; a child of the check's span), and the db.client.operation.duration and
 // quotad.store.errors metrics, under the node's instrumentation scope
 // (docs/observability.md).
 
@@ -91,6 +91,9 @@ func (o observed) Acquire(ctx context.Context, base string, l algorithms.Limit, 
 	} else {
 		ctx, span = o.db.start(ctx, l.Algorithm.String())
 	}
+	if span != nil {
+		ctx = context.WithValue(ctx, callSpanKey{}, span)
+	}
 	start := time.Now()
 	d, g, err := o.Store.Acquire(ctx, base, l, cost, want, hold)
 	var granted []attribute.KeyValue
@@ -111,8 +114,28 @@ func (o observed) Release(ctx context.Context, base string, l algorithms.Limit, 
 }
 
 // redisOperation is the command every store call is: a Lua script by SHA
-// (a NOSCRIPT retry as EVAL is part of the same call).
+// (a NOSCRIPT retry as EVAL is part of the same call), but for a check
+// that a fresh write decided (freshOperation).
 const redisOperation = "EVALSHA"
+
+// freshOperation is the command of a check decided by a fresh write
+// (algorithms.Fresh): a plain SET ... NX.
+const freshOperation = "SET"
+
+// callSpanKey is the context key of a store call's own span (observed
+// puts it there): not trace.SpanFromContext, which without one would
+// return the check's span.
+type callSpanKey struct{}
+
+// markFreshWrite renames the span of the store call in ctx, if it has one,
+// for a check a fresh write decided: it made no script call. The metrics
+// keep one operation name for every call.
+func markFreshWrite(ctx context.Context) {
+	if span, ok := ctx.Value(callSpanKey{}).(trace.Span); ok {
+		span.SetName(freshOperation)
+		span.SetAttributes(semconv.DBOperationName(freshOperation))
+	}
+}
 
 // dbTelemetry instruments the calls to a Redis store.
 type dbTelemetry struct {

@@ -1,0 +1,96 @@
+package redis
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/redistest"
+)
+
+// A check of a key with no state is one plain SET, not a script call; the
+// next check of that key, remembered, goes to the script, which reads the
+// state the SET wrote. A node that does not remember a key another node
+// wrote tries the SET, finds the state and goes to the script: the two
+// nodes' checks share one count. Windows are never written fresh.
+func TestColdKeysAreWrittenWithoutTheScript(t *testing.T) {
+	r := redistest.Start(t)
+	ctx := context.Background()
+	open := func() *Store {
+		s, err := New(ctx, Config{URL: r.URL(), Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	first, second := open(), open()
+	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+
+	calls := func(s *Store) (fresh, scripts int64) { return s.FreshWrites(), s.ScriptCalls() }
+	acquire := func(s *Store, l algorithms.Limit, wantFresh, wantScripts, wantRemaining int64) {
+		t.Helper()
+		fresh0, scripts0 := calls(s)
+		d, _, err := s.Acquire(ctx, "{cold}", l, 1, 1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh1, scripts1 := calls(s)
+		if fresh1-fresh0 != wantFresh || scripts1-scripts0 != wantScripts {
+			t.Fatalf("%s: %d fresh writes and %d script calls, want %d and %d", l.Algorithm, fresh1-fresh0, scripts1-scripts0, wantFresh, wantScripts)
+		}
+		if !d.Allowed || d.Remaining != wantRemaining {
+			t.Fatalf("%s: %+v, want allowed with %d remaining", l.Algorithm, d, wantRemaining)
+		}
+	}
+
+	for _, a := range []algorithms.Algorithm{algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA} {
+		l := algorithms.Limit{Algorithm: a, Limit: 10, Period: time.Hour}
+		acquire(first, l, 1, 0, 9)
+		v, err := rdb.Get(ctx, algorithms.Keys(a, "{cold}")[0]).Result()
+		if err != nil || !strings.HasPrefix(v, "r") {
+			t.Fatalf("%s: the state after a fresh write is %q (%v), want its fresh form", a, v, err)
+		}
+		acquire(first, l, 0, 1, 8)
+		acquire(second, l, 1, 1, 7)
+		acquire(second, l, 0, 1, 6)
+	}
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Period: time.Hour}
+	acquire(first, l, 0, 1, 9)
+	acquire(second, l, 0, 1, 8)
+}
+
+// The key memory is a guess that forgets: a key is remembered until the
+// time noted, and one that shares its slot replaces it.
+func TestKeyMemory(t *testing.T) {
+	m := newKeyMemory()
+	now := time.Now()
+	if m.holds("a", now) {
+		t.Fatal("a key never noted is remembered")
+	}
+	m.note("a", now.Add(time.Second))
+	if !m.holds("a", now) || m.holds("a", now.Add(2*time.Second)) {
+		t.Fatal("a key is not remembered until the time noted, and only until then")
+	}
+	// Find a key of a's slot, other than a.
+	slot, _ := m.slot("a")
+	other := ""
+	for i := 0; other == ""; i++ {
+		k := "k" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + time.Duration(i).String()
+		if s, _ := m.slot(k); s == slot && k != "a" {
+			other = k
+		}
+	}
+	if m.holds(other, now) {
+		t.Fatalf("%q, sharing a's slot, is taken for a", other)
+	}
+	m.note(other, now.Add(time.Second))
+	if m.holds("a", now) || !m.holds(other, now) {
+		t.Fatal("a key noted in a taken slot does not replace the one there")
+	}
+}
