@@ -47,7 +47,7 @@ type matrixScenario struct {
 var matrixScenarios = []matrixScenario{
 	{name: "hot-allowed", policy: "qb-hot", rlsKey: "hot", floor: "grpc", about: "one key, always allowed: answered from a lease"},
 	{name: "hot-denied", policy: "qb-denied", rlsKey: "denied", about: "one key over its limit: answered from the denied cache"},
-	{name: "cold", policy: "qb-cold", rlsKey: "cold", cold: true, floor: "redis", about: "keys drawn from -nkeys: nearly every check a Redis script call"},
+	{name: "cold", policy: "qb-cold", rlsKey: "cold", cold: true, floor: "redis", about: "keys drawn from -nkeys: nearly every check a Redis call"},
 	{name: "lease-off", policy: "qb-lease-off", rlsKey: "lease-off", about: "one key, policy lease: off: every check a Redis script call"},
 	{name: "batch", policy: "qb-hot", rlsKey: "hot", batch: true, about: "one key, -batch checks per call (CheckBatch, or descriptors of one ShouldRateLimit)"},
 }

@@ -233,7 +233,9 @@ func TestMatrixEndToEnd(t *testing.T) {
 		t.Errorf("hot-denied: allowed %d, sources %v; want none allowed and the denied cache answering", denied.Allowed, denied.Sources)
 	}
 	cold := cellOf(t, r, "cold", "grpc", 2, "q")
-	if cold.RedisCommands < 1 || cold.RedisCPUMicros <= 0 || cold.RedisToFloor == nil || cold.Sources["STORE"] == 0 {
+	// About one command per check: a fresh write's SET, or a script call
+	// and the commands it runs (a few checks take a lease instead).
+	if cold.RedisCommands < 0.9 || cold.RedisCPUMicros <= 0 || cold.RedisToFloor == nil || cold.Sources["STORE"] == 0 {
 		t.Errorf("cold: %.2f Redis commands and %.1f µs per check, ratio %v, sources %v", cold.RedisCommands, cold.RedisCPUMicros, cold.RedisToFloor, cold.Sources)
 	}
 	paced := cellOf(t, r, "cold", "grpc", 2, "redis-floor@q")
