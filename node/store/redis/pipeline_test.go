@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -223,6 +224,29 @@ func TestWireCallsBoundKeyBytes(t *testing.T) {
 		if batches != tc.wantBatches {
 			t.Errorf("%s: %d batch script calls, want %d", tc.name, batches, tc.wantBatches)
 		}
+	}
+}
+
+// A plain call (a fresh write) goes in its place in the queue, and closes
+// the batch calls open before it: a script call of its key queued after it
+// runs after it, in a batch call of its own.
+func TestWireCallsKeepPlainCallsInOrder(t *testing.T) {
+	single, batch := goredis.NewScript("return 1"), goredis.NewScript("return 2")
+	script := func(key string) *scriptCall {
+		return &scriptCall{script: single, batch: batch, keys: []string{key}}
+	}
+	plain := &scriptCall{keys: []string{"k"}, plain: []any{"set", "k", "v", "nx"}}
+	wire := wireCalls([]*scriptCall{script("a"), script("b"), plain, script("k"), script("c")})
+	var got []string
+	for _, w := range wire {
+		kind := "script"
+		if w.plain != nil {
+			kind = "plain"
+		}
+		got = append(got, fmt.Sprintf("%s%v", kind, w.keys))
+	}
+	if want := []string{"script[a b]", "plain[k]", "script[k c]"}; !slices.Equal(got, want) {
+		t.Fatalf("wire calls %v, want %v", got, want)
 	}
 }
 
