@@ -84,6 +84,7 @@ func TestFreshWriteMatchesTheScript(t *testing.T) {
 				compared++
 				plain := fmt.Sprintf("{fresh:%d:%d}p", seed, n)
 				key := algorithms.Keys(a, plain)[0]
+				before := redisNowMs(t, rdb)
 				// (Not SetNX: its Duration overflows on a TTL of centuries.)
 				if reply, err := rdb.Do(ctx, "SET", key, w.Value, "PX", w.TTLMillis, "NX").Result(); reply != "OK" || err != nil {
 					t.Fatalf("%s: SET NX on a missing key: %v, %v", where, reply, err)
@@ -95,6 +96,11 @@ func TestFreshWriteMatchesTheScript(t *testing.T) {
 					t.Fatalf("%s: PEXPIRETIME: %v", where, err)
 				}
 				writtenMs := expireMs - w.TTLMillis
+				// The write's time, as the scripts recover it, is Redis's
+				// clock at the SET, as TIME would have read it.
+				if after := redisNowMs(t, rdb); writtenMs < before || writtenMs > after {
+					t.Fatalf("%s: the fresh write's time reads as %d, outside Redis TIME %d..%d around the SET", where, writtenMs, before, after)
+				}
 				rescripted := fmt.Sprintf("{fresh:%d:%d}r", seed, n)
 				if err := check.Run(ctx, rdb, algorithms.Keys(a, rescripted), algorithms.AcquireArgs(l, cost, want, 0, writtenMs)...).Err(); err != nil {
 					t.Fatalf("%s: script: %v", where, err)
