@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -73,9 +74,15 @@ func TestKeyMemory(t *testing.T) {
 	if m.holds("a", now) {
 		t.Fatal("a key never noted is remembered")
 	}
-	m.note("a", now.Add(time.Second))
+	m.note("a", now, 1000)
 	if !m.holds("a", now) || m.holds("a", now.Add(2*time.Second)) {
 		t.Fatal("a key is not remembered until the time noted, and only until then")
+	}
+	// A TTL of centuries (a Decision's wait saturates near 292 years) is
+	// remembered, not wrapped around to the past.
+	m.note("a", now, math.MaxInt64/int64(time.Millisecond))
+	if !m.holds("a", now.Add(24*time.Hour)) {
+		t.Fatal("a key noted with the longest TTL is not remembered a day later")
 	}
 	// Find a key of a's slot, other than a.
 	slot, _ := m.slot("a")
@@ -89,7 +96,7 @@ func TestKeyMemory(t *testing.T) {
 	if m.holds(other, now) {
 		t.Fatalf("%q, sharing a's slot, is taken for a", other)
 	}
-	m.note(other, now.Add(time.Second))
+	m.note(other, now, 1000)
 	if m.holds("a", now) || !m.holds(other, now) {
 		t.Fatal("a key noted in a taken slot does not replace the one there")
 	}

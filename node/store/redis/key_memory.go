@@ -59,9 +59,11 @@ func (m *keyMemory) holds(key string, now time.Time) bool {
 	return v>>untilBits == tag && v&untilMask > m.since(now)
 }
 
-// note remembers that key holds state until about until (its TTL as last
-// seen): past it, the key is likely gone.
-func (m *keyMemory) note(key string, until time.Time) {
+// note remembers that key holds state for about lifeMs ms from now (its
+// TTL as last seen): past that, the key is likely gone. Any lifeMs ≥ 0
+// does, however long (a TTL of centuries is remembered for 34 years).
+func (m *keyMemory) note(key string, now time.Time, lifeMs int64) {
 	s, tag := m.slot(key)
-	s.Store(tag<<untilBits | m.since(until))
+	until := m.since(now) + uint64(min(max(lifeMs, 0), untilMask))
+	s.Store(tag<<untilBits | min(until, untilMask))
 }

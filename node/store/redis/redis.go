@@ -282,7 +282,7 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 			// meanwhile go to the script, queued after this write, rather
 			// than all trying a fresh write of their own that only one
 			// can make.
-			s.known.note(keys[0], start.Add(time.Duration(fw.TTLMillis)*time.Millisecond))
+			s.known.note(keys[0], start, fw.TTLMillis)
 			wrote, err := s.writeFresh(ctx, pipe, keys[0], fw)
 			if err != nil {
 				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
@@ -310,7 +310,7 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 		// that is likely hot, its TTL kept alive by checks elsewhere or by
 		// the next one here: guessing it gone would cost its check a second
 		// round trip, so it is remembered knownMargin longer.
-		s.known.note(keys[0], time.Now().Add(d.ResetAfter+knownMargin))
+		s.known.note(keys[0], time.Now(), d.ResetAfter.Milliseconds()+knownMargin.Milliseconds())
 	}
 	return d, g, nil
 }
