@@ -18,7 +18,7 @@ const freshBaseMs = 1 << 42
 // Value is the state with its time written relative to the SET's own
 // time, which the scripts recover from the key's expire time
 // (scripts/prelude.lua, parse): the node needs no clock, and a plain SET
-// costs Redis about half of what a script call deciding the same check
+// costs Redis less than half of what a script call deciding the same check
 // does (README, "Benchmarks").
 type FreshWrite struct {
 	Decision  Decision

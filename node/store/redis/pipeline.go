@@ -28,8 +28,10 @@ import (
 // together: the checks of one algorithm in a batch go to Redis as one call
 // of its batch script (algorithms.BatchCheckScript), which pays once for
 // EVALSHA and Redis TIME; on Redis Cluster only checks whose keys share a
-// hash tag (so a slot) go in one call. Calls for one key run in the order
-// they queued, each its own atomic decision.
+// hash tag (so a slot) go in one call. A fresh write (a plain SET ... NX,
+// algorithms.Fresh) rides in the same round trips as a command of its own.
+// Calls for one key run in the order they queued, each its own atomic
+// decision.
 
 const (
 	// pipeliners is how many round trips may be in flight at once. A call

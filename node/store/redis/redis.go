@@ -261,7 +261,7 @@ func (s *Store) loadScripts(ctx context.Context) error {
 // A check of a key this node does not remember holding state, whose
 // algorithm can write a fresh state without the script
 // (algorithms.Fresh), first tries that: one plain SET ... NX, which
-// costs Redis about half of what the script call does. Only if the key
+// costs Redis less than half of what the script call does. Only if the key
 // holds state after all does the check go to the script, within what is
 // left of the same timeout.
 func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
