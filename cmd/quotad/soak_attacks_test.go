@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -397,6 +399,7 @@ func TestSoakAttacker(t *testing.T) {
 			}
 			ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, ns))
 			defer cancel()
+			profileAttackers(t, ctx)
 			s.run(ctx, func() { say("stats", s.stats()) })
 			go func() {
 				tick := time.NewTicker(250 * time.Millisecond)
@@ -417,6 +420,32 @@ func TestSoakAttacker(t *testing.T) {
 		}
 	}
 	s.close()
+}
+
+// profileAttackers writes the attackers' CPU profile of the attack phase
+// (until ctx ends) to attackers.cpu.pprof in QUOTAD_SOAK_PROFILE's
+// directory, if set: what the attacks cost the machine beside node 1. It
+// stops before the process is told to close, which may kill it.
+func profileAttackers(t *testing.T, ctx context.Context) {
+	dir := os.Getenv("QUOTAD_SOAK_PROFILE")
+	if dir == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(dir, "attackers.cpu.pprof"))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		t.Error(err)
+		return
+	}
+	go func() {
+		<-ctx.Done()
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}()
 }
 
 // soakAttacks is the soak's handle on its attacker process.

@@ -49,7 +49,8 @@ import (
 // QUOTAD_SOAK_QUIET=1, which says the machine has nothing else to do.
 // QUOTAD_SOAK_ATTACKS chooses some of the attacks (chosenAttacks).
 // QUOTAD_SOAK_PROFILE names a directory for node 1's CPU and allocation
-// profiles of each phase (soakProfiles).
+// profiles of each phase (soakProfiles) and the attackers' CPU profile of
+// the attack phase (profileAttackers).
 
 const (
 	soakShortPhase = 8 * time.Second
