@@ -299,6 +299,14 @@ func TestConcurrentChecksWaitAboutOneTimeout(t *testing.T) {
 		t.Errorf("a check waited %s on a slow Redis, more than 2 × --redis-timeout + 2 × the scheduler's lag (%s)", s, bound)
 	}
 
+	// On a loaded machine the slow burst's misses may have opened the
+	// breaker; the stall below is about checks sharing one failure, which
+	// needs the breaker closed first. Its probe closes it on the slow Redis.
+	waitUntil(t, 10*time.Second, "the breaker to close on the slow Redis", func() bool {
+		res, err := n.Check(context.Background(), noLease, "warm", 1)
+		return err == nil && res.Source == node.SourceStore && !n.Stats().BreakerOpen
+	})
+
 	// Stalled: the first check's call fails after one timeout, and the
 	// other seven take the failure mode with it.
 	errsBefore := n.Stats().StoreErrors

@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/delayproxy"
 	"github.com/quotad/quotad/internal/redistest"
 )
 
@@ -64,6 +65,63 @@ func TestColdKeysAreWrittenWithoutTheScript(t *testing.T) {
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Period: time.Hour}
 	acquire(first, l, 0, 1, 9)
 	acquire(second, l, 0, 1, 8)
+}
+
+// A fresh write that finds state costs its check a second round trip. On
+// a Redis whose round trip is a good part of the timeout (18ms away, 50ms
+// timeout) that second trip missed the deadline: of eight concurrent checks
+// of a cold key that cannot lease, one took the fail-closed answer on a
+// live Redis. There every check goes straight to the script, whatever the
+// key memory says, and is decided in one round trip. And a key written
+// fresh is remembered from the write's reply, as one the script read is:
+// a state that lives a few ms (a high rate) is not guessed gone as soon as
+// the write comes back.
+func TestFreshWritesOnlyWhereTwoRoundTripsFit(t *testing.T) {
+	r := redistest.Start(t)
+	px := delayproxy.Start(t, r.Addr())
+	ctx := context.Background()
+	open := func(addr string) *Store {
+		s, err := New(ctx, Config{URL: "redis://" + addr + "/0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	acquire := func(s *Store, l algorithms.Limit, key string) (fresh, scripts int64) {
+		t.Helper()
+		fresh0, scripts0 := s.FreshWrites(), s.ScriptCalls()
+		d, _, err := s.Acquire(ctx, key, l, 1, 1, 0)
+		if err != nil || !d.Allowed {
+			t.Fatalf("%s %s: %+v, %v", l.Algorithm, key, d, err)
+		}
+		return s.FreshWrites() - fresh0, s.ScriptCalls() - scripts0
+	}
+
+	// A high rate: one unit's state lives 4ms.
+	fast := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1_000_000, Period: time.Hour}
+	near := open(r.Addr())
+	if fresh, scripts := acquire(near, fast, "{near}"); fresh != 1 || scripts != 0 {
+		t.Fatalf("a cold key on a near Redis: %d fresh writes and %d script calls, want one fresh write", fresh, scripts)
+	}
+	time.Sleep(20 * time.Millisecond) // the state has expired; the node still takes the key for hot
+	if fresh, scripts := acquire(near, fast, "{near}"); fresh != 0 || scripts != 1 {
+		t.Fatalf("a key written fresh 20ms ago: %d fresh writes and %d script calls, want the script", fresh, scripts)
+	}
+
+	px.SetDelay(18*time.Millisecond, 18*time.Millisecond)
+	far := open(px.Addr())
+	acquire(far, fast, "{warm}") // learns the round trip
+	for _, a := range []algorithms.Algorithm{algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA} {
+		l := algorithms.Limit{Algorithm: a, Limit: 10, Period: time.Hour}
+		start := time.Now()
+		fresh, scripts := acquire(far, l, "{far}")
+		took := time.Since(start)
+		if fresh != 0 || scripts != 1 {
+			t.Errorf("%s: a cold key on a Redis 36ms round trip away: %d fresh writes and %d script calls, want the script alone", a, fresh, scripts)
+		}
+		t.Logf("%s: cold check on the far Redis took %s", a, took.Round(time.Millisecond))
+	}
 }
 
 // The key memory is a guess that forgets: a key is remembered until the

@@ -479,6 +479,14 @@ func (p *pipeline) adapt(sent bool, rtt time.Duration) {
 	}
 }
 
+// roomForTwo reports whether the smoothed round trip leaves room for two
+// in timeout, each with as much again to spare for queueing: a check that
+// may need a second round trip (a fresh write that finds state) can then
+// still meet its deadline. Before the first round trip it reports true.
+func (p *pipeline) roomForTwo(timeout time.Duration) bool {
+	return 4*time.Duration(p.lastRTT.Load()) < timeout
+}
+
 // grow lets one more pipeliner take calls, if one is left.
 func (p *pipeline) grow() {
 	p.mu.Lock()

@@ -263,7 +263,11 @@ func (s *Store) loadScripts(ctx context.Context) error {
 // (algorithms.Fresh), first tries that: one plain SET ... NX, which
 // costs Redis less than half of what the script call does. Only if the key
 // holds state after all does the check go to the script, within what is
-// left of the same timeout.
+// left of the same timeout. A wrong guess costs the check a second round
+// trip, so the SET is tried only while round trips are short enough for
+// two to fit in the timeout with room to spare (pipeline.roomForTwo): on a
+// Redis some way off every check goes straight to the script, which decides
+// a key with no state as well, in one round trip.
 func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
 	sc := s.check[l.Algorithm]
 	if sc == nil {
@@ -276,7 +280,7 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 	keys := algorithms.Keys(l.Algorithm, base)
 	start := time.Now()
 	timeout := s.cfg.Timeout
-	if !s.known.holds(keys[0], start) {
+	if !s.known.holds(keys[0], start) && pipe.roomForTwo(timeout) {
 		if fw, ok := algorithms.Fresh(l, cost, want); ok {
 			// Remembered before it is sent: checks of the key that come
 			// meanwhile go to the script, queued after this write, rather
@@ -288,6 +292,12 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 			}
 			if wrote {
+				// As after a script reply (below): the state lives its TTL
+				// from about now, and a key checked again soon after is
+				// likely hot. The note made before sending counted the TTL
+				// from before the round trip, which a state that lives a few
+				// ms (a high rate, a small cost) outlives by that trip.
+				s.known.note(keys[0], time.Now(), fw.TTLMillis+knownMargin.Milliseconds())
 				markFreshWrite(ctx)
 				return fw.Decision, fw.Grant, nil
 			}
