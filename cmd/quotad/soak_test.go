@@ -305,7 +305,8 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 // QUOTAD_SOAK_PROFILE names a directory: node 1 serves Go's profiler
 // (--pprof-addr), and each phase's CPU profile and allocations land in
 // node-1-PHASE.cpu.pprof and node-1-PHASE.allocs.pprof there (read them
-// with `go tool pprof -top`).
+// with `go tool pprof -top`), its execution traces of 5 s in the middle
+// and at the start in node-1-PHASE.trace and node-1-PHASE-start.trace.
 type soakProfiles struct {
 	dir, addr string
 	wg        sync.WaitGroup
