@@ -232,6 +232,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	// Releases that meet a slot move fail (see newClients).
 	s.checkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
 	s.bulkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
+	s.bulkPipe.wakeChunk = bulkWakeChunk
 	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, cfg.netTimeout(), 0, s.loadScripts)
 	return s, nil
 }
