@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -109,6 +110,10 @@ func (s *service) checkBatch(ctx context.Context, procedure string, req *quotadv
 // a few round trips rather than one per item.
 const batchParallel = 64
 
+// spawnChunk is how many of a batch's workers start before the starting
+// goroutine yields its processor (checkEach).
+const spawnChunk = 8
+
 // checkEach decides items independently, up to batchParallel at once.
 // Items of one policy and key are decided one after another in request
 // order, as they would be alone, so that an earlier item is never denied
@@ -133,7 +138,7 @@ func (s *service) checkEach(ctx context.Context, procedure string, set *node.Pol
 	} else {
 		var next atomic.Int64
 		var wg sync.WaitGroup
-		for range workers {
+		for w := range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -141,6 +146,15 @@ func (s *service) checkEach(ctx context.Context, procedure string, set *node.Pol
 					run(groups[g])
 				}
 			}()
+			// Started all in one go, 64 workers would fill the run queue,
+			// and whatever became ready after them (a single check's
+			// request) would wait for all of them to run up to their first
+			// store call. A chunk at a time, with a yield between, lets it
+			// run in between; the workers' store calls still queue up
+			// together for the round trips in flight.
+			if w%spawnChunk == spawnChunk-1 {
+				runtime.Gosched()
+			}
 		}
 		wg.Wait()
 	}
