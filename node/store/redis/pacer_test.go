@@ -54,13 +54,28 @@ func TestPacedDeliveryYieldsBetweenChunks(t *testing.T) {
 		}
 		return first
 	}
-	if got := firstRunSaw(0); got != n {
-		t.Errorf("without a chunk, the first caller ran after %d of %d were woken, want all", got, n)
+	// Up to three tries each: on a loaded machine the runtime may preempt
+	// the delivering goroutine (its thread descheduled for 10 ms), which
+	// lets callers run early without a yield.
+	var unpaced int64
+	for range 3 {
+		if unpaced = max(unpaced, firstRunSaw(0)); unpaced == n {
+			break
+		}
+	}
+	if unpaced != n {
+		t.Errorf("without a chunk, the first caller ran after %d of %d were woken, want all", unpaced, n)
 	}
 	// The scheduler runs the global queue, where a yielding goroutine goes,
 	// first on one pass in 61: the pipeliner may then wake one more chunk
 	// before the callers run.
-	if got := firstRunSaw(bulkWakeChunk); got > 2*bulkWakeChunk {
-		t.Errorf("with chunks of %d, the first caller ran after %d of %d were woken, want at most %d", bulkWakeChunk, got, n, 2*bulkWakeChunk)
+	paced := int64(n)
+	for range 3 {
+		if paced = min(paced, firstRunSaw(bulkWakeChunk)); paced <= 2*bulkWakeChunk {
+			break
+		}
+	}
+	if paced > 2*bulkWakeChunk {
+		t.Errorf("with chunks of %d, the first caller ran after %d of %d were woken, want at most %d", bulkWakeChunk, paced, n, 2*bulkWakeChunk)
 	}
 }
