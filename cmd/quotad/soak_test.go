@@ -50,6 +50,13 @@ import (
 // ratio is logged; it is asserted (within 20%) only with
 // QUOTAD_SOAK_QUIET=1, which says the machine has nothing else to do.
 // QUOTAD_SOAK_ATTACKS chooses some of the attacks (chosenAttacks).
+// QUOTAD_SOAK_DECOY=1 aims the attacks at a fourth node that takes no
+// legit load (the legit load runs on nodes 2-4): what the attacks cost
+// the three legit nodes then is the machine's share alone (the
+// attackers' CPU and the decoy's), with no attacked node among them.
+// QUOTAD_SOAK_PIN=1 gives node 1 (the attacked node, or the decoy) and
+// the attackers the second core and every other process the first, as
+// if node 1 had a machine of its own (soak_pin_test.go).
 // QUOTAD_SOAK_PROFILE names a directory for node 1's CPU and allocation
 // profiles of each phase (soakProfiles) and the attackers' CPU profile of
 // the attack phase (profileAttackers).
@@ -123,6 +130,7 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 		phase = d
 	}
 	quiet := os.Getenv("QUOTAD_SOAK_QUIET") == "1"
+	decoy := os.Getenv("QUOTAD_SOAK_DECOY") == "1"
 	only := chosenAttacks(t)
 
 	r := redistest.Start(t)
@@ -161,11 +169,19 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 	}
 	n2 := startProc(t, bin, 2, r.URL(), tap.Addr(), keyFile, flags...)
 	n3 := startProc(t, bin, 3, r.URL(), tap.Addr(), keyFile, flags...)
+	// procs take the legit load; nodes are all of them.
 	procs := []*proc{n1, n2, n3}
-	for _, p := range procs {
-		waitCluster(t, p, 20*time.Second, "a cluster of three", func(v clusterView) bool { return v.Size == 3 })
+	if decoy {
+		procs = []*proc{n2, n3, startProc(t, bin, 4, r.URL(), tap.Addr(), keyFile, flags...)}
 	}
-	t.Logf("phases of %s; load average %s", phase, loadAverage())
+	nodes := append([]*proc{n1}, procs[1:]...)
+	if decoy {
+		nodes = append([]*proc{n1}, procs...)
+	}
+	for _, p := range nodes {
+		waitCluster(t, p, 20*time.Second, "a cluster of all the nodes", func(v clusterView) bool { return v.Size == len(nodes) })
+	}
+	t.Logf("phases of %s; load average %s; legit load on %s, attacks on node-1", phase, loadAverage(), names(procs))
 
 	// Under the race detector every request costs several times more, on
 	// both sides: the attacks go gentler, so that they and not the
@@ -175,6 +191,22 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 	plan := soakAttackPlan{API: n1.api, Gossip: "127.0.0.1:" + n1.gossipPort(t), GossipKey: gossipKey, Gentle: quotadtest.Race(), Only: only}
 	attacks := startSoakAttacks(t, plan, n1, tap, long)
 	t.Logf("the attackers' process: %s", schedPolicy(attacks.cmd.Process.Pid))
+	if os.Getenv("QUOTAD_SOAK_PIN") == "1" {
+		// Node 1 and the attackers on the second core, everything else on
+		// the first: what node 1 spends on the attacks is not taken from
+		// the other nodes', Redis's and the legit clients' core, as on
+		// machines of their own.
+		pins := map[int]int{n1.cmd.Process.Pid: 1, attacks.cmd.Process.Pid: 1, redisPID(t, r): 0, os.Getpid(): 0}
+		for _, p := range nodes[1:] {
+			pins[p.cmd.Process.Pid] = 0
+		}
+		for pid, cpu := range pins {
+			if err := pinThreads(pid, cpu); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("pinned: node-1 and the attackers to CPU 1, the rest to CPU 0")
+	}
 	load := startLegitLoad(t, procs)
 	defer load.stop()
 	time.Sleep(max(soakWarmUp, phase/6)) // time is what a soak measures
@@ -185,12 +217,12 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 	// last exactly as long.
 	start := time.Now()
 	load.schedule(start, phase)
-	cpuAtStart := soakCPU(t, procs, r, attacks)
+	cpuAtStart := soakCPU(t, nodes, r, attacks)
 	gcAtStart := ownGC()
 	profiles.capture(t, "baseline", phase)
 	n1Figures.sampleUntil(t, start.Add(phase))
 	baseline := n1Figures.median()
-	cpuAtAttack := soakCPU(t, procs, r, attacks)
+	cpuAtAttack := soakCPU(t, nodes, r, attacks)
 	gcAtAttack := ownGC()
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(2*phase))
 	defer cancel()
@@ -198,7 +230,7 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 	profiles.capture(t, "attack", phase)
 	during := n1Figures.sampleUntil(t, start.Add(2*phase))
 	attacks.wait(t)
-	cpuAfterAttack := soakCPU(t, procs, r, attacks)
+	cpuAfterAttack := soakCPU(t, nodes, r, attacks)
 	gcAfterAttack := ownGC()
 	profiles.wait()
 
@@ -214,7 +246,10 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 				since.Round(time.Second), float64(after.rss)/(1<<20), float64(after.heapHeld())/(1<<20), after.goroutines))
 			lastNote = since
 		}
-		if after.goroutines <= baseline.goroutines+goroutineSlack(baseline.goroutines) && memoryBack(baseline, after) && attacks.allClosed() {
+		// A decoy allocates nothing once the attacks stop, so nothing
+		// drives the collections that give its memory back: there only
+		// goroutines and connections are judged.
+		if after.goroutines <= baseline.goroutines+goroutineSlack(baseline.goroutines) && (decoy || memoryBack(baseline, after)) && attacks.allClosed() {
 			recovered = true
 			break
 		}
@@ -254,21 +289,22 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 		t.Logf("  %s: baseline %d checks, %d allowed, p99 %s; attack %d checks, %d allowed, p99 %s (ratio %.2f)",
 			p.name, b.checks, b.allowed, b.p99, a.checks, a.allowed, a.p99, nodeRatios[i])
 	}
-	// Nodes 2 and 3 are not attacked: what their p99 does is the machine's
-	// share (the attackers' CPU, Redis's, node 1's), which node 1 suffers
-	// too.
+	// The second and third legit nodes are not attacked: what their p99
+	// does is the machine's share (the attackers' CPU, Redis's, node 1's),
+	// which the first suffers too.
 	measured := []soakPhase{phaseBaseline, phaseAttack, phaseAfter}
+	first, others := procs[0].name, names(procs[1:])
 	for _, ph := range measured {
-		t.Logf("  the %s's tail: node-1 %s; nodes 2 and 3 %s", ph, load.tail(ph, 0), load.tail(ph, 1, 2))
+		t.Logf("  the %s's tail: %s %s; %s %s", ph, first, load.tail(ph, 0), others, load.tail(ph, 1, 2))
 	}
 	for _, ph := range measured {
-		t.Logf("  the %s's p99 by sixths of it: node-1 %s; nodes 2 and 3 %s", ph, load.p99Slices(ph, 6, 0), load.p99Slices(ph, 6, 1, 2))
+		t.Logf("  the %s's p99 by sixths of it: %s %s; %s %s", ph, first, load.p99Slices(ph, 6, 0), others, load.p99Slices(ph, 6, 1, 2))
 	}
 	for _, ph := range measured {
 		t.Logf("  the %s's shared tail: %s", ph, load.stalls(ph))
 	}
-	t.Logf("node-1's p99 ratio against the unattacked nodes' mean: %.2f", nodeRatios[0]/((nodeRatios[1]+nodeRatios[2])/2))
-	t.Logf("CPU used, baseline → attack phase: %s", cpuPhases(cpuAtStart, cpuAtAttack, cpuAfterAttack))
+	t.Logf("%s's p99 ratio against %s's mean: %.2f", first, others, nodeRatios[0]/((nodeRatios[1]+nodeRatios[2])/2))
+	t.Logf("CPU used, baseline → attack phase: %s", cpuPhases(nodes, cpuAtStart, cpuAtAttack, cpuAfterAttack))
 	t.Logf("the legit clients' process, baseline → attack phase: %s → %s", gcAtAttack.since(gcAtStart), gcAfterAttack.since(gcAtAttack))
 	t.Logf("node-1 baseline (median): %s", baseline)
 	t.Logf("node-1 during the attacks (peak): %s", during)
@@ -293,10 +329,10 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 			baseline, soakRecovery, after, attacks.openConns())
 	}
 	attacks.check(t, quiet)
-	for _, p := range procs {
+	for _, p := range nodes {
 		v, err := p.cluster(t)
-		if err != nil || v.Size != 3 {
-			t.Errorf("%s after the soak: cluster %+v, %v; want three members", p.name, v, err)
+		if err != nil || v.Size != len(nodes) {
+			t.Errorf("%s after the soak: cluster %+v, %v; want %d members", p.name, v, err, len(nodes))
 		}
 	}
 }
@@ -414,17 +450,17 @@ func memoryBack(base, now nodeFigures) bool {
 	return now.rss <= base.rss+max(16<<20, base.rss/4)
 }
 
-// cpuTimes are the CPU times the soak's processes have used: the three
+// cpuTimes are the CPU times the soak's processes have used: the
 // nodes, redis-server, the test's own process (the legit load's clients,
 // the tap) and the attackers' process.
 type cpuTimes struct {
-	nodes                  [3]time.Duration
+	nodes                  []time.Duration
 	redis, test, attackers time.Duration
 }
 
 func soakCPU(t *testing.T, procs []*proc, r *redistest.Server, a *soakAttacks) cpuTimes {
 	t.Helper()
-	var c cpuTimes
+	c := cpuTimes{nodes: make([]time.Duration, len(procs))}
 	for i, p := range procs {
 		cpu, _, err := quotadtest.ProcStat(p.cmd.Process.Pid)
 		if err != nil {
@@ -454,18 +490,30 @@ func soakCPU(t *testing.T, procs []*proc, r *redistest.Server, a *soakAttacks) c
 }
 
 // cpuPhases says what each process used in the phase from a to b and in
-// the one from b to c.
-func cpuPhases(a, b, c cpuTimes) string {
+// the one from b to c; nodes are cpuTimes.nodes' processes.
+func cpuPhases(nodes []*proc, a, b, c cpuTimes) string {
 	span := func(name string, x, y, z time.Duration) string {
 		return fmt.Sprintf("%s %s → %s", name, (y - x).Round(10*time.Millisecond), (z - y).Round(10*time.Millisecond))
 	}
 	var parts []string
 	for i := range a.nodes {
-		parts = append(parts, span(fmt.Sprintf("node-%d", i+1), a.nodes[i], b.nodes[i], c.nodes[i]))
+		parts = append(parts, span(nodes[i].name, a.nodes[i], b.nodes[i], c.nodes[i]))
 	}
 	parts = append(parts, span("redis-server", a.redis, b.redis, c.redis), span("the test (legit clients, tap)", a.test, b.test, c.test),
 		span("the attackers", a.attackers, b.attackers, c.attackers))
 	return strings.Join(parts, ", ")
+}
+
+// names lists procs' names: "node-2, node-3 and node-4".
+func names(procs []*proc) string {
+	out := make([]string, len(procs))
+	for i, p := range procs {
+		out[i] = p.name
+	}
+	if len(out) < 2 {
+		return strings.Join(out, "")
+	}
+	return strings.Join(out[:len(out)-1], ", ") + " and " + out[len(out)-1]
 }
 
 // loadAverage is /proc/loadavg's first three fields.
@@ -504,6 +552,7 @@ type legitLoad struct {
 
 	mu      sync.Mutex
 	stats   [3][soakPhases]legitStats
+	names   [3]string // the nodes'
 	lastErr string
 }
 
@@ -529,6 +578,7 @@ func legitKind(pol string, grpc bool, src quotadv1.Source) string {
 func startLegitLoad(t *testing.T, procs []*proc) *legitLoad {
 	l := &legitLoad{done: make(chan struct{})}
 	for i, p := range procs {
+		l.names[i] = p.name
 		// As a client of a server that closes idle connections should, they
 		// close theirs first: a request sent on a connection the server is
 		// closing at that moment fails (connection reset), which one of
@@ -546,15 +596,16 @@ func startLegitLoad(t *testing.T, procs []*proc) *legitLoad {
 				c = clients[1]
 			}
 			l.wg.Add(1)
-			go l.work(i, w, c, w == soakWorkers-1)
+			go l.work(i, p.name, w, c, w == soakWorkers-1)
 		}
 		t.Cleanup(func() { h1.CloseIdleConnections(); h2c.CloseIdleConnections() })
 	}
 	return l
 }
 
-// work checks on node i until the load stops; worker w starts on policy w.
-func (l *legitLoad) work(i, w int, c quotadv1connect.QuotaServiceClient, grpc bool) {
+// work checks on the i-th legit node, name, until the load stops; worker
+// w starts on policy w.
+func (l *legitLoad) work(i int, name string, w int, c quotadv1connect.QuotaServiceClient, grpc bool) {
 	defer l.wg.Done()
 	interval := time.Second / soakRate
 	next := time.Now()
@@ -582,10 +633,10 @@ func (l *legitLoad) work(i, w int, c quotadv1connect.QuotaServiceClient, grpc bo
 		switch {
 		case err != nil:
 			s.errors++
-			l.lastErr = fmt.Sprintf("node-%d %s: %v", i+1, pol, err)
+			l.lastErr = fmt.Sprintf("%s %s: %v", name, pol, err)
 		case res.Msg.GetSource() == quotadv1.Source_SOURCE_FAIL_OPEN || res.Msg.GetSource() == quotadv1.Source_SOURCE_FAIL_CLOSED:
 			s.errors++
-			l.lastErr = fmt.Sprintf("node-%d %s: answered by the failure mode (%s)", i+1, pol, res.Msg.GetSource())
+			l.lastErr = fmt.Sprintf("%s %s: answered by the failure mode (%s)", name, pol, res.Msg.GetSource())
 		case res.Msg.GetAllowed():
 			s.allowed++
 		}
@@ -775,8 +826,8 @@ func (l *legitLoad) stalls(ph soakPhase) string {
 		n := perBucket[b]
 		parts = append(parts, fmt.Sprintf("+%s: %d/%d/%d", (time.Duration(b)*bucket).Round(bucket), n[0], n[1], n[2]))
 	}
-	return fmt.Sprintf("%d of the %d slowest in half seconds when all three nodes were slow; busiest (node-1/2/3): %s",
-		shared, len(slowest), strings.Join(parts, ", "))
+	return fmt.Sprintf("%d of the %d slowest in half seconds when all three nodes were slow; busiest (%s): %s",
+		shared, len(slowest), strings.Join(l.names[:], "/"), strings.Join(parts, ", "))
 }
 
 // p99Slices gives phase ph's p99 on nodes in n equal slices of its time, to
