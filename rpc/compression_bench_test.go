@@ -14,7 +14,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quotad/quotad/node"
-	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
@@ -28,15 +27,7 @@ import (
 // second. Client and server share the one processor.
 func BenchmarkCheckBesideGzipBombs(b *testing.B) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	n, err := node.New(node.Config{Policies: []node.Policy{{Name: "p", Limit: fiveAYear}}}, memory.New(nil, 0), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
-	h, err := NewHandler(n, Config{}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	h := memoryHandler(b, node.Policy{Name: "p", Limit: fiveAYear})
 	url := serveAPI(b, h, h)
 	bomb := bytes.Repeat(gzipMembers(1<<20), 3)
 	for _, yield := range []bool{true, false} {

@@ -183,15 +183,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // A client that resets its gRPC streams in bulk gets the guard's GOAWAY on
 // grpc-go's transport too, in cleartext and inside TLS.
 func TestRapidResetOnTheGRPCFrontEnd(t *testing.T) {
-	n, err := node.New(node.Config{}, memory.New(nil, 0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	h, err := NewHandler(n, Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := memoryHandler(t)
 	cert, pool := selfSigned(t)
 	for _, useTLS := range []bool{false, true} {
 		name := map[bool]string{false: "h2c", true: "tls"}[useTLS]

@@ -265,15 +265,7 @@ func TestGRPCCallsAreMeasured(t *testing.T) {
 // multiplexing clients may send): grpc-go refuses the Connect request, so
 // the connection needs ConnectOnly, with which both are served.
 func TestMixedConnection(t *testing.T) {
-	n, err := node.New(node.Config{}, memory.New(nil, 0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	h, err := NewHandler(n, Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := memoryHandler(t)
 	req := &quotadv1.CheckRequest{Policy: "demo", Key: "k", Limit: fw5()}
 	for _, connectOnly := range []bool{false, true} {
 		url := serveAPIWith(t, h, h, ServerConfig{ConnectOnly: connectOnly})

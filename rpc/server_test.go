@@ -77,6 +77,22 @@ func startServer(t *testing.T, store node.Store, cfg Config, policies ...node.Po
 	return startNodeServer(t, store, node.Config{Policies: policies}, cfg)
 }
 
+// memoryHandler is a Handler with the default Config over a node on the
+// memory store with policies, closed when t ends.
+func memoryHandler(t testing.TB, policies ...node.Policy) *Handler {
+	t.Helper()
+	n, err := node.New(node.Config{Policies: policies}, memory.New(nil, 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	h, err := NewHandler(n, Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // startNodeServer starts a node configured by ncfg on store behind the
 // handler.
 func startNodeServer(t *testing.T, store node.Store, ncfg node.Config, cfg Config) *testServer {

@@ -19,8 +19,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/quotad/quotad/node"
-	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
@@ -60,15 +58,7 @@ func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
 // one TLS port.
 func TestServerOverTLS(t *testing.T) {
 	cert, pool := selfSigned(t)
-	n, err := node.New(node.Config{}, memory.New(nil, 0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	h, err := NewHandler(n, Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := memoryHandler(t)
 	var httpProtos []int
 	protos := make(chan int, 16)
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

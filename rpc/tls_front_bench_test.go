@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/quotad/quotad/node"
-	"github.com/quotad/quotad/node/store/memory"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -23,15 +22,7 @@ import (
 // net/http's TLS and HTTP/2 server. 16 clients, one hot key; cpu-µs/op is
 // the process's CPU (client and server; the client is the same in all).
 func BenchmarkGRPCOverTLS(b *testing.B) {
-	n, err := node.New(node.Config{Policies: []node.Policy{{Name: "p", Limit: fiveAYear}}}, memory.New(nil, 0), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
-	h, err := NewHandler(n, Config{}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	h := memoryHandler(b, node.Policy{Name: "p", Limit: fiveAYear})
 	cert, pool := selfSigned(b)
 	serverTLS := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	start := func(b *testing.B, serve func(net.Listener)) string {
