@@ -141,7 +141,7 @@ func settings() []setting {
 			v: duration(func(c *config) *time.Duration { return &c.Lease.Horizon })},
 		{flag: "lease-hold", file: "lease.hold", arg: "duration", zeroMeans: "500ms", help: "longest a lease is spent before its unused units go back to Redis (at least the horizon)",
 			v: duration(func(c *config) *time.Duration { return &c.Lease.Hold })},
-		{flag: "lease-max-fraction", file: "lease.max_fraction", arg: "fraction", zeroMeans: "0.05", help: "all nodes' leases on one key together hold at most this fraction of its limit, in (0, 1]",
+		{flag: "lease-max-fraction", file: "lease.max_fraction", arg: "fraction", zeroMeans: "0.05", help: "all nodes' leases on one key together hold at most this fraction of its capacity (its burst where it has one, else its limit), in (0, 1]",
 			v: number(func(c *config) *float64 { return &c.Lease.MaxFraction }, "0.05")},
 		{flag: "lease-max-keys", file: "lease.max_keys", arg: "count", zeroMeans: show(node.DefaultLeaseMaxKeys), help: "most keys a node tracks for leasing; at the bound, other keys go to Redis one check at a time",
 			v: whole(func(c *config) *int { return &c.Lease.MaxKeys })},
