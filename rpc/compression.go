@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/binary"
 	"errors"
@@ -22,20 +23,27 @@ const compressionGzip = "gzip"
 
 // gzipYieldEvery is how many bytes a decompressor inflates between yields
 // of its processor. Inflating a message to the 2 MiB bound takes 2-4 ms
-// on the 2-core test machine, and connect-go grows the buffer it inflates
-// into as it goes (50 ms when the memory is fresh); Go preempts a
-// goroutine only after 10 ms or more, so on a node with one processor
-// every other request, a single Check included, would wait behind a gzip
-// bomb that long. (A variable only so that BenchmarkCheckBesideGzipBombs
-// can compare with no yields.)
+// on the 2-core test machine; Go preempts a goroutine only after 10 ms or
+// more, so on a node with one processor every other request, a single
+// Check included, would wait behind a gzip bomb that long. (A variable
+// only so that BenchmarkCheckBesideGzipBombs can compare with no yields.)
 var gzipYieldEvery int64 = 256 << 10
 
-// boundedGzip replaces connect-go's gzip with one whose decompressor stops
-// after maxBytes+1 bytes of output: enough for connect-go to see that the
-// message is too large (it reads at most maxBytes+1 before judging) and
-// fail it with ResourceExhausted, without inflating the rest. A message
-// whose gzip trailer already says it is too large is refused without
-// inflating any of it. Responses are compressed as before.
+// maxDeflateRatio bounds how many bytes one byte of deflate data can
+// inflate to: a 258-byte match costs at least 2 bits, 1032 bytes a byte;
+// rounded up for the blocks' headers' sake, never down.
+const maxDeflateRatio = 1100
+
+// gzipProbeBytes is the buffer a decompressor inflates into to measure a
+// message before connect-go reads it.
+const gzipProbeBytes = 32 << 10
+
+// boundedGzip replaces connect-go's gzip with one whose decompressor
+// refuses a message that inflates past maxBytes before connect-go reads
+// any of it (connect-go would read up to maxBytes+1 bytes of it into a
+// buffer it grows by doubling, each growth a new, zeroed allocation, to
+// judge its size), and otherwise yields the message as gzip does.
+// Responses are compressed as before.
 func boundedGzip(maxBytes int) connect.HandlerOption {
 	return connect.WithCompression(compressionGzip,
 		func() connect.Decompressor { return &boundedGzipReader{max: int64(maxBytes)} },
@@ -43,27 +51,46 @@ func boundedGzip(maxBytes int) connect.HandlerOption {
 	)
 }
 
-// boundedGzipReader is a gzip reader that yields at most max+1 bytes per
-// Reset and then fails with errDecompressedTooLarge, and lets other
-// goroutines run every gzipYieldEvery bytes. It is not safe for concurrent
-// use (connect-go pools decompressors, one per message).
+// boundedGzipReader is a gzip reader that refuses a message larger than
+// max, measured as cheaply as can be before any of it is yielded, and lets
+// other goroutines run every gzipYieldEvery bytes it inflates. It is not
+// safe for concurrent use (connect-go pools decompressors, one per
+// message).
+//
+// connect-go passes Reset the whole compressed message as a *bytes.Buffer.
+// Reset measures it there, without consuming it:
+//   - its last four bytes are the gzip trailer's ISIZE, the inflated size
+//     of the last member modulo 2^32, which is never more than the whole
+//     message inflates to (the members before it add to it, the modulo
+//     only takes away): one over max proves the message too large;
+//   - a message so short that even deflate's best ratio keeps it within
+//     max is within max;
+//   - any other is inflated into a small buffer, which is kept, and
+//     counted up to max+1 (a bomb can end in a small member, whose trailer
+//     proves nothing).
+//
+// Read then refuses a message found too large with ResourceExhausted.
+// Should src be something else, Read stops after max+1 bytes instead,
+// which is enough for connect-go to judge.
 type boundedGzipReader struct {
 	gz gzip.Reader
 	// max is the largest message allowed; read counts the bytes yielded
-	// since the last Reset, sinceYield since the last yield.
+	// since the last Reset, sinceYield those inflated since the last yield.
 	max, read, sinceYield int64
-	// declared is the size the message's gzip trailer gives, or -1.
-	declared int64
+	// refusal is why the message was found too large, if it was.
+	refusal error
+	// probe and probeBuf measure a message in Reset.
+	probe    gzip.Reader
+	probeBuf []byte
 }
 
 var _ connect.Decompressor = (*boundedGzipReader)(nil)
 
 // Read implements io.Reader.
 func (r *boundedGzipReader) Read(p []byte) (int, error) {
-	if r.declared > r.max {
+	if r.refusal != nil {
 		// connect-go returns a *connect.Error from a decompressor as it is.
-		return 0, connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("message size %d (from its gzip trailer) is larger than configured max %d", r.declared, r.max))
+		return 0, r.refusal
 	}
 	left := r.max + 1 - r.read
 	if left <= 0 {
@@ -74,27 +101,55 @@ func (r *boundedGzipReader) Read(p []byte) (int, error) {
 	}
 	n, err := r.gz.Read(p)
 	r.read += int64(n)
+	r.inflated(n)
+	return n, err
+}
+
+// inflated counts n bytes inflated and yields the processor every
+// gzipYieldEvery of them.
+func (r *boundedGzipReader) inflated(n int) {
 	if r.sinceYield += int64(n); r.sinceYield >= gzipYieldEvery {
 		r.sinceYield = 0
 		runtime.Gosched()
 	}
-	return n, err
 }
 
-// Reset implements connect.Decompressor: it starts a new message from src.
-// connect-go passes the whole compressed message as a *bytes.Buffer, whose
-// last four bytes are the gzip trailer's ISIZE: the inflated size of the
-// last member, modulo 2^32. That is never more than the whole message
-// inflates to (the sizes of the members before it add to it, and the
-// modulo only takes away), so a trailer over the bound proves the message
-// too large. A smaller one proves nothing (a bomb can end in a small
-// member), and inflation is bounded as before.
+// Reset implements connect.Decompressor: it starts a new message from src,
+// and measures it first if src lets it (see boundedGzipReader).
 func (r *boundedGzipReader) Reset(src io.Reader) error {
-	r.read, r.sinceYield, r.declared = 0, 0, -1
+	r.read, r.sinceYield, r.refusal = 0, 0, nil
 	if b, ok := src.(interface{ Bytes() []byte }); ok {
-		r.declared = gzipDeclaredSize(b.Bytes())
+		r.refusal = r.measure(b.Bytes())
 	}
 	return r.gz.Reset(src)
+}
+
+// measure returns the refusal of msg if it inflates past max, or nil.
+func (r *boundedGzipReader) measure(msg []byte) error {
+	if size := gzipDeclaredSize(msg); size > r.max {
+		return connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("message size %d (from its gzip trailer) is larger than configured max %d", size, r.max))
+	}
+	if int64(len(msg)) <= r.max/maxDeflateRatio {
+		return nil
+	}
+	if err := r.probe.Reset(bytes.NewReader(msg)); err != nil {
+		return nil // not gzip: the read itself says so
+	}
+	if r.probeBuf == nil {
+		r.probeBuf = make([]byte, gzipProbeBytes)
+	}
+	var size int64
+	for size <= r.max {
+		n, err := r.probe.Read(r.probeBuf[:min(int64(len(r.probeBuf)), r.max+1-size)])
+		size += int64(n)
+		r.inflated(n)
+		if err != nil {
+			return nil // the end, or an error the read itself will meet
+		}
+	}
+	return connect.NewError(connect.CodeResourceExhausted,
+		fmt.Errorf("message is larger than configured max %d: gzip: %w after %d bytes", r.max, errDecompressedTooLarge, size))
 }
 
 // Close implements connect.Decompressor.

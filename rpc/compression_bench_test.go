@@ -94,3 +94,31 @@ func BenchmarkCheckBesideGzipBombs(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGzipBombRefused posts gzip bombs that end in a small member (so
+// that their trailer does not refuse them) as CheckBatches, one after
+// another, each refused at the 2 MiB bound: B/op is what the process
+// (server and client) allocates for one, most of it the server's buffers.
+func BenchmarkGzipBombRefused(b *testing.B) {
+	h := memoryHandler(b)
+	url := serveAPI(b, h, h)
+	bomb := gzipMembers(1<<20, 1<<20, 1<<20, 1)
+	client := http1Client(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		req, err := http.NewRequest(http.MethodPost, url+quotadv1connect.QuotaServiceCheckBatchProcedure, bytes.NewReader(bomb))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", "gzip")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			b.Fatalf("a bomb: %s, want 429", resp.Status)
+		}
+	}
+}

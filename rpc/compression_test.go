@@ -13,8 +13,10 @@ import (
 
 // A message whose gzip trailer gives a size over the bound is refused
 // before any of it is inflated; one whose trailer fits (a bomb that ends
-// in a small member) is inflated to just past the bound; one that fits is
-// inflated whole; and a body too short or not gzip is left to gzip.
+// in a small member) is measured by inflating it into a small buffer and
+// refused before any of it is yielded; one that fits is inflated whole,
+// and measured only if it is long enough to pass the bound; a body too
+// short or not gzip is left to gzip.
 func TestBoundedGzipReaderTrailer(t *testing.T) {
 	read := func(body []byte, max int64) (*boundedGzipReader, []byte, error) {
 		r := &boundedGzipReader{max: max}
@@ -34,13 +36,35 @@ func TestBoundedGzipReaderTrailer(t *testing.T) {
 		t.Errorf("one member of 1 MiB against 2000: inflated %d bytes before refusing, want 0", r.read)
 	}
 
+	// A bomb whose last member is small: measured by inflating, and
+	// refused before any of it is yielded.
 	r, _, err = read(gzipMembers(1<<20, 1), 2000)
-	if !errors.Is(err, errDecompressedTooLarge) || r.read != 2001 {
-		t.Errorf("1 MiB then 1 byte against 2000: %v after %d bytes, want %v after 2001", err, r.read, errDecompressedTooLarge)
+	if !errors.As(err, &cerr) || cerr.Code() != connect.CodeResourceExhausted || cerr.Message() != "message is larger than configured max 2000: gzip: stopped inflating after 2001 bytes" {
+		t.Errorf("1 MiB then 1 byte against 2000: %v", err)
+	}
+	if !errors.Is(err, errDecompressedTooLarge) || r.read != 0 {
+		t.Errorf("1 MiB then 1 byte against 2000: %v after %d bytes yielded, want %v after 0", err, r.read, errDecompressedTooLarge)
 	}
 
-	if _, out, err := read(gzipMembers(1000, 1000), 2000); err != nil || len(out) != 2000 {
+	// From a reader that cannot be measured first: stopped after max+1.
+	r = &boundedGzipReader{max: 2000}
+	if err := r.Reset(bytes.NewReader(gzipMembers(1<<20, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(r); !errors.Is(err, errDecompressedTooLarge) || r.read != 2001 {
+		t.Errorf("an unmeasured bomb against 2000: %v after %d bytes, want %v after 2001", err, r.read, errDecompressedTooLarge)
+	}
+
+	r, out, err := read(gzipMembers(1000, 1000), 2000)
+	if err != nil || len(out) != 2000 {
 		t.Errorf("2000 bytes against 2000: %d bytes, %v", len(out), err)
+	}
+	if r.probeBuf == nil {
+		t.Error("2000 bytes against 2000: not measured by inflating")
+	}
+	// 1000 zeros compress to about 30 bytes: too few to pass 2 MiB.
+	if r, out, err := read(gzipMembers(1000), 2<<20); err != nil || len(out) != 1000 || r.probeBuf != nil {
+		t.Errorf("1000 bytes against 2 MiB: %d bytes, %v, inflated to measure: %t", len(out), err, r.probeBuf != nil)
 	}
 
 	if got := gzipDeclaredSize([]byte("not gzip at all, but long enough")); got != -1 {
