@@ -3,7 +3,6 @@ package rpc
 import (
 	"bytes"
 	"compress/gzip"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -58,20 +57,16 @@ func boundedGzip(maxBytes int) connect.HandlerOption {
 // message).
 //
 // connect-go passes Reset the whole compressed message as a *bytes.Buffer.
-// Reset measures it there, without consuming it:
-//   - its last four bytes are the gzip trailer's ISIZE, the inflated size
-//     of the last member modulo 2^32, which is never more than the whole
-//     message inflates to (the members before it add to it, the modulo
-//     only takes away): one over max proves the message too large;
-//   - a message so short that even deflate's best ratio keeps it within
-//     max is within max;
-//   - any other is inflated into a small buffer, which is kept, and
-//     counted up to max+1 (a bomb can end in a small member, whose trailer
-//     proves nothing).
-//
-// Read then refuses a message found too large with ResourceExhausted.
-// Should src be something else, Read stops after max+1 bytes instead,
-// which is enough for connect-go to judge.
+// Reset measures it there, without consuming it: a message so short that
+// even deflate's best ratio keeps it within max is within max; any other
+// is inflated into a small buffer, which is kept, and counted up to max+1.
+// Read then refuses a message found too large with ResourceExhausted, and
+// a corrupt one fails as gzip says. (The gzip trailer's ISIZE, the last
+// member's inflated size, cannot stand in for the count: a message that
+// is cut short or has bytes after its end has no trailer there, and its
+// last four bytes would call it too large.) Should src be something else,
+// Read stops after max+1 bytes instead, which is enough for connect-go to
+// judge.
 type boundedGzipReader struct {
 	gz gzip.Reader
 	// max is the largest message allowed; read counts the bytes yielded
@@ -126,10 +121,6 @@ func (r *boundedGzipReader) Reset(src io.Reader) error {
 
 // measure returns the refusal of msg if it inflates past max, or nil.
 func (r *boundedGzipReader) measure(msg []byte) error {
-	if size := gzipDeclaredSize(msg); size > r.max {
-		return connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("message size %d (from its gzip trailer) is larger than configured max %d", size, r.max))
-	}
 	if int64(len(msg)) <= r.max/maxDeflateRatio {
 		return nil
 	}
@@ -154,16 +145,3 @@ func (r *boundedGzipReader) measure(msg []byte) error {
 
 // Close implements connect.Decompressor.
 func (r *boundedGzipReader) Close() error { return r.gz.Close() }
-
-// gzipDeclaredSize is the ISIZE field of the gzip stream msg ends with
-// (RFC 1952, 2.3.1), or -1 if msg is too short for a gzip member or does
-// not start like one.
-func gzipDeclaredSize(msg []byte) int64 {
-	// A member is at least a 10-byte header, an empty deflate block
-	// (2 bytes) and the 8-byte trailer.
-	const smallest = 20
-	if len(msg) < smallest || msg[0] != 0x1f || msg[1] != 0x8b {
-		return -1
-	}
-	return int64(binary.LittleEndian.Uint32(msg[len(msg)-4:]))
-}
