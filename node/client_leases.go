@@ -62,9 +62,10 @@ type LeaseReturn struct {
 	ID    string
 	Units int64
 	// Kept, when > 0, retires the lease instead of returning it: the client
-	// keeps spending its last units (about Kept) while a new lease comes.
-	// A retired lease no longer counts against the cap, and a later
-	// ReturnLease gives back at most Kept of its units; Units is ignored.
+	// keeps spending its last units (about Kept, at most half the lease's
+	// units rounded up) while a new lease comes. Those kept units go on
+	// counting against the cap until the lease expires, and a later
+	// ReturnLease gives back at most them; Units is ignored.
 	Kept int64
 }
 
@@ -77,8 +78,9 @@ type clientGrant struct {
 	forgetAt  int64 // node clock (ns): a return no longer finds it
 	g         *grant
 	// retired: the client replaced this grant and spends its last units
-	// (units, as it said) while keeping it open for a later return; it no
-	// longer counts against the cap.
+	// (units: what it said it kept, at most half the grant) while keeping
+	// it open for a later return; those units still count against the cap,
+	// but the grant is not a holder of its own in the equal split.
 	retired bool
 }
 
@@ -120,8 +122,14 @@ func (c *clientLeases) reserve(k leaseKey, want, share, nodeHeld, now int64) int
 	}
 	held, holders := kg.reserved, kg.reserving+1
 	for _, cg := range kg.grants {
-		if now < cg.expiresAt && !cg.retired {
-			held += cg.units
+		if now >= cg.expiresAt {
+			continue
+		}
+		// A retired grant's kept units are still the client's to spend:
+		// they count against the share, but its holder is counted once,
+		// by the grant that replaced it.
+		held += cg.units
+		if !cg.retired {
 			holders++
 		}
 	}
@@ -219,15 +227,18 @@ func (c *clientLeases) held(k leaseKey, now int64) int64 {
 	}
 	held := kg.reserved
 	for _, cg := range kg.grants {
-		if now < cg.expiresAt && !cg.retired {
-			held += cg.units
+		if now < cg.expiresAt {
+			held += cg.units // a retired grant's kept units included
 		}
 	}
 	return held
 }
 
 // retire marks the grant named id retired, keeping at most kept of its
-// units for a later return, and reports whether this node holds it.
+// units, and at most half of them rounded up (retiredShare), for the
+// client to spend and for a later return; the kept units go on counting
+// against the cap until the grant expires. It reports whether this node
+// holds the grant. Retiring a grant twice keeps the smaller figure.
 func (c *clientLeases) retire(id string, kept int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -236,9 +247,16 @@ func (c *clientLeases) retire(id string, kept int64) bool {
 		return false
 	}
 	cg.retired = true
-	cg.units = min(cg.units, kept)
+	cg.units = min(cg.units, kept, retiredShare(cg.units))
 	return true
 }
+
+// retiredShare is the most a retired grant of units may keep: half,
+// rounded up. A client asks for its next lease once its current one is
+// down to about two round trips' worth, at most half of it, so an honest
+// client never keeps more; a client that says it keeps more cannot hoard
+// the cap by chaining grants, each retiring the whole of the last.
+func retiredShare(units int64) int64 { return units - units/2 }
 
 // unitsHeld is the units granted to clients and not yet returned or
 // forgotten.
@@ -297,8 +315,9 @@ func (n *leasing) clientLeaseStats() ClientLeaseStats {
 // previous, when its ID is not empty, is the client's lease of the key
 // that this one replaces: it is returned first (ReturnLease), so that its
 // unspent units are back and it no longer counts against the cap; with
-// previous.Kept > 0 it is retired instead (LeaseReturn.Kept); a lease this
-// node does not hold is ignored.
+// previous.Kept > 0 it is retired instead (LeaseReturn.Kept), and the units
+// it keeps still count against the cap; a lease this node does not hold is
+// ignored.
 func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want int64, previous LeaseReturn) (Result, ClientGrant, error) {
 	p, err := p.validated()
 	if err != nil {
