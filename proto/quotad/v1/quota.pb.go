@@ -1231,9 +1231,10 @@ type AcquireLeaseRequest struct {
 	PreviousLeaseId string `protobuf:"bytes,6,opt,name=previous_lease_id,json=previousLeaseId,proto3" json:"previous_lease_id,omitempty"`
 	PreviousUnits   int64  `protobuf:"varint,7,opt,name=previous_units,json=previousUnits,proto3" json:"previous_units,omitempty"`
 	// When > 0, the previous lease is not given back now but retired: the
-	// client keeps spending its last units (about this many) while the new
-	// lease is on its way. It no longer counts against the cap, and a later
-	// ReturnLease of it gives back at most previous_kept units;
+	// client keeps spending its last units (about this many, at most half
+	// the lease's units rounded up) while the new lease is on its way. The
+	// kept units go on counting against the cap until the lease expires,
+	// and a later ReturnLease of it gives back at most them;
 	// previous_units is then ignored. Such a request asks ahead of need: its
 	// check is nobody's, so when allowed its cost is part of the new lease
 	// (units counts it). A server that does not know this field takes the
