@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"runtime"
@@ -42,13 +43,23 @@ import (
 // must come back to the first phase's once the attacks stop. The attackers run in a process of their own, at idle
 // priority in a long soak (soak_attacks_test.go says why).
 //
+// The attacked node is judged within the attack phase, against the
+// unattacked nodes of the same phase: they share its machine, its Redis
+// and its minute, so what the machine's own drift does to the tail (two
+// phases with no attack at all came out as much as 1.6x apart on a 2-core
+// machine) weighs on both sides of the ratio alike. node 1's legit p99
+// must be at most soakP99Bound times the p99 of the other nodes' legit
+// checks in the attack phase.
+//
 // QUOTAD_SOAK sets each phase's length (a duration; `make soak` runs 60s,
-// without -race); unset, the phases last soakShortPhase, and the test
-// asserts only what a loaded machine cannot break: no legit errors,
-// allowed counts within 20%, memory and goroutines back near their
-// baseline, and every attack refused or closed as meant. The legit p99
-// ratio is logged; it is asserted (within 20%) only with
-// QUOTAD_SOAK_QUIET=1, which says the machine has nothing else to do.
+// without -race) and asserts: no legit errors, allowed counts within
+// soakAllowedBound of the baselines', the p99 bound above, memory and
+// goroutines back near their baseline, and every attack refused or closed
+// as meant. Unset, the phases last soakShortPhase (as in `make test`,
+// under -race on a machine busy with the rest of the suite): the allowed
+// counts are held within 20% and the p99 ratio is only logged.
+// QUOTAD_SOAK_QUIET=1 says the machine has nothing else to do, which the
+// attacks' own checks use.
 // QUOTAD_SOAK_ATTACKS chooses some of the attacks (chosenAttacks).
 // QUOTAD_SOAK_DECOY=1 aims the attacks at a fourth node that takes no
 // legit load (the legit load runs on nodes 2-4): what the attacks cost
@@ -90,6 +101,14 @@ const (
 	// Connect on HTTP/1.1), each soakRate times a second.
 	soakWorkers = 3
 	soakRate    = 20
+	// soakP99Bound is the most the attacked node's legit p99 may be, as a
+	// multiple of the unattacked nodes' legit p99 in the same phase.
+	soakP99Bound = 1.5
+	// soakAllowedBound is how far a long soak's legit allowed count in the
+	// attack phase may be from the baselines' mean: the limits decide it,
+	// so an attack that made the node deny or admit legit checks it should
+	// not shows here.
+	soakAllowedBound = 0.02
 )
 
 // soakPolicies are the legit load's policies, each checked on one key by
@@ -305,6 +324,12 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 		t.Logf("  the %s's shared tail: %s", ph, load.stalls(ph))
 	}
 	t.Logf("%s's p99 ratio against %s's mean: %.2f", first, others, nodeRatios[0]/((nodeRatios[1]+nodeRatios[2])/2))
+	attacked, unattacked := load.nodeTotals(0, phaseAttack), load.sum([]soakPhase{phaseAttack}, 1, 2)
+	withinPhase := float64(attacked.p99) / float64(max(unattacked.p99, time.Microsecond))
+	if !decoy {
+		t.Logf("the attack phase's legit p99: %s (attacked) %s against %s %s: ratio %.2f (bound %.1f)",
+			first, attacked.p99, others, unattacked.p99, withinPhase, soakP99Bound)
+	}
 	t.Logf("CPU used, baseline → attack phase: %s", cpuPhases(nodes, cpuAtStart, cpuAtAttack, cpuAfterAttack))
 	t.Logf("the legit clients' process, baseline → attack phase: %s → %s", gcAtAttack.since(gcAtStart), gcAfterAttack.since(gcAtAttack))
 	t.Logf("node-1 baseline (median): %s", baseline)
@@ -319,11 +344,17 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 			t.Errorf("%s: %d legit checks failed; last: %s", ph, e.errors, load.lastError())
 		}
 	}
-	if allowedRatio < 0.8 || allowedRatio > 1.2 {
-		t.Errorf("legit allowed under attack %d against %d and %d without: ratio %.3f to their mean, outside 0.8-1.2", att.allowed, before.allowed, afterwards.allowed, allowedRatio)
+	allowedBound := 0.2
+	if long {
+		allowedBound = soakAllowedBound
 	}
-	if quiet && p99Ratio > 1.2 {
-		t.Errorf("legit p99 under attack %s against %s without (both baselines): ratio %.2f, above 1.2 (QUOTAD_SOAK_QUIET=1)", att.p99, base.p99, p99Ratio)
+	if math.Abs(allowedRatio-1) > allowedBound {
+		t.Errorf("legit allowed under attack %d against %d and %d without: ratio %.3f to their mean, more than %.0f%% off",
+			att.allowed, before.allowed, afterwards.allowed, allowedRatio, 100*allowedBound)
+	}
+	if long && !decoy && withinPhase > soakP99Bound {
+		t.Errorf("the attack phase's legit p99 on %s (attacked) %s against %s on %s: ratio %.2f, above %.1f",
+			first, attacked.p99, unattacked.p99, others, withinPhase, soakP99Bound)
 	}
 	if !recovered {
 		t.Errorf("node-1 not back to its baseline %s after %s: %s; attackers' connections still open: %s",
