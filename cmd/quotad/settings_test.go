@@ -143,7 +143,7 @@ func readmeSettings(t *testing.T, readme string) map[string]readmeRow {
 			continue
 		}
 		if len(cells) != len(cols) {
-			t.Errorf("README row %q has %d cells, its table %d", line, len(cells), len(cols))
+			t.Errorf("table row %q has %d cells, its table %d", line, len(cells), len(cols))
 			continue
 		}
 		get := func(col string) string {
@@ -201,14 +201,14 @@ func helpSettings(help string) map[string]readmeRow {
 	return out
 }
 
-// `quotad --help` and the README's configuration tables name the same
+// `quotad --help` and docs/configuration.md's tables name the same
 // settings, with the same environment variables, file keys and defaults.
-func TestREADMEConfigTableMatchesHelp(t *testing.T) {
+func TestConfigurationTablesMatchHelp(t *testing.T) {
 	var help strings.Builder
 	if _, err := loadConfig([]string{"--help"}, func(string) string { return "" }, &help); !errors.Is(err, errHelp) {
 		t.Fatalf("--help returned %v", err)
 	}
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,14 +220,14 @@ func TestREADMEConfigTableMatchesHelp(t *testing.T) {
 		r, ok := inREADME[flag]
 		switch {
 		case !ok:
-			t.Errorf("--%s is in --help but in no README configuration table", flag)
+			t.Errorf("--%s is in --help but in no table of docs/configuration.md", flag)
 		case r != h:
-			t.Errorf("--%s: README says env %s, file %q, default %q; --help says env %s, file %q, default %q", flag, r.env, r.file, r.def, h.env, h.file, h.def)
+			t.Errorf("--%s: docs/configuration.md says env %s, file %q, default %q; --help says env %s, file %q, default %q", flag, r.env, r.file, r.def, h.env, h.file, h.def)
 		}
 	}
 	for flag := range inREADME {
 		if _, ok := inHelp[flag]; !ok {
-			t.Errorf("--%s is in the README's configuration tables but not in --help", flag)
+			t.Errorf("--%s is in docs/configuration.md's tables but not in --help", flag)
 		}
 	}
 	t.Logf("%d settings compared", len(inHelp))

@@ -6,14 +6,14 @@ import (
 	"testing"
 )
 
-// The README's middleware example is ExampleMiddleware, character for
-// character, so that the README shows code go test compiles and runs.
-func TestREADMEShowsExampleMiddleware(t *testing.T) {
+// docs/client.md's middleware example is ExampleMiddleware, character for
+// character, so that the docs show code go test compiles and runs.
+func TestDocsShowExampleMiddleware(t *testing.T) {
 	src, err := os.ReadFile("example_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/client.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,25 +24,25 @@ func TestREADMEShowsExampleMiddleware(t *testing.T) {
 	}
 	example := string(src[start : start+end+3])
 	if !strings.Contains(string(readme), "```go\n"+example+"```\n") {
-		t.Errorf("README.md does not show ExampleMiddleware as it is in example_test.go; copy it:\n%s", example)
+		t.Errorf("docs/client.md does not show ExampleMiddleware as it is in example_test.go; copy it:\n%s", example)
 	}
 }
 
-// The README's concurrency snippet is a part of ExampleConcurrencyMiddleware,
+// docs/client.md's concurrency snippet is a part of ExampleConcurrencyMiddleware,
 // one tab less indented, so that go test compiles the call it shows.
-func TestREADMEShowsExampleConcurrencyMiddleware(t *testing.T) {
+func TestDocsShowExampleConcurrencyMiddleware(t *testing.T) {
 	src, err := os.ReadFile("example_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/client.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const open = "```go\ninFlight, err := quotadclient.ConcurrencyMiddleware("
 	start := strings.Index(string(readme), open)
 	if start < 0 {
-		t.Fatal("README.md shows no ConcurrencyMiddleware snippet")
+		t.Fatal("docs/client.md shows no ConcurrencyMiddleware snippet")
 	}
 	snippet := string(readme[start+len("```go\n"):])
 	snippet = snippet[:strings.Index(snippet, "```\n")]
@@ -54,6 +54,6 @@ func TestREADMEShowsExampleConcurrencyMiddleware(t *testing.T) {
 		example = example[i:]
 	}
 	if !strings.Contains(example, indented) {
-		t.Errorf("ExampleConcurrencyMiddleware does not contain the README's snippet; README shows:\n%s", snippet)
+		t.Errorf("ExampleConcurrencyMiddleware does not contain docs/client.md's snippet, which is:\n%s", snippet)
 	}
 }
