@@ -90,7 +90,7 @@ helm: ## install helm $(HELM_VERSION) into .tools/helm-$(HELM_VERSION) when miss
 #  - staticcheck, pinned to STATICCHECK_VERSION, with every check but ST1000: SA (bugs:
 #    a value compared with itself, deprecated APIs, misused standard library), S
 #    (simplifications), ST (style: error strings, receiver names, initialisms, doc comments
-#    that start with the name they document, as DESIGN.md's contracts do) and the checks
+#    that start with the name they document, as docs/architecture.md asks) and the checks
 #    staticcheck leaves off by default, which the code passes too. ST1000 (a package
 #    comment) is off because the generated packages under proto/ have none.
 # `go run pkg@version` builds staticcheck once into the Go build cache: the first run on a

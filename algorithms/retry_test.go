@@ -8,7 +8,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 )
 
-// Issue 10's example (item 12): GCRA 100/min burst 20, twenty units spent at once.
+// GCRA 100/min burst 20, twenty units spent at once.
 // A denial of cost 1 says 596 ms (go-redis/redis_rate says the same); cost 5
 // then needs 2,996 ms, not 596.
 func TestRetryAfterForLargerCostGCRAExample(t *testing.T) {

@@ -83,7 +83,7 @@ func TestDeniedLookup(t *testing.T) {
 	}
 }
 
-// Issue 10's example (item 12): GCRA 100/min burst 20, a denial of cost 1 with 596 ms
+// GCRA 100/min burst 20, a denial of cost 1 with 596 ms
 // to wait. Cost 5 waits 2,996 ms, as the authority says; the cache used to
 // answer 596 ms, and a client that waited as told was denied again.
 func TestDeniedLargerCostGetsItsOwnRetryAfter(t *testing.T) {

@@ -476,7 +476,7 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s: node name %q empty or taken", n, env["QUOTAD_NODE_NAME"])
 		}
 		names[env["QUOTAD_NODE_NAME"]] = true
-		// quotad refuses to gossip without a key (issue 10): the nodes
+		// quotad refuses to gossip without a key: the nodes
 		// share one, from a volume.
 		keyDir := filepath.Dir(env["QUOTAD_CLUSTER_KEY_FILE"])
 		if env["QUOTAD_CLUSTER_KEY_FILE"] == "" || !slices.ContainsFunc(s.Volumes, func(v string) bool {
@@ -632,8 +632,7 @@ func TestDockerfileBuildsAStaticBinary(t *testing.T) {
 	})
 }
 
-// clusterSettings are the flags of issue 4's clustering, which the
-// deployments use and which land in quotad on another branch.
+// clusterSettings are the cluster flags the deployments use.
 var clusterSettings = []string{"cluster-addr", "cluster-advertise", "join", "node-name", "cluster-key-file"}
 
 // checkSettings requires every QUOTAD_* variable the deployments set to be

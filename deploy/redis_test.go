@@ -53,7 +53,7 @@ func readRedisConf(t *testing.T) map[string]string {
 	return conf
 }
 
-// Issue 10, item 9: the Redis of the deployments keeps its counters across
+// The Redis of the deployments keeps its counters across
 // a crash. redis.conf turns on the append-only file fsynced every second
 // (at most about a second of writes lost) and never evicts counters;
 // compose runs Redis on that file with its data on a named volume.

@@ -32,7 +32,7 @@ func (s *baseRecorder) lastBase() string {
 	return s.base
 }
 
-// Issue 10, item 12, on a real redis-server and for every algorithm: after
+// On a real redis-server and for every algorithm: after
 // the authority denies cost 1, a check of cost 5 gets the retry_after the
 // authority gives cost 5, not the one it gave cost 1. The node answers it
 // locally where the denial determines that wait (fixed window; the buckets

@@ -21,10 +21,10 @@ import (
 // encoding is injective: the tag ends at the first '}', P at the first ':',
 // N at the next, and K is the rest of the tag; after the tag comes either
 // a suffix (':') or an inline limit ('/'). So two prefixes, two names or two
-// keys never share state, whatever their bytes (issue 10, item 10), and a
-// key full of '}' still hashes on all of itself (item 13). An inline limit's
+// keys never share state, whatever their bytes, and a
+// key full of '}' still hashes on all of itself. An inline limit's
 // parameters are part of its base, so a request with another limit for the
-// same key gets state of its own and cannot re-window anyone's (item 11).
+// same key gets state of its own and cannot re-window anyone's.
 
 // keyBase is the store's key base for key under policy p: the family for a
 // configured policy, the family and the limit for an inline one.

@@ -31,7 +31,7 @@ func spend(t *testing.T, n *node.Node, p node.Policy, key string, max int) int {
 	}
 }
 
-// Issue 10, item 10: prefix q with inline namespace prod and key
+// Prefix q with inline namespace prod and key
 // per-ip:victim2 was the same Redis key as prefix q:prod's configured policy
 // per-ip and key victim2, and one inline check with a 1 ms period
 // re-windowed the victim (6 admitted under 3/min). On one real redis-server
@@ -78,7 +78,7 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// Issue 10, item 11: any client could send another period for an inline
+// Any client could send another period for an inline
 // key and restart its window. Now an inline limit's state is bound to the
 // limit: for every algorithm, on a real redis-server and on the memory
 // store, another limit on the same namespace and key has state of its own

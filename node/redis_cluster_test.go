@@ -197,7 +197,7 @@ func TestRedisClusterAlgorithms(t *testing.T) {
 		t.Fatalf("the limits used %d of %d masters", len(mastersUsed), c.Len())
 	}
 
-	// Issue 10, item 13: keys that start with '}' used to share one slot,
+	// Keys that start with '}' used to share one slot,
 	// the hash tag ending at the key's own brace ({quotad:p:}k1} hashes on
 	// "quotad:p:"). The key's braces are escaped now, so the tag is the
 	// whole key and such keys spread over every master.
@@ -528,7 +528,7 @@ func TestRedisClusterMasterRestartUnderLoad(t *testing.T) {
 	}
 	c.WaitOK()
 	// The restarted master has a new run_id: each node drops its leases
-	// and cached denials (issue 10, item 9), within about a second.
+	// and cached denials, within about a second.
 	for i, n := range h.nodes {
 		waitUntil(t, 10*time.Second, fmt.Sprintf("node %d to see the master's new run_id", i), func() bool { return n.Stats().StoreStateLosses >= 1 })
 	}

@@ -16,13 +16,13 @@ import (
 	redisstore "github.com/quotad/quotad/node/store/redis"
 )
 
-// Redis CPU per check on cold keys (issue 12, goal 2), measured in one run
+// Redis CPU per check on cold keys, measured in one run
 // against one redis-server:
 //
 //	go test -run '^$' -bench RedisCPU -benchtime 50000x ./node
 //
 // BenchmarkRedisCPU/<algorithm> makes b.N plain checks (cost 1, no lease)
-// through a RedisStore from cpuClients goroutines (c=16, issue 12's load),
+// through a RedisStore from cpuClients goroutines (c=16),
 // each check on a key not checked before (the first of 100,000 distinct
 // keys, then the next run's), and reports redis-server's CPU time per check
 // (INFO cpu: used_cpu_sys + used_cpu_user, delta) as redis-µs/check, and

@@ -14,8 +14,8 @@ import (
 	"github.com/quotad/quotad/node/store/redis"
 )
 
-// BenchmarkLeaseOffHotKey is one hot key whose policy has leases off
-// (issue 12, goal 3), checked by 16 goroutines through node.Check on a
+// BenchmarkLeaseOffHotKey is one hot key whose policy has leases off,
+// checked by 16 goroutines through node.Check on a
 // real redis-server with the default --redis-timeout, the RPC layer left
 // out:
 //

@@ -14,7 +14,7 @@ import (
 	"github.com/quotad/quotad/node/store/redis"
 )
 
-// Redis "18ms away" is the attack of issue 10: a 36ms round trip, inside
+// Redis "18ms away": a 36ms round trip, inside
 // the default 50ms --redis-timeout, but too long for a new connection's
 // few round trips to fit in it.
 const farAway = 18 * time.Millisecond
@@ -116,7 +116,7 @@ func (l *checkLog) count(policy string, s node.Source) int {
 	return l.sources[policy][s]
 }
 
-// Issue 10, item 1: Redis 18ms away, under load, and stalled once for 1s.
+// Redis 18ms away, under load, and stalled once for 1s.
 // While it is slow but live, decisions come from it and no check waits more
 // than 2 × --redis-timeout; no fail-closed policy stays denied (the breaker
 // may open on a run of timeouts, but never latches); the stall opens the
@@ -235,7 +235,7 @@ func TestBreakerRecoversFromStallOnFarRedis(t *testing.T) {
 	}
 }
 
-// Issue 10, item 2: concurrent checks on one key share the store call in
+// Concurrent checks on one key share the store call in
 // flight, and its failure. Eight at once on a cold key while Redis is
 // stalled each take the failure mode after about one --redis-timeout, not
 // one timeout per check ahead of them; eight at once on a key that cannot

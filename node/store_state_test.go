@@ -101,7 +101,7 @@ func afterLoss(t *testing.T, n *node.Node) (abuser node.Result) {
 	return res
 }
 
-// Issue 10, item 9: FLUSHALL empties Redis under a node holding a lease and
+// FLUSHALL empties Redis under a node holding a lease and
 // a cached denial. The node sees the marker gone, drops both and asks
 // Redis, which counts from zero again: the key that was denied is allowed —
 // that over-admission is the data loss's, and the README says so; the node
@@ -117,7 +117,7 @@ func TestFlushallDropsLeasesAndDenials(t *testing.T) {
 	}
 }
 
-// Issue 10, item 9: redis-server without persistence is killed (SIGKILL)
+// redis-server without persistence is killed (SIGKILL)
 // and restarted empty, a new run_id: the node drops its lease and cached
 // denial.
 func TestRedisRestartWithoutPersistenceDropsLeasesAndDenials(t *testing.T) {

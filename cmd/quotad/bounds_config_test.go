@@ -9,7 +9,7 @@ import (
 	"github.com/quotad/quotad/rpc"
 )
 
-// The bounds of issue 10 (items 6 and 7) reach their packages from the
+// The bounds on what clients can make a node keep reach their packages from the
 // file, the environment and flags, and zero values stand for the
 // packages' defaults.
 func TestBoundsSettings(t *testing.T) {

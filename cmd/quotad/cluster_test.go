@@ -29,7 +29,7 @@ import (
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
 
-// Issue 4's multi-process checks: three quotad processes on 127.0.0.1,
+// Multi-process checks: three quotad processes on 127.0.0.1,
 // .2 and .3 sharing one redis-server, one gossip key.
 
 // clusterDeadAfter is the processes' --cluster-dead-after.
@@ -442,7 +442,7 @@ func waitFor(t *testing.T, within time.Duration, cond func() bool) {
 	}
 }
 
-// Issue 10, item 10: a node with another --key-prefix on the same Redis
+// A node with another --key-prefix on the same Redis
 // (another deployment) is refused by the cluster it tries to join, and
 // both say why on stderr.
 func TestClusterRefusesAnotherKeyPrefix(t *testing.T) {
@@ -465,7 +465,7 @@ func TestClusterRefusesAnotherKeyPrefix(t *testing.T) {
 	}
 }
 
-// Issue 10, item 3: a node refuses to gossip without a key unless told to
+// A node refuses to gossip without a key unless told to
 // (--cluster-insecure, which it warns about); and the item's 33-byte
 // packet from a process that never joined, or its version-2 equivalent,
 // denies nothing: a configured policy's key stays allowed.
@@ -490,7 +490,7 @@ func TestInsecureClusterIsExplicitAndDropsForgedGossip(t *testing.T) {
 	}
 	v1 := append([]byte{8, 1}, denial...) // memberlist user message, then gossip version 1
 	if len(v1) != 1+33 {
-		t.Fatalf("issue 10's packet is 33 bytes; this one %d", len(v1)-1)
+		t.Fatalf("a version-1 packet is 33 bytes; this one %d", len(v1)-1)
 	}
 	v2 := []byte{8, 2}
 	v2 = binary.BigEndian.AppendUint64(v2, 0xbad)

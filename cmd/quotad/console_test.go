@@ -263,7 +263,7 @@ func near(a, b [3]uint32) bool {
 	return d(a[0], b[0]) < 12 && d(a[1], b[1]) < 12 && d(a[2], b[2]) < 12
 }
 
-// Issue 14's browser check, on the built binary with a real redis-server:
+// The console in a real browser, on the built binary with a real redis-server:
 // five Sends on the fixed window (limit 5) are allowed and the sixth is
 // denied with a retry-after; Burst 10 on the token bucket (capacity 5)
 // splits 5/5; Reset makes the fixed window allow again; the Live view shows

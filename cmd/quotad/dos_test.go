@@ -29,7 +29,7 @@ import (
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
 
-// The attacks of issue 10, items 6 to 8, each against a quotad binary:
+// Attacks on a quotad binary:
 // memory exhaustion through distinct keys, slow and idle connections,
 // HTTP/2 rapid reset, and decompression bombs.
 
@@ -50,7 +50,7 @@ func yearLimit() *quotadv1.Limit {
 	return &quotadv1.Limit{Algorithm: quotadv1.Algorithm_ALGORITHM_FIXED_WINDOW, Limit: 5, Period: durationpb.New(algorithms.MaxPeriod)}
 }
 
-// Item 6. CheckBatches of 1,000 distinct 1 KiB keys with 365-day inline
+// CheckBatches of 1,000 distinct 1 KiB keys with 365-day inline
 // limits grew the memory store without bound. With --memory-max-keys the
 // store holds at most that many keys; checks of new keys beyond it fail
 // with ResourceExhausted while keys already held are still decided, and
@@ -175,7 +175,7 @@ func startH2C(t *testing.T, base string) net.Conn {
 	return c
 }
 
-// Item 7. Slow and idle clients: an idle keep-alive connection, an idle
+// Slow and idle clients: an idle keep-alive connection, an idle
 // h2c connection and trickled bodies (HTTP/1.1 and HTTP/2) are closed
 // after their timeouts, while long streams (health Watch over gRPC and
 // over Connect on HTTP/1.1) outlive every timeout.
@@ -422,7 +422,7 @@ func TestMaxConnections(t *testing.T) {
 	}
 }
 
-// Item 7. HTTP/2 rapid reset: a client that opens streams and resets them
+// HTTP/2 rapid reset: a client that opens streams and resets them
 // at once gets a GOAWAY (ENHANCE_YOUR_CALM) and its connection closes;
 // other clients are still served. A client that cancels a minority of its
 // streams keeps its connection.
@@ -531,7 +531,7 @@ func gzipBomb(t *testing.T, size int, inflate int64) (body []byte, inflated int6
 	return body, inflated
 }
 
-// Item 8. A gzip body that inflates to about 2 GiB is refused with
+// A gzip body that inflates to about 2 GiB is refused with
 // ResourceExhausted after inflating no more than the limit (2 MiB, the
 // batches' bound), on every path: JSON over Connect, gRPC, and Envoy's
 // rate limit service. Before, each cost a full inflation (0.85-1.2 s of

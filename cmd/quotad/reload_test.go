@@ -118,7 +118,7 @@ func sha256Hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Issue 13, must show 1: quotad runs with a config file under load; the
+// quotad runs with a config file under load; the
 // file is replaced by a symlink swap as Kubernetes does, with changed
 // policies and Envoy rules; within 5 s checks follow the new limits and no
 // request fails during the swap. A broken file is not applied: the old

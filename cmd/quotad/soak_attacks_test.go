@@ -63,23 +63,23 @@ type soakAttackPlan struct {
 	Only   map[string]bool
 }
 
-// soakAttackSet is issue 10's attacks of items 3 to 8, all against one
+// soakAttackSet is the soak's attacks, all against one
 // node at once, each at a bounded rate, in the attacker process.
 type soakAttackSet struct {
-	// Items 3-5: gossip forged in the clear and, by a key holder who is
+	// Gossip forged in the clear and, by a key holder who is
 	// not a member, sealed; with reset floods; and captured gossip played
 	// again (what the soak's tap copies to capture).
 	forger   *attack.GossipForger
 	replayer *attack.GossipReplayer
 	capture  *attack.Tap
-	// Item 6: distinct 1 KiB keys with long inline periods.
+	// Distinct 1 KiB keys with long inline periods.
 	flood *attack.KeyFlood
-	// Item 7: idle keep-alive, silent and idle h2c connections beyond the
+	// Idle keep-alive, silent and idle h2c connections beyond the
 	// connection cap; trickled bodies; rapid reset.
 	idle     []*attack.IdleConns
 	trickles []*attack.Trickle
 	reset    *attack.RapidReset
-	// Item 8: gzip bombs of 2 MiB inflating to 2 GiB.
+	// Gzip bombs of 2 MiB inflating to 2 GiB.
 	bombs *attack.Bombs
 
 	wg             sync.WaitGroup
@@ -674,29 +674,29 @@ func (a *soakAttacks) report(t *testing.T) {
 		t.Logf("  %s: %s (%.2f of its configured rounds or connections)", v.Attack, v.Achieved, v.Fraction)
 	}
 	if st.Forger != nil {
-		t.Logf("items 3-5, gossip: %+v forged, %+v replayed (of %d datagrams captured through the tap); node-1 since: %d unknown sender, %d replayed, %d stale, %d capped, %d resets applied, %d denials applied (the peers' own included)",
+		t.Logf("gossip: %+v forged, %+v replayed (of %d datagrams captured through the tap); node-1 since: %d unknown sender, %d replayed, %d stale, %d capped, %d resets applied, %d denials applied (the peers' own included)",
 			*st.Forger, *st.Replayer, st.Captured, g.UnknownSender-b.UnknownSender, g.Replayed-b.Replayed, g.Stale-b.Stale,
 			g.Capped-b.Capped, g.ResetsReceived-b.ResetsReceived, g.DenialsReceived-b.DenialsReceived)
 	}
 	if st.Flood != nil {
-		t.Logf("item 6, key flood: %+v", *st.Flood)
+		t.Logf("key flood: %+v", *st.Flood)
 	}
 	for _, c := range st.Idle {
-		t.Logf("item 7, idle %s: %+v", c.Kind, c.IdleStats)
+		t.Logf("idle %s: %+v", c.Kind, c.IdleStats)
 	}
 	for _, tr := range st.Trickles {
-		t.Logf("item 7, trickled bodies (h2 %t): %+v", tr.H2, tr.TrickleStats)
+		t.Logf("trickled bodies (h2 %t): %+v", tr.H2, tr.TrickleStats)
 	}
 	if st.Reset != nil {
-		t.Logf("item 7, rapid reset: %+v (%d HEADERS+RST pairs sent per connection)", *st.Reset, st.Pairs)
+		t.Logf("rapid reset: %+v (%d HEADERS+RST pairs sent per connection)", *st.Reset, st.Pairs)
 	}
 	if st.Bombs != nil {
-		t.Logf("item 8, gzip bombs: %+v", *st.Bombs)
+		t.Logf("gzip bombs: %+v", *st.Bombs)
 	}
 }
 
-// check fails the test unless every attack was refused or closed as the
-// defences of issue 10 mean it to be; with volumes, unless each ran at
+// check fails the test unless every attack was refused or closed as its
+// defence means it to be; with volumes, unless each ran at
 // least soakMinVolume of its configured rounds.
 func (a *soakAttacks) check(t *testing.T, volumes bool) {
 	t.Helper()

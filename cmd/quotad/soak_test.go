@@ -33,10 +33,10 @@ import (
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
 
-// Issue 10, must-show 3: a soak. Three nodes on one redis-server; legit
+// A soak. Three nodes on one redis-server; legit
 // load on all three at a fixed rate, over limits it exceeds (so how much
 // is allowed is the limits' doing); first a phase without attacks, then a
-// phase as long with the attacks of items 3-8 all against node 1, then,
+// phase as long with every attack below (soakAttackSet) against node 1, then,
 // once node 1 has recovered, a third phase as long without attacks. The
 // legit figures of the attack phase are compared with those of the two
 // phases without (together), and node 1's resident memory and goroutines
@@ -168,7 +168,7 @@ func TestSoakAttacksOnOneNode(t *testing.T) {
 		"--read-timeout", soakReadTimeout.String(), "--idle-timeout", soakIdleTimeout.String(),
 		// Generous: on a loaded machine Redis can take longer than the
 		// default 50ms without any attack, and the soak is about the
-		// attacks on node 1 (a slow Redis is items 1-2's test). Under
+		// attacks on node 1 (a slow Redis has tests of its own in node). Under
 		// -race on 2 cores, node 1's slowest legit checks during the
 		// attacks took 1.1-1.3 s: 1 s let one answer fall to the failure
 		// mode; the latency itself is reported, not asserted.

@@ -85,7 +85,7 @@ type Victim struct {
 
 // GossipForger sends forged gossip to a node's gossip port (UDP), from a
 // socket that never joined, every Every:
-//   - issue 10's 33-byte packet (gossip version 1) denying each victim
+//   - a 33-byte packet of gossip version 1 denying each victim
 //     for 100 years, and a version-2 one from a sender id nobody has, in
 //     the clear;
 //   - a reset flood: a packet of ResetsPerPacket resets of the victims'
@@ -191,7 +191,7 @@ func (a *GossipForger) send(c net.Conn, packet []byte, seal bool) {
 
 // GossipReplayer plays captured gossip again: every Every it sends up to
 // PerRound of the packets its Source captured (a Tap), as they were on the wire,
-// from a fresh socket (issue 10's replay). It picks, with Key, the
+// from a fresh socket (a replay). It picks, with Key, the
 // packets that carry only quotad's gossip, so that the replay tests
 // gossip's own defence and not memberlist's handling of its old pings.
 // Set the fields before Run; Stats may be read at any time.

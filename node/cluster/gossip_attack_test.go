@@ -153,7 +153,7 @@ func waitStats(t *testing.T, m *cluster.Membership, what string, cond func(node.
 	})
 }
 
-// Issue 10, item 3: one UDP packet from a process that never joined made
+// One UDP packet from a process that never joined made
 // every node deny a configured policy's key for 100 years. Now a packet
 // from anyone but a member is dropped, over UDP or TCP; and one that
 // impersonates a member (possible without a key: the cluster is then
@@ -244,7 +244,7 @@ func (r *recorder) recordTo(addr string) {
 	r.to = addr
 }
 
-// Issue 10, item 4: encrypted packets captured on the wire re-armed a
+// Encrypted packets captured on the wire re-armed a
 // denial after an admin Reset, from a fresh socket, indefinitely. Now the
 // receiver refuses them: once taken, a packet's number is not taken again;
 // and a node that never saw them (one that joined later, as a restarted
@@ -331,7 +331,7 @@ func TestReplayedGossipIsRefused(t *testing.T) {
 	waitStats(t, a, "its own packets", func(g node.GossipStats) bool { return g.UnknownSender >= 2 })
 }
 
-// Issue 10, item 5: a flood of forged resets burned a core for 85s after
+// A flood of forged resets burned a core for 85s after
 // it ended, because each new reset id scanned all those remembered. Now
 // each costs the same and at most 4096 are remembered: the flood is
 // processed as it arrives and the bookkeeping stays bounded.
@@ -392,7 +392,7 @@ func TestForgedResetFloodIsBounded(t *testing.T) {
 	}
 }
 
-// Issue 10, item 10: a node with another key prefix, or another Redis,
+// A node with another key prefix, or another Redis,
 // is refused: its join fails on both sides, neither counts the other, and
 // the log says what differs.
 func TestPeerWithAnotherPrefixOrRedisIsRefused(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 // NetTransport reads every UDP packet into a fresh 64 KiB buffer and
 // hands memberlist that buffer, so each packet costs 64 KiB of zeroed,
 // collected memory, whatever its size (gossip packets are under 1.4 KB).
-// Under a flood of packets at the gossip port (issue 10's forged and
+// Under a flood of packets at the gossip port (forged or
 // replayed gossip) that was most of a node's allocations. This transport
 // reads into one buffer it keeps and hands memberlist a copy of the
 // packet's own length. Streams, dials, writes and the advertised address

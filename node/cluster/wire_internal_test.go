@@ -115,7 +115,7 @@ func TestGossipRejectsMalformedMessages(t *testing.T) {
 		pkt         []byte
 		unsupported bool
 	}{
-		// The 33-byte packet of the issue's attack: a version-1 denial.
+		// A 33-byte packet of gossip version 1: a denial.
 		"version 1":          {pkt: append([]byte{1}, denial...), unsupported: true},
 		"future version":     {pkt: append([]byte{3}, pkt[1:]...), unsupported: true},
 		"empty":              {pkt: nil},
@@ -280,7 +280,7 @@ func TestGossipAdmission(t *testing.T) {
 	}
 }
 
-// The forged denial of the issue (retry_after 3,153,599,999s for a
+// A forged denial (retry_after 3,153,599,999s for a
 // configured 1500/10s limit) is cut to what the limit can justify, for
 // every algorithm; an honest one is left alone.
 func TestGossipCapsDenials(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"github.com/quotad/quotad/rpc/quotadclient"
 )
 
-// Issue 17, "Must show" 3: 64 goroutines check distinct cold keys through
+// 64 goroutines check distinct cold keys through
 // one client in local mode against a quotad process on a real
 // redis-server, with the client's batching off (BatchWindow < 0: one Check
 // per check) and on (the default). Each reports checks/s, the quotad

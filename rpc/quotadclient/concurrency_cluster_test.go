@@ -25,7 +25,7 @@ import (
 	"github.com/quotad/quotad/rpc/quotadclient"
 )
 
-// Issue 16's concurrency demonstrations, on one real redis-server.
+// Concurrency limits shown end to end, on one real redis-server.
 
 // fiveSlots is 5 slots living 2 s unless renewed. It fails closed: a
 // check that fails open is admitted without a slot, outside the limit,

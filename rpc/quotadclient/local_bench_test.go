@@ -16,7 +16,7 @@ import (
 	"github.com/quotad/quotad/rpc/quotadclient"
 )
 
-// Issue 17, "Must show" 2: a Go HTTP service behind the middleware, every
+// A Go HTTP service behind the middleware, every
 // request on one hot key, three ways at once: with no limiter (none), with
 // the middleware checking every request at quotad (remote), and with it in
 // local mode (local). Each iteration sends one request to each of the three

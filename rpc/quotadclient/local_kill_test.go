@@ -52,7 +52,7 @@ func TestLeaseHolderProcess(t *testing.T) {
 	select {}
 }
 
-// Issue 17, "Must show" 4: a client process killed while it holds a lease
+// A client process killed while it holds a lease
 // loses at most the lease's units, and never admits extra: Redis counts
 // at least what it was allowed, and at most that plus what it held.
 func TestKilledClientLosesOnlyItsLeases(t *testing.T) {

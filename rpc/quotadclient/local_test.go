@@ -22,7 +22,7 @@ import (
 	"github.com/quotad/quotad/rpc/quotadclient"
 )
 
-// Local mode (issue 17): client-side leases, remembered denials and
+// Local mode: client-side leases, remembered denials and
 // batching, against real nodes on a real redis-server.
 
 // leaseNode is a quotad node served on a loopback port, with the calls it
@@ -194,7 +194,7 @@ func TestLocalModeRemembersDenials(t *testing.T) {
 	}
 }
 
-// Issue 17, "Must show" 1: clients on separate connections through three
+// Clients on separate connections through three
 // nodes on one redis-server hammer one key of each algorithm for several
 // windows: never more than the limit, and most of it used.
 func TestLocalModeNeverOverTheLimit(t *testing.T) {
@@ -379,7 +379,7 @@ func timedLocalClient(t testing.TB, url string, l *leaseCallTimer) *quotadclient
 	return c
 }
 
-// Issue 17, "Must show" 3: 64 goroutines checking distinct cold keys send
+// 64 goroutines checking distinct cold keys send
 // many checks per call.
 func TestLocalModeBatchesColdChecks(t *testing.T) {
 	r := redistest.Start(t)
@@ -416,8 +416,8 @@ func TestLocalModeBatchesColdChecks(t *testing.T) {
 	}
 }
 
-// The local hit: a check answered from the client's lease (issue 17,
-// "Must show" 2: ≤ 1 µs and 0 allocations).
+// The local hit: a check answered from the client's lease (under a
+// microsecond, 0 allocations).
 func BenchmarkLocalHit(b *testing.B) {
 	r := redistest.Start(b)
 	p := node.Policy{Name: "bench", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1 << 40, Period: time.Second}}

@@ -104,7 +104,7 @@ func rateLimit(t *testing.T, h http.Header) (policy string, q, w, r, tt int64) {
 	return pm[1], n(pm[2]), n(pm[3]), n(lm[2]), n(lm[3])
 }
 
-// Issue 6's demonstration: an httptest server wrapped in the middleware
+// An httptest server wrapped in the middleware
 // answers 200 with RateLimit headers, then 429 with Retry-After, against a
 // real quotad on the memory store and on Redis, over each protocol.
 func TestMiddlewareAllowsThenDenies(t *testing.T) {
