@@ -50,18 +50,13 @@ CLUSTER_REDIS_PORT ?= 6390
 CLUSTER_API_PORT   ?= 8080
 CLUSTER_GOSSIP_PORT ?= 7946
 
-cluster: redis-server ## a local three-node cluster on 127.0.0.1-3 sharing one redis-server (Ctrl-C stops it)
-	@$(GO) build -o $(TOOLS)/bin/quotad ./cmd/quotad
-	@dir=$$(mktemp -d); pids=; trap 'kill $$pids 2>/dev/null; wait' INT TERM EXIT; \
-	head -c 32 /dev/urandom | base64 > $$dir/gossip.key; \
-	redis-server deploy/redis.conf --port $(CLUSTER_REDIS_PORT) --bind 127.0.0.1 --dir $$dir > $$dir/redis.log 2>&1 & pids="$$pids $$!"; \
-	for i in 1 2 3; do \
-	  $(TOOLS)/bin/quotad --listen 127.0.0.$$i:$(CLUSTER_API_PORT) --redis redis://127.0.0.1:$(CLUSTER_REDIS_PORT)/0 \
-	    --cluster-addr 127.0.0.$$i:$(CLUSTER_GOSSIP_PORT) --join 127.0.0.1:$(CLUSTER_GOSSIP_PORT) \
-	    --node-name node-$$i --cluster-key-file $$dir/gossip.key 2> $$dir/node-$$i.log & pids="$$pids $$!"; \
-	done; \
-	echo "cluster status: curl -s 127.0.0.1:$(CLUSTER_API_PORT)/cluster; logs in $$dir; Ctrl-C stops the cluster"; \
-	wait
+# CLUSTER_BIN, when set, is the quotad binary `make cluster` runs instead of building one.
+CLUSTER_BIN ?=
+
+cluster: redis-server ## a local three-node cluster on 127.0.0.1-3 sharing one redis-server; refuses taken ports (Ctrl-C stops it)
+	@bin="$(CLUSTER_BIN)"; if [ -z "$$bin" ]; then bin=$(TOOLS)/bin/quotad; $(GO) build -o $$bin ./cmd/quotad || exit 1; fi; \
+	QUOTAD_BIN=$$bin CLUSTER_REDIS_PORT=$(CLUSTER_REDIS_PORT) CLUSTER_API_PORT=$(CLUSTER_API_PORT) \
+	CLUSTER_GOSSIP_PORT=$(CLUSTER_GOSSIP_PORT) exec bash deploy/local-cluster.sh
 
 redis-server: ## install redis-server (and redis-cli) when missing
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || \

@@ -20,7 +20,7 @@ import (
 	"github.com/quotad/quotad/internal/redistest"
 )
 
-// localCluster runs local-cluster.sh (what `make cluster` runs) on the
+// localCluster runs `make cluster` (which runs local-cluster.sh) on the
 // given ports, in its own process group, which the test ends.
 type localCluster struct {
 	cmd    *exec.Cmd
@@ -35,10 +35,11 @@ func startLocalCluster(t *testing.T, redisPort, apiPort, gossipPort int) *localC
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatal("redis-server is not installed: make redis-server (or apt-get install redis-server)")
 	}
-	cmd := exec.Command("bash", "local-cluster.sh")
-	cmd.Env = append(os.Environ(), "QUOTAD_BIN="+quotadtest.Binary(t),
+	// Through `make cluster`, as docs/cluster.md says to run it.
+	cmd := exec.Command("make", "--no-print-directory", "-C", "..", "cluster", "CLUSTER_BIN="+quotadtest.Binary(t),
 		"CLUSTER_REDIS_PORT="+strconv.Itoa(redisPort), "CLUSTER_API_PORT="+strconv.Itoa(apiPort),
-		"CLUSTER_GOSSIP_PORT="+strconv.Itoa(gossipPort), "CLUSTER_START_TIMEOUT=60", "CLUSTER_DIR="+t.TempDir())
+		"CLUSTER_GOSSIP_PORT="+strconv.Itoa(gossipPort))
+	cmd.Env = append(os.Environ(), "CLUSTER_START_TIMEOUT=60", "CLUSTER_DIR="+t.TempDir())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
