@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/leases"
 )
 
 // Client leases: units a client takes from the store through this node, to
@@ -302,7 +303,7 @@ func (n *leasing) clientLeaseStats() ClientLeaseStats {
 // node's lease of the key and the other client grants of the key on this
 // node, at most leaseShare(p); split equally among the key's client
 // holders; nothing when that leaves fewer than four checks' worth
-// (minLeaseChecks), for a policy with lease off, and on the memory store
+// (leases.MinChecks), for a policy with lease off, and on the memory store
 // (which needs no lease). A remembered denial answers without a store
 // call, and a denial the store gives is remembered and gossiped like a
 // check's.
@@ -375,7 +376,7 @@ func (n *leasing) grantLease(ctx context.Context, p Policy, key string, cost, wa
 func (n *leasing) decideLease(ctx context.Context, p Policy, key string, cost, want int64, hold time.Duration, ahead bool) (Result, ClientGrant, error) {
 	k := leaseKey{p.Name, key}
 	start := n.clock()
-	l := n.leases.get(k)
+	l := n.leases.Get(k)
 	if d, ok := n.denials.lookup(k, l, p.Limit, cost, start); ok {
 		n.stats.deniedCacheHits.Add(1)
 		return Result{Decision: d, Source: SourceDeniedCache}, ClientGrant{}, nil
@@ -383,11 +384,11 @@ func (n *leasing) decideLease(ctx context.Context, p Policy, key string, cost, w
 	var nodeHeld int64
 	if l != nil {
 		if g := l.cur.Load(); g != nil && g.limit == p.Limit {
-			nodeHeld = g.units.Load()
+			nodeHeld = g.Unspent()
 		}
 	}
 	extra := n.clients.reserve(k, want, n.leaseShare(p), nodeHeld, start)
-	if extra < minLeaseChecks*cost {
+	if extra < leases.MinChecks*cost {
 		n.clients.settle(k, extra, nil)
 		extra = 0
 	}
@@ -470,7 +471,7 @@ func (n *leasing) returnLease(ctx context.Context, id string, units int64) (int6
 	if units == 0 {
 		return 0, nil
 	}
-	returned, _ := n.returnUnitsCounted(ctx, cg.k, n.leases.get(cg.k), cg.g, units) // a failure is logged
+	returned, _ := n.returnUnitsCounted(ctx, cg.k, n.leases.Get(cg.k), cg.g, units) // a failure is logged
 	n.clients.unitsReturned.Add(returned)
 	return returned, nil
 }

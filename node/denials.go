@@ -2,10 +2,10 @@ package node
 
 import (
 	"math"
-	"time"
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/cache"
+	"github.com/quotad/quotad/leases"
 )
 
 // This file is the node's memory of the store's denials: in the key's
@@ -40,19 +40,7 @@ func (l *lease) deniedFor(lim algorithms.Limit, cost, now int64) (algorithms.Dec
 	if now >= until {
 		return algorithms.Decision{}, false
 	}
-	d := dn.decision
-	// Whole milliseconds, rounded up, like the store's own answers.
-	d.RetryAfter = ceilMillis(time.Duration(until - now))
-	d.ResetAfter = max(ceilMillis(d.ResetAfter-time.Duration(now-dn.sinceNs)), d.RetryAfter)
-	return d, true
-}
-
-// ceilMillis rounds d up to a whole millisecond.
-func ceilMillis(d time.Duration) time.Duration {
-	if r := d % time.Millisecond; r > 0 {
-		d += time.Millisecond - r
-	}
-	return d
+	return leases.Countdown(dn.decision, dn.sinceNs, until, now), true
 }
 
 // denials is what a node remembers of the store's denials, kept in two

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/leases"
 )
 
 // This file is the leases: batches of units a node takes from the store
@@ -121,6 +122,23 @@ type leaseKey struct {
 	policy, key string
 }
 
+// ShardKey is what the lease table shards leaseKeys by.
+func (k leaseKey) ShardKey() string { return k.key }
+
+// lease returns k's lease, adding one first seen at now if there is
+// room. A full table (LeaseConfig.MaxKeys) gives a lease that is not in
+// it: enough to decide one check, which it never leases for (its demand
+// is that one check) and whose denial only the denied cache keeps.
+func (n *leasing) lease(k leaseKey, now int64) *lease {
+	l, _ := n.leases.GetOrCreate(k, func() *lease {
+		l := &lease{}
+		l.demand.Start(now)
+		l.lastUsed.Store(now)
+		return l
+	})
+	return l
+}
+
 // lease is one key's local state on this node: the grant it is spending,
 // the demand that sizes the next one, and the last denial the store gave.
 type lease struct {
@@ -128,16 +146,16 @@ type lease struct {
 	// a new one rather than refilling this one, so a unit claimed from a
 	// grant is always judged by that grant's own expiry.
 	cur      atomic.Pointer[grant]
-	demand   atomic.Int64 // units asked for since sampleStart
 	lastUsed atomic.Int64 // node clock (ns) of a recent check, for eviction
+	// demand is the key's demand on this node; demand.Asked is counted on
+	// the hit path, its Rate read with mu held.
+	demand leases.Demand
 
 	mu sync.Mutex // guards the fields below; never held on the hit path
 	// refilling is the store call in flight for the key, if any.
 	refilling *storeCall
 	// beside counts the plain calls in flight beside refilling.
-	beside      int
-	sampleStart int64   // node clock (ns) when the current demand sample began
-	smoothed    float64 // units per second, smoothed over past samples
+	beside int
 	// dead marks a lease Reset removed from the table: a store call still
 	// in flight for it must not install its grant or remember its denial.
 	dead bool
@@ -153,19 +171,10 @@ type lease struct {
 }
 
 // grant is units taken from the store in one call, spent locally until
-// expiresAt. Everything but units is fixed when the grant is installed.
-//
-// The hit path is lock-free: units are claimed with a CAS, so each leased
-// unit is spent at most once, and whoever gives the rest back claims it
-// all with a Swap first.
+// they expire (leases.Units, on the node clock), and what giving them back
+// needs. The hit path is lock-free (leases.Units.Spend).
 type grant struct {
-	units     atomic.Int64 // unspent
-	expiresAt int64        // node clock (ns) from which no unit may be spent
-	// authRemaining and resetAt describe the store's state right after the
-	// grant, for the honest estimate a lease hit reports.
-	authRemaining int64
-	resetAt       int64 // node clock (ns)
-	capacity      int64
+	leases.Units
 	// taken, limit and base (the store's key base of limit) are what
 	// Release needs.
 	taken algorithms.Grant
@@ -182,30 +191,8 @@ func (n *Node) take(l *lease, lim algorithms.Limit, cost, now int64) (algorithms
 	if g == nil || g.limit != lim {
 		return algorithms.Decision{}, false
 	}
-	need := max(cost, 1)
-	for {
-		u := g.units.Load()
-		if u < need || now >= g.expiresAt {
-			return algorithms.Decision{}, false
-		}
-		if !g.units.CompareAndSwap(u, u-cost) {
-			continue
-		}
-		// Read the clock again after claiming: units claimed just as the
-		// grant expired are dropped, not spent late (a window's units must
-		// not spill into the next window). Dropping only under-admits, by at
-		// most cost.
-		now = n.clock()
-		if now >= g.expiresAt {
-			return algorithms.Decision{}, false
-		}
-		return algorithms.Decision{
-			Allowed:    true,
-			Limit:      g.capacity,
-			Remaining:  min(g.capacity, g.authRemaining+u-cost),
-			ResetAfter: time.Duration(max(0, g.resetAt-now)),
-		}, true
-	}
+	d, _, ok := g.Spend(cost, now, n.clock)
+	return d, ok
 }
 
 // claimUnspent empties the current grant, claiming its unspent units so
@@ -213,10 +200,10 @@ func (n *Node) take(l *lease, lim algorithms.Limit, cost, now int64) (algorithms
 // there are none). If onlyExpired, a grant still in force is left alone.
 func (l *lease) claimUnspent(now int64, onlyExpired bool) (*grant, int64) {
 	g := l.cur.Load()
-	if g == nil || (onlyExpired && now < g.expiresAt) {
+	if g == nil || (onlyExpired && now < g.ExpiresAt) {
 		return nil, 0
 	}
-	return g, g.units.Swap(0)
+	return g, g.Claim()
 }
 
 // kill ends a lease removed from the table: a store call in flight for l
@@ -227,7 +214,7 @@ func (l *lease) kill() {
 	l.dead = true
 	l.mu.Unlock()
 	if g := l.cur.Swap(nil); g != nil {
-		g.units.Store(0)
+		g.Claim()
 	}
 	l.denial.Store(nil)
 }
@@ -239,13 +226,9 @@ func (l *lease) busy() bool {
 	return l.refilling != nil
 }
 
-// minLeaseChecks is the smallest lease worth taking, in checks of the
-// requesting cost: a lease costs a call to take and often one to give back.
-const minLeaseChecks = 4
-
 // grantSize sizes the next grant for l and says how long it may be held.
-// The size is the key's demand on this node over the horizon (l.rate),
-// capped at this node's share of MaxFraction of the capacity. It returns
+// The size is the key's demand on this node over the horizon, capped at
+// this node's share of MaxFraction of the capacity. It returns
 // want = cost (a plain check) when a lease is not worthwhile: leases off,
 // a cold key, a limit too small for the cap to hold a few checks' worth.
 // Client leases of k granted by this node (client_leases.go) draw on the
@@ -259,9 +242,8 @@ func (n *leasing) grantSize(k leaseKey, l *lease, p Policy, cost int64, now int6
 		return cost, 0
 	}
 	horizon := min(n.cfg.Lease.Horizon, hold)
-	rate := l.rate(now, horizon)
-	want = min(int64(rate*horizon.Seconds()), n.leaseShare(p)-n.clients.held(k, now))
-	if want < minLeaseChecks*max(cost, 1) {
+	want = l.demand.Want(now, horizon, cost, n.leaseShare(p)-n.clients.held(k, now))
+	if want == 0 {
 		return cost, 0
 	}
 	return want, hold
@@ -283,26 +265,4 @@ func (n *Node) leaseHold(p Policy) time.Duration {
 // The node's own lease and the client leases it grants share it.
 func (n *Node) leaseShare(p Policy) int64 {
 	return int64(n.cfg.Lease.MaxFraction * float64(p.Limit.Capacity()) / float64(max(1, n.cluster.Size())))
-}
-
-// rate returns the key's demand on this node, in units per second, as of
-// now (node clock, ns). Demand is measured over samples at least horizon
-// long and smoothed; a sample that has lasted that long is folded into the
-// smoothed rate and a new one starts. Until a sample completes, the checks
-// seen so far bound the rate from below, so a key that turns hot leases
-// within its first horizon while two checks a microsecond apart never
-// look like a hot key. Called with l.mu held.
-func (l *lease) rate(now int64, horizon time.Duration) float64 {
-	demand := l.demand.Load()
-	if elapsed := now - l.sampleStart; elapsed >= int64(horizon) {
-		l.demand.Add(-demand)
-		sample := float64(demand) / (float64(elapsed) / float64(time.Second))
-		if l.smoothed == 0 {
-			l.smoothed = sample
-		} else {
-			l.smoothed = 0.5*l.smoothed + 0.5*sample
-		}
-		l.sampleStart, demand = now, 0
-	}
-	return max(l.smoothed, float64(demand)/horizon.Seconds())
 }

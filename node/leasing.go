@@ -8,6 +8,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/cache"
+	"github.com/quotad/quotad/leases"
 )
 
 // This file is the layer of local pre-aggregation a node keeps in front of
@@ -20,7 +21,7 @@ import (
 // modes. Safe for concurrent use.
 type leasing struct {
 	*Node
-	leases  *leaseTable
+	leases  *leases.Table[leaseKey, lease]
 	denials denials
 	// clients is the client leases this node granted (client_leases.go).
 	clients clientLeases
@@ -40,7 +41,7 @@ func newLeasing(n *Node, store Store) (*leasing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("denied cache: %w", err)
 	}
-	s := &leasing{Node: n, leases: newLeaseTable(n.cfg.Lease.MaxKeys), denials: denials{cache: denied}}
+	s := &leasing{Node: n, leases: leases.NewTable[leaseKey, lease](n.cfg.Lease.MaxKeys), denials: denials{cache: denied}}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopJanitor, s.janitorDone = cancel, make(chan struct{})
 	go s.janitor(ctx)
@@ -64,7 +65,7 @@ func (n *leasing) janitor(ctx context.Context) {
 			return
 		case <-t.C:
 			// A key that needs a lease is checked every few milliseconds
-			// (its rate × horizon must reach minLeaseChecks), so one idle
+			// (its rate × horizon must reach leases.MinChecks), so one idle
 			// for a few horizons has nothing worth keeping once its grant
 			// has expired; its denial, if any, lives on in the denied
 			// cache.
@@ -99,7 +100,7 @@ func (n *leasing) applyDenial(k leaseKey, lim algorithms.Limit, cost int64, d al
 }
 
 // returned implements local.
-func (n *leasing) returned(k leaseKey) { n.denials.forget(k, n.leases.get(k)) }
+func (n *leasing) returned(k leaseKey) { n.denials.forget(k, n.leases.Get(k)) }
 
 // forgetAgain implements local.
 func (n *leasing) forgetAgain(policy, key string) {
@@ -110,7 +111,7 @@ func (n *leasing) forgetAgain(policy, key string) {
 // figures implements local.
 func (n *leasing) figures() localFigures {
 	return localFigures{
-		unitsHeld: n.unitsHeld(), leaseKeys: n.leases.size.Load(), tableFull: n.leases.full.Load(),
+		unitsHeld: n.unitsHeld(), leaseKeys: n.leases.Len(), tableFull: n.leases.Full(),
 		denied: n.denials.cache.Stats(),
 	}
 }
@@ -135,9 +136,9 @@ func (n *leasing) close() { n.denials.cache.Close() }
 func (n *leasing) check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
 	k := leaseKey{p.Name, key}
 	now := n.clock()
-	l := n.leases.get(k)
+	l := n.leases.Get(k)
 	if l != nil {
-		l.demand.Add(max(cost, 1))
+		l.demand.Asked.Add(max(cost, 1))
 		// A coarse timestamp is enough for eviction, and skipping the write
 		// keeps hits on a hot key from contending on it.
 		if now-l.lastUsed.Load() > int64(time.Millisecond) {
@@ -150,8 +151,8 @@ func (n *leasing) check(ctx context.Context, p Policy, key string, cost int64) (
 	if l == nil {
 		// A full table gives an untracked lease: this check goes to the
 		// store alone (LeaseConfig.MaxKeys).
-		l = n.leases.getOrCreate(k, now)
-		l.demand.Add(max(cost, 1))
+		l = n.lease(k, now)
+		l.demand.Asked.Add(max(cost, 1))
 	}
 	return n.refill(ctx, k, l, p, cost)
 }
@@ -178,7 +179,7 @@ func (n *leasing) answerLocally(k leaseKey, l *lease, lim algorithms.Limit, cost
 // node's janitor.
 func (n *leasing) sweepLeases(ctx context.Context, idleAfter time.Duration) {
 	n.giveBack(ctx, true, func(l *lease, now int64) bool {
-		if g := l.cur.Load(); g != nil && now < g.expiresAt {
+		if g := l.cur.Load(); g != nil && now < g.ExpiresAt {
 			return false
 		}
 		return now-l.lastUsed.Load() > int64(idleAfter)
@@ -205,7 +206,7 @@ func (n *leasing) giveBack(ctx context.Context, onlyExpired bool, forget func(*l
 	now := n.clock()
 	// Collect under read locks; checks on a shard only wait for the brief
 	// write lock of each removal.
-	n.leases.eachRead(func(k leaseKey, l *lease) {
+	n.leases.Each(func(k leaseKey, l *lease) {
 		if g, left := l.claimUnspent(now, onlyExpired); left > 0 {
 			toRelease = append(toRelease, pending{k, l, g, left})
 		}
@@ -217,7 +218,7 @@ func (n *leasing) giveBack(ctx context.Context, onlyExpired bool, forget func(*l
 		// Checked again under the write lock: a check may have used the key
 		// since. A lease in the middle of a refill stays; the next sweep sees
 		// it.
-		n.leases.removeIf(p.k, p.l, func(l *lease) bool { return forget(l, now) && !l.busy() })
+		n.leases.RemoveIf(p.k, p.l, func(l *lease) bool { return forget(l, now) && !l.busy() })
 	}
 	var wg sync.WaitGroup
 	for _, p := range toRelease {
@@ -234,9 +235,9 @@ func (n *leasing) giveBack(ctx context.Context, onlyExpired bool, forget func(*l
 // until the janitor returns them.
 func (n *leasing) unitsHeld() int64 {
 	var held int64
-	n.leases.eachRead(func(_ leaseKey, l *lease) {
+	n.leases.Each(func(_ leaseKey, l *lease) {
 		if g := l.cur.Load(); g != nil {
-			held += g.units.Load()
+			held += g.Unspent()
 		}
 	})
 	return held
@@ -246,7 +247,7 @@ func (n *leasing) unitsHeld() int64 {
 // authority forgets them anyway.
 func (n *leasing) forget(policy, key string) {
 	k := leaseKey{policy, key}
-	l := n.leases.remove(k)
+	l := n.leases.Remove(k)
 	if l != nil {
 		l.kill()
 	}
@@ -264,7 +265,7 @@ func (n *leasing) forgetPolicies(ctx context.Context, names map[string]bool) {
 		l *lease
 	}
 	var drop []pending
-	n.leases.eachRead(func(k leaseKey, l *lease) {
+	n.leases.Each(func(k leaseKey, l *lease) {
 		if names[k.policy] {
 			drop = append(drop, pending{k, l})
 		}
@@ -275,7 +276,7 @@ func (n *leasing) forgetPolicies(ctx context.Context, names map[string]bool) {
 	var wg sync.WaitGroup
 	now := n.clock()
 	for _, d := range drop {
-		n.leases.removeIf(d.k, d.l, func(*lease) bool { return true })
+		n.leases.RemoveIf(d.k, d.l, func(*lease) bool { return true })
 		d.l.mu.Lock()
 		d.l.dead = true
 		d.l.mu.Unlock()

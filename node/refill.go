@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/quotad/quotad/leases"
 )
 
 // This file is the store path of a key in front of a remote store: one
@@ -129,7 +131,7 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 	if l.dead {
 		// Reset removed this lease while we held it: use the key's new one.
 		l.mu.Unlock()
-		return n.refill(ctx, k, n.leases.getOrCreate(k, start), p, cost)
+		return n.refill(ctx, k, n.lease(k, start), p, cost)
 	}
 	f := &storeCall{done: make(chan struct{})}
 	want, hold := cost, time.Duration(0)
@@ -236,15 +238,17 @@ func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeC
 	switch {
 	case extra > 0 && life > 0 && !l.dead:
 		g := &grant{
-			expiresAt:     start + int64(life),
-			authRemaining: d.Remaining,
-			resetAt:       start + int64(d.ResetAfter),
-			capacity:      d.Limit,
-			taken:         taken,
-			limit:         p.Limit,
-			base:          base,
+			Units: leases.Units{
+				ExpiresAt:     start + int64(life),
+				AuthRemaining: d.Remaining,
+				ResetAt:       start + int64(d.ResetAfter),
+				Capacity:      d.Limit,
+			},
+			taken: taken,
+			limit: p.Limit,
+			base:  base,
 		}
-		g.units.Store(extra)
+		g.Fill(extra)
 		l.cur.Store(g)
 		// As on a lease hit: what the store has left plus what this node
 		// now holds for the key.

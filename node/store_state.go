@@ -105,14 +105,14 @@ func (n *leasing) runStateWatch(ctx context.Context, w *stateWatch) {
 func (n *leasing) storeStateLost(from, to string) {
 	var keys []leaseKey
 	var units int64
-	n.leases.eachRead(func(k leaseKey, l *lease) {
+	n.leases.Each(func(k leaseKey, l *lease) {
 		keys = append(keys, k)
 		if g := l.cur.Load(); g != nil {
-			units += g.units.Load()
+			units += g.Unspent()
 		}
 	})
 	for _, k := range keys {
-		if l := n.leases.remove(k); l != nil {
+		if l := n.leases.Remove(k); l != nil {
 			l.kill()
 		}
 	}

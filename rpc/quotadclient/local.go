@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/leases"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -119,20 +120,15 @@ func (c *Client) LocalStats() LocalStats {
 func (m *local) unitsHeld() int64 {
 	held := m.stats.returning.Load()
 	now := m.clock()
-	m.table.each(func(e *entry) {
+	m.table.Each(func(_ leaseKey, e *entry) {
 		for _, g := range [...]*grant{e.prev.Load(), e.cur.Load()} {
-			if g != nil && now < g.expiresAt {
-				held += g.units.Load()
+			if g != nil && now < g.ExpiresAt {
+				held += g.Unspent()
 			}
 		}
 	})
 	return held
 }
-
-// minLeaseChecks is the smallest lease worth asking for, in checks of the
-// asking cost, as quotad's own: a lease costs a call to take and often one
-// to give back.
-const minLeaseChecks = 4
 
 // returnTimeout bounds each ReturnLease call.
 const returnTimeout = 2 * time.Second
@@ -150,7 +146,7 @@ const refillLead = 2
 type local struct {
 	svc   serviceClient
 	opts  LocalOptions
-	table *leaseTable
+	table *leases.Table[leaseKey, entry]
 	batch *batcher
 	stats struct {
 		leaseHits, deniedHits                       atomic.Int64
@@ -183,7 +179,7 @@ type serviceClient interface {
 func newLocal(svc serviceClient, opts LocalOptions) *local {
 	ctx, stop := context.WithCancel(context.Background())
 	m := &local{
-		svc: svc, opts: opts, table: newLeaseTable(opts.MaxKeys),
+		svc: svc, opts: opts, table: leases.NewTable[leaseKey, entry](opts.MaxKeys),
 		batch: newBatcher(svc, opts.BatchWindow, opts.BatchMax),
 		epoch: time.Now(), stop: stop, done: make(chan struct{}),
 	}
@@ -194,12 +190,31 @@ func newLocal(svc serviceClient, opts LocalOptions) *local {
 // clock is monotonic nanoseconds since the client started.
 func (m *local) clock() int64 { return int64(time.Since(m.epoch)) }
 
+// entry returns k's entry, adding one first seen at now if there is room;
+// a full table (LocalOptions.MaxKeys) gives an entry that is not in it,
+// which never leases (its demand is one check).
+func (m *local) entry(k leaseKey, now int64) *entry {
+	e, inTable := m.table.GetOrCreate(k, func() *entry {
+		e := &entry{}
+		e.demand.Start(now)
+		e.lastUsed.Store(now)
+		return e
+	})
+	if !inTable {
+		e.noLease = true
+	}
+	return e
+}
+
 // leaseKey names a limit of one key: the policy (or inline namespace) and
 // its inline limit (zero for a configured policy).
 type leaseKey struct {
 	policy, key string
 	limit       algorithms.Limit
 }
+
+// ShardKey is what the lease table shards leaseKeys by.
+func (k leaseKey) ShardKey() string { return k.key }
 
 // entry is one key's local state.
 type entry struct {
@@ -209,14 +224,14 @@ type entry struct {
 	cur, prev atomic.Pointer[grant]
 	// denial is the last denial quotad gave, remembered until it ends.
 	denial   atomic.Pointer[denial]
-	demand   atomic.Int64 // units asked for since sampleStart
 	lastUsed atomic.Int64 // clock (ns) of a recent check
+	// demand is the key's demand in this process; demand.Asked is counted
+	// on the hit path, its Rate read with mu held.
+	demand leases.Demand
 
 	mu sync.Mutex // guards the fields below; never taken on a hit
 	// acquiring is the AcquireLease in flight for the key, if any.
-	acquiring   *flight
-	sampleStart int64
-	rate        float64 // units per second, smoothed
+	acquiring *flight
 	// leasable is set once quotad answered an AcquireLease for the key (it
 	// is not a concurrency limit, whose denials must not be remembered);
 	// noLease once it refused one as invalid.
@@ -227,24 +242,20 @@ type entry struct {
 	refusals int
 }
 
-// grant is units of one lease. Everything but units, closed and ahead is
-// fixed.
+// grant is units of one lease, spent as a node spends its own
+// (leases.Units, on the client's clock). Everything but the units, closed
+// and ahead is fixed.
 type grant struct {
-	units atomic.Int64
+	leases.Units
 	// closed is set by whoever ends the grant for good, and it alone gives
 	// the unused units back (finish), so two returns never race: the
 	// second would find the lease gone at quotad and its units lost.
 	closed atomic.Bool
 	// ahead is set when a check took the units below low and asked for
 	// the next lease in the background; once per grant.
-	ahead     atomic.Bool
-	low       int64
-	expiresAt int64 // clock (ns) from which no unit may be spent
-	id        string
-	capacity  int64
-	// authRemaining and resetAt are quotad's answer at the grant, for the
-	// estimate a hit reports.
-	authRemaining, resetAt int64
+	ahead atomic.Bool
+	low   int64
+	id    string
 }
 
 // denial is a denial of cost units that holds until until (clock ns).
@@ -281,8 +292,7 @@ func (m *local) answer(e *entry, cost, now int64) (d Decision, ok, refill bool) 
 	}
 	if dn := e.denial.Load(); dn != nil && dn.cost == max(cost, 1) && now < dn.until {
 		d := dn.decision
-		d.RetryAfter = ceilMillis(time.Duration(dn.until - now))
-		d.ResetAfter = max(ceilMillis(d.ResetAfter-time.Duration(now-dn.since)), d.RetryAfter)
+		d.Decision = leases.Countdown(d.Decision, dn.since, dn.until, now)
 		d.Source = SourceClientDeniedCache
 		m.stats.deniedHits.Add(1)
 		return d, true, false
@@ -294,45 +304,21 @@ func (m *local) answer(e *entry, cost, now int64) (d Decision, ok, refill bool) 
 // not expired, and reports the units left. The decision's Remaining is
 // quotad's remaining at the grant plus those, capped at the capacity.
 func (m *local) spend(g *grant, cost, now int64) (d Decision, left int64, ok bool) {
-	need := max(cost, 1)
-	for {
-		u := g.units.Load()
-		if u < need || now >= g.expiresAt {
-			return Decision{}, 0, false
-		}
-		if !g.units.CompareAndSwap(u, u-cost) {
-			continue
-		}
-		// As quotad's nodes do: units claimed just as the grant expired are
-		// dropped, not spent late.
-		if now = m.clock(); now >= g.expiresAt {
-			return Decision{}, 0, false
-		}
-		m.stats.leaseHits.Add(1)
-		return Decision{Decision: algorithms.Decision{
-			Allowed:    true,
-			Limit:      g.capacity,
-			Remaining:  min(g.capacity, g.authRemaining+u-cost),
-			ResetAfter: time.Duration(max(0, g.resetAt-now)),
-		}, Source: SourceClientLease}, u - cost, true
+	ad, left, ok := g.Spend(cost, now, m.clock)
+	if !ok {
+		return Decision{}, 0, false
 	}
-}
-
-// ceilMillis rounds d up to a whole millisecond, as quotad reports.
-func ceilMillis(d time.Duration) time.Duration {
-	if r := d % time.Millisecond; r > 0 {
-		d += time.Millisecond - r
-	}
-	return d
+	m.stats.leaseHits.Add(1)
+	return Decision{Decision: ad, Source: SourceClientLease}, left, true
 }
 
 // check is Client.Check and CheckLimit in local mode; inline says whether
 // k.limit is an inline limit.
 func (m *local) check(ctx context.Context, k leaseKey, inline bool, cost int64) (Decision, error) {
 	now := m.clock()
-	e := m.table.get(k)
+	e := m.table.Get(k)
 	if e != nil {
-		e.demand.Add(max(cost, 1))
+		e.demand.Asked.Add(max(cost, 1))
 		if now-e.lastUsed.Load() > int64(time.Millisecond) {
 			e.lastUsed.Store(now)
 		}
@@ -343,8 +329,8 @@ func (m *local) check(ctx context.Context, k leaseKey, inline bool, cost int64) 
 			return d, nil
 		}
 	} else {
-		e = m.table.getOrCreate(k, now)
-		e.demand.Add(max(cost, 1))
+		e = m.entry(k, now)
+		e.demand.Asked.Add(max(cost, 1))
 	}
 	return m.miss(ctx, k, e, inline, cost)
 }

@@ -3,10 +3,12 @@ package quotadclient
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/quotad/quotad/leases"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 )
 
@@ -49,32 +51,14 @@ func (m *local) refillAhead(k leaseKey, e *entry, inline bool, cost int64) {
 }
 
 // leaseWant sizes a lease for a check of cost: the key's demand over the
-// horizon, or 0 when a lease is not worthwhile (a cold key, a key quotad
-// refused lately or cannot lease). As quotad's own (node/lease.go), demand
-// is measured over horizon-long samples and smoothed; until a sample
-// completes, the checks seen so far bound the rate from below. e.mu held.
+// horizon (leases.Demand, as a node's), or 0 when a lease is not
+// worthwhile (a cold key, a key quotad refused lately or cannot lease).
+// quotad caps what it grants. e.mu held.
 func (m *local) leaseWant(e *entry, cost, now int64) int64 {
 	if e.noLease || m.unsupported.Load() || now < e.refusedUntil || cost <= 0 {
 		return 0
 	}
-	horizon := m.opts.Horizon
-	demand := e.demand.Load()
-	if elapsed := now - e.sampleStart; elapsed >= int64(horizon) {
-		e.demand.Add(-demand)
-		sample := float64(demand) / (float64(elapsed) / float64(time.Second))
-		if e.rate == 0 {
-			e.rate = sample
-		} else {
-			e.rate = 0.5*e.rate + 0.5*sample
-		}
-		e.sampleStart, demand = now, 0
-	}
-	rate := max(e.rate, float64(demand)/horizon.Seconds())
-	want := int64(rate * horizon.Seconds())
-	if want < minLeaseChecks*cost {
-		return 0
-	}
-	return want
+	return e.demand.Want(now, m.opts.Horizon, cost, math.MaxInt64)
 }
 
 // acquire asks quotad to decide a check of cost and lease up to want more
@@ -93,7 +77,7 @@ func (m *local) acquire(ctx context.Context, k leaseKey, e *entry, inline bool, 
 		// is left when it runs out or expires (finish). The janitor does
 		// not finish it while this call is in flight, so that return comes
 		// after quotad retired it, never before (which would lose it).
-		req.PreviousLeaseId, req.PreviousKept = old.id, max(1, old.units.Load())
+		req.PreviousLeaseId, req.PreviousKept = old.id, max(1, old.Unspent())
 	case old.closed.CompareAndSwap(false, true):
 		// Spent or expired: its leftovers go back in the same call, before
 		// the new grant is sized, so quotad's cap counts only the new one.
@@ -101,7 +85,7 @@ func (m *local) acquire(ctx context.Context, k leaseKey, e *entry, inline bool, 
 		// restores them. Closing it first means the janitor gives nothing
 		// back for it (a second return of the same lease would find it
 		// gone at quotad, and lose its units).
-		req.PreviousLeaseId, req.PreviousUnits = old.id, old.units.Swap(0)
+		req.PreviousLeaseId, req.PreviousUnits = old.id, old.Claim()
 	}
 	if inline {
 		req.Limit = limitToProto(k.limit)
@@ -155,19 +139,21 @@ func (m *local) acquire(ctx context.Context, k leaseKey, e *entry, inline bool, 
 		// Measured from before the call was sent: quotad measured from
 		// later, so the lease ends here no later than quotad assumes.
 		g := &grant{
-			expiresAt:     sent + int64(msg.GetUseWithin().AsDuration()),
-			id:            msg.GetLeaseId(),
-			capacity:      d.Limit,
-			authRemaining: d.Remaining - units,
-			resetAt:       sent + int64(d.ResetAfter),
+			Units: leases.Units{
+				ExpiresAt:     sent + int64(msg.GetUseWithin().AsDuration()),
+				Capacity:      d.Limit,
+				AuthRemaining: d.Remaining - units,
+				ResetAt:       sent + int64(d.ResetAfter),
+			},
+			id: msg.GetLeaseId(),
 		}
 		// The next lease is asked for when what is left would last about
 		// refillLead round trips at the demand this one was sized for (want
 		// units over a horizon); at least a few checks' worth, at most half
 		// the grant.
 		lead := float64(refillLead*m.rtt.Load()) / float64(m.opts.Horizon)
-		g.low = min(max(int64(float64(want)*lead), minLeaseChecks*cost), units/2)
-		g.units.Store(units)
+		g.low = min(max(int64(float64(want)*lead), leases.MinChecks*cost), units/2)
+		g.Fill(units)
 		if ahead {
 			// The old grant's last units are spent first (answer), and the
 			// one it replaced, if still there, is finished now.

@@ -20,7 +20,7 @@ func (m *local) finish(g *grant) {
 	if !g.closed.CompareAndSwap(false, true) {
 		return
 	}
-	if left := g.units.Swap(0); left > 0 {
+	if left := g.Claim(); left > 0 {
 		m.giveBack(g, left)
 	}
 }
@@ -57,7 +57,7 @@ func (m *local) janitor(ctx context.Context) {
 		case <-t.C:
 		}
 		now := m.clock()
-		m.table.sweep(func(e *entry) bool {
+		m.table.Sweep(func(_ leaseKey, e *entry) bool {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			if e.acquiring != nil {
@@ -65,16 +65,16 @@ func (m *local) janitor(ctx context.Context) {
 				// (acquire), and installs the next: this round leaves e be.
 				return false
 			}
-			if p := e.prev.Load(); p != nil && (now >= p.expiresAt || p.units.Load() == 0) {
+			if p := e.prev.Load(); p != nil && (now >= p.ExpiresAt || p.Unspent() == 0) {
 				// Run out: the new grant is spent now.
 				e.prev.CompareAndSwap(p, nil)
 				m.finish(p)
 			}
 			g := e.cur.Load()
-			if g != nil && now >= g.expiresAt {
+			if g != nil && now >= g.ExpiresAt {
 				m.finish(g)
 			}
-			return (g == nil || now >= g.expiresAt) && e.prev.Load() == nil && now-e.lastUsed.Load() > idle
+			return (g == nil || now >= g.ExpiresAt) && e.prev.Load() == nil && now-e.lastUsed.Load() > idle
 		})
 	}
 }
@@ -92,7 +92,7 @@ func (m *local) close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("returning leases: %w", ctx.Err())
 	}
-	m.table.sweep(func(e *entry) bool {
+	m.table.Sweep(func(_ leaseKey, e *entry) bool {
 		for _, g := range [...]*grant{e.prev.Load(), e.cur.Load()} {
 			if g != nil {
 				m.finish(g)
