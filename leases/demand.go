@@ -17,13 +17,20 @@ const MinChecks = 4
 // the holder's lock of the key.
 type Demand struct {
 	// Asked counts the units checks asked for since the sample began.
-	Asked       atomic.Int64
+	Asked atomic.Int64
+	// LastUsed is the holder's clock (ns) of a recent check: a key idle
+	// long enough is forgotten.
+	LastUsed    atomic.Int64
 	sampleStart int64   // holder's clock (ns) when the current sample began
 	smoothed    float64 // units per second, smoothed over past samples
 }
 
-// Start begins the first sample at now (holder's clock, ns).
-func (d *Demand) Start(now int64) { d.sampleStart = now }
+// Start begins the first sample at now (holder's clock, ns), a check's
+// time.
+func (d *Demand) Start(now int64) {
+	d.sampleStart = now
+	d.LastUsed.Store(now)
+}
 
 // Rate returns the demand in units per second as of now (holder's clock,
 // ns). A sample that has lasted a horizon is folded into the smoothed

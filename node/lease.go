@@ -133,7 +133,6 @@ func (n *leasing) lease(k leaseKey, now int64) *lease {
 	l, _ := n.leases.GetOrCreate(k, func() *lease {
 		l := &lease{}
 		l.demand.Start(now)
-		l.lastUsed.Store(now)
 		return l
 	})
 	return l
@@ -145,10 +144,9 @@ type lease struct {
 	// cur is the grant being spent; nil before the first. A refill installs
 	// a new one rather than refilling this one, so a unit claimed from a
 	// grant is always judged by that grant's own expiry.
-	cur      atomic.Pointer[grant]
-	lastUsed atomic.Int64 // node clock (ns) of a recent check, for eviction
-	// demand is the key's demand on this node; demand.Asked is counted on
-	// the hit path, its Rate read with mu held.
+	cur atomic.Pointer[grant]
+	// demand is the key's demand on this node and its last use; Asked and
+	// LastUsed are counted on the hit path, Rate read with mu held.
 	demand leases.Demand
 
 	mu sync.Mutex // guards the fields below; never held on the hit path

@@ -141,8 +141,8 @@ func (n *leasing) check(ctx context.Context, p Policy, key string, cost int64) (
 		l.demand.Asked.Add(max(cost, 1))
 		// A coarse timestamp is enough for eviction, and skipping the write
 		// keeps hits on a hot key from contending on it.
-		if now-l.lastUsed.Load() > int64(time.Millisecond) {
-			l.lastUsed.Store(now)
+		if now-l.demand.LastUsed.Load() > int64(time.Millisecond) {
+			l.demand.LastUsed.Store(now)
 		}
 	}
 	if res, ok := n.answerLocally(k, l, p.Limit, cost, now); ok {
@@ -182,7 +182,7 @@ func (n *leasing) sweepLeases(ctx context.Context, idleAfter time.Duration) {
 		if g := l.cur.Load(); g != nil && now < g.ExpiresAt {
 			return false
 		}
-		return now-l.lastUsed.Load() > int64(idleAfter)
+		return now-l.demand.LastUsed.Load() > int64(idleAfter)
 	})
 }
 

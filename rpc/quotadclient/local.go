@@ -197,7 +197,6 @@ func (m *local) entry(k leaseKey, now int64) *entry {
 	e, inTable := m.table.GetOrCreate(k, func() *entry {
 		e := &entry{}
 		e.demand.Start(now)
-		e.lastUsed.Store(now)
 		return e
 	})
 	if !inTable {
@@ -223,10 +222,9 @@ type entry struct {
 	// until it runs out or expires; nil for none.
 	cur, prev atomic.Pointer[grant]
 	// denial is the last denial quotad gave, remembered until it ends.
-	denial   atomic.Pointer[denial]
-	lastUsed atomic.Int64 // clock (ns) of a recent check
-	// demand is the key's demand in this process; demand.Asked is counted
-	// on the hit path, its Rate read with mu held.
+	denial atomic.Pointer[denial]
+	// demand is the key's demand in this process and its last use; Asked
+	// and LastUsed are counted on the hit path, Rate read with mu held.
 	demand leases.Demand
 
 	mu sync.Mutex // guards the fields below; never taken on a hit
@@ -319,8 +317,8 @@ func (m *local) check(ctx context.Context, k leaseKey, inline bool, cost int64) 
 	e := m.table.Get(k)
 	if e != nil {
 		e.demand.Asked.Add(max(cost, 1))
-		if now-e.lastUsed.Load() > int64(time.Millisecond) {
-			e.lastUsed.Store(now)
+		if now-e.demand.LastUsed.Load() > int64(time.Millisecond) {
+			e.demand.LastUsed.Store(now)
 		}
 		if d, ok, refill := m.answer(e, cost, now); ok {
 			if refill {

@@ -74,7 +74,7 @@ func (m *local) janitor(ctx context.Context) {
 			if g != nil && now >= g.ExpiresAt {
 				m.finish(g)
 			}
-			return (g == nil || now >= g.ExpiresAt) && e.prev.Load() == nil && now-e.lastUsed.Load() > idle
+			return (g == nil || now >= g.ExpiresAt) && e.prev.Load() == nil && now-e.demand.LastUsed.Load() > idle
 		})
 	}
 }
