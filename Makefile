@@ -19,7 +19,7 @@ HELM      := $(TOOLS)/helm-$(HELM_VERSION)/helm
 # commit (the Go toolchain stamps it from git when the checkout's .git is a directory).
 BUILDFLAGS := -buildvcs=auto -trimpath
 
-.PHONY: help run build install test soak redis-server chromium helm lint proto proto-check bench cluster screenshots
+.PHONY: help run build install test soak redis-server chromium helm shell-tools lint proto proto-check bench cluster screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ install: ## install quotad into $(go env GOBIN), else $(go env GOPATH)/bin
 	$(GO) install $(BUILDFLAGS) ./cmd/quotad
 	@d=$$($(GO) env GOBIN); echo "installed $${d:-$$($(GO) env GOPATH)/bin}/quotad"
 
-test: redis-server chromium helm lint ## the whole test suite (installs redis-server, chromium and helm when missing)
+test: redis-server chromium helm shell-tools lint ## the whole test suite (installs redis-server, chromium, helm, curl and jq when missing)
 	HELM=$(HELM) $(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
@@ -63,6 +63,11 @@ redis-server: ## install redis-server (and redis-cli) when missing
 		{ echo "installing redis-server"; $(SUDO) apt-get update -qq && \
 		  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+shell-tools: ## install curl and jq (the docs' examples, which the tests run, use them) when missing
+	@command -v curl >/dev/null && command -v jq >/dev/null || \
+		{ echo "installing curl and jq"; $(SUDO) apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq curl jq >/dev/null; }
 
 chromium: ## install Debian's chromium (the console's browser test drives it) when missing
 	@command -v chromium >/dev/null || \
