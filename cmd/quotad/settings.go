@@ -157,6 +157,8 @@ func settings() []setting {
 			v: duration(func(c *config) *time.Duration { return &c.MaxInlinePeriod })},
 		{flag: "memory-max-keys", file: "memory_max_keys", arg: "count", zeroMeans: show(memory.DefaultMaxKeys), help: "most keys the embedded memory store holds; at the bound, checks of new keys fail with ResourceExhausted",
 			v: whole(func(c *config) *int { return &c.MemoryMaxKeys })},
+		{flag: "read-header-timeout", file: "read_header_timeout", arg: "duration", zeroMeans: show(rpc.DefaultReadHeaderTimeout), help: "how long a new connection may take for its TLS handshake and its first request's headers together (HTTP/2 included), and an HTTP/1.1 request for its headers; past it the connection is closed",
+			v: duration(func(c *config) *time.Duration { return &c.Server.ReadHeaderTimeout })},
 		{flag: "read-timeout", file: "read_timeout", arg: "duration", zeroMeans: show(rpc.DefaultReadTimeout), help: "how long a request body may take to arrive, except gRPC on grpc-go",
 			v: duration(func(c *config) *time.Duration { return &c.Server.ReadTimeout })},
 		{flag: "idle-timeout", file: "idle_timeout", arg: "duration", zeroMeans: show(rpc.DefaultIdleTimeout), help: "a connection with no request in flight for this long is closed",
