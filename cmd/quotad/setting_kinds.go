@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // This file holds the kinds of value a setting can have (text, a boolean,
@@ -179,7 +180,7 @@ func parseAddrs(v string) ([]string, error) {
 	for i, a := range addrs {
 		addrs[i] = strings.TrimSpace(a)
 		if addrs[i] == "" {
-			return nil, fmt.Errorf("empty address in %q (want host:port,host:port)", v)
+			return nil, fmt.Errorf("empty address in %q (want host:port,host:port)", redactList(v))
 		}
 	}
 	return addrs, nil
@@ -266,4 +267,15 @@ func yamlAddrs(n *yaml.Node) ([]string, error) {
 		return s, nil
 	}
 	return nil, fmt.Errorf("want a list of host:port or one comma-separated string, got %s", describeNode(n))
+}
+
+// redactList is a comma-separated list of addresses or URLs with the
+// password of each item redacted (redis.Redact), for errors and
+// --print-settings.
+func redactList(v string) string {
+	items := strings.Split(v, ",")
+	for i, it := range items {
+		items[i] = redis.Redact(it)
+	}
+	return strings.Join(items, ",")
 }

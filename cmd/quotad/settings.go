@@ -97,7 +97,7 @@ func settings() []setting {
 	return []setting{
 		{flag: "listen", file: "listen", arg: "host:port", def: ":8080", help: "address the API listens on",
 			v: text(func(c *config) *string { return &c.Listen })},
-		{flag: "redis", file: "redis.url", arg: "url", unset: "none (memory store)", help: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; no Redis at all uses the embedded memory store (single node)",
+		{flag: "redis", file: "redis.url", arg: "url", unset: "none (memory store)", help: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; no Redis at all uses the embedded memory store (single node); errors and --print-settings show its password as xxxxx",
 			v: text(func(c *config) *string { return &c.Redis.URL })},
 		{flag: "redis-cluster", file: "redis.cluster", arg: "host:port,host:port", help: "Redis Cluster seed addresses instead of --redis",
 			v: addresses(func(c *config) *[]string { return &c.Redis.ClusterAddrs })},
