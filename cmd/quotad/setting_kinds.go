@@ -146,6 +146,40 @@ func addresses(at func(*config) *[]string) value {
 	return kind[[]string]{at: at, fromText: parseAddrs, fromYAML: yamlAddrs, toText: func(a []string) string { return strings.Join(a, ",") }}
 }
 
+// hostNames is a comma-separated list of host names, or in the file a
+// list of them or one such string.
+func hostNames(at func(*config) *[]string) value {
+	return kind[[]string]{at: at, fromText: parseHostNames, fromYAML: yamlHostNames, toText: func(a []string) string { return strings.Join(a, ",") }}
+}
+
+func parseHostNames(v string) ([]string, error) {
+	names := strings.Split(v, ",")
+	for i, n := range names {
+		names[i] = strings.TrimSpace(n)
+		if names[i] == "" {
+			return nil, fmt.Errorf("empty name in %q (want name,name, or * for every Host)", v)
+		}
+	}
+	return names, nil
+}
+
+func yamlHostNames(n *yaml.Node) ([]string, error) {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return parseHostNames(n.Value)
+	case yaml.SequenceNode:
+		s := make([]string, len(n.Content))
+		for i, item := range n.Content {
+			if item.Kind != yaml.ScalarNode || item.Tag == "!!null" {
+				return nil, fmt.Errorf("item %d: want a host name, got %s", i, describeNode(item))
+			}
+			s[i] = item.Value
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("want a list of host names or one comma-separated string, got %s", describeNode(n))
+}
+
 // failureMode is open or closed.
 func failureMode(at func(*config) *node.FailureMode) value {
 	return kind[node.FailureMode]{at: at, fromText: node.ParseFailureMode, fromYAML: func(n *yaml.Node) (node.FailureMode, error) {

@@ -205,7 +205,7 @@ func settings() []setting {
 
 		{flag: "console", file: "console.enabled", def: "true", help: "serve the web console at GET / on the API port (playground and live view)",
 			v: boolean(func(c *config) *bool { return &c.Console.Enabled })},
-		{flag: "console-show-keys", file: "console.show_keys", def: "true", help: "show keys in the console's top limited keys and GET /status; false shows a SHA-256 prefix of each instead",
+		{flag: "console-show-keys", file: "console.show_keys", def: "false", help: "show the keys themselves in the console's top limited keys and GET /status, which answer anyone who reaches the port and may pass --allowed-hosts; false, the default, shows a SHA-256 prefix of each instead",
 			v: boolean(func(c *config) *bool { return &c.Console.ShowKeys })},
 
 		{flag: "tls-cert-file", file: "tls.cert_file", arg: "file", unset: "none (cleartext)", help: "PEM file of the API's certificate chain; with --tls-key-file the port serves TLS only (HTTP/2 by ALPN, and HTTP/1.1); re-read when it changes",
@@ -215,6 +215,8 @@ func settings() []setting {
 		{flag: "tls-client-ca-file", file: "tls.client_ca_file", arg: "file", help: "PEM file of the CAs that sign client certificates; set, every client must present one (mutual TLS); needs --tls-cert-file",
 			v: text(func(c *config) *string { return &c.TLS.ClientCAFile })},
 
+		{flag: "allowed-hosts", file: "allowed_hosts", arg: "name,name", unset: "localhost and IP addresses", help: "more Host names (without port) the console, GET /status, GET /cluster and, without --admin-token-file, admin calls answer, besides localhost, names under .localhost and IP addresses (only the loopback ones, or the listen address, when --listen names one); other Hosts get 403, a guard against DNS rebinding; * allows every Host; Check calls, /healthz, /readyz and /metrics are never Host-checked",
+			v: hostNames(func(c *config) *[]string { return &c.AllowedHosts })},
 		{flag: "admin-token-file", file: "admin_token_file", arg: "file", unset: "none (Reset open)", help: "file holding the bearer token that admin calls (Reset) require: Authorization: Bearer TOKEN; unset, any client may call Reset",
 			v: text(func(c *config) *string { return &c.AdminTokenFile })},
 
