@@ -103,7 +103,8 @@ type Config struct {
 	// require: a call without "Authorization: Bearer <token>" fails with
 	// Unauthenticated, one with another token with PermissionDenied.
 	// Printable ASCII without spaces. Empty, the default, leaves admin calls
-	// open to every client.
+	// open to every client whose Host the Host check allows (Listen,
+	// AllowedHosts).
 	AdminToken string
 	// Listen is the API's listen address as configured (host:port; the
 	// port does not matter). With AllowedHosts it says which Host headers

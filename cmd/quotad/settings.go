@@ -217,7 +217,7 @@ func settings() []setting {
 
 		{flag: "allowed-hosts", file: "allowed_hosts", arg: "name,name", unset: "localhost and IP addresses", help: "more Host names (without port) the console, GET /status, GET /cluster and, without --admin-token-file, admin calls answer, besides localhost, names under .localhost and IP addresses (only the loopback ones, or the listen address, when --listen names one); other Hosts get 403, a guard against DNS rebinding; * allows every Host; Check calls, /healthz, /readyz and /metrics are never Host-checked",
 			v: hostNames(func(c *config) *[]string { return &c.AllowedHosts })},
-		{flag: "admin-token-file", file: "admin_token_file", arg: "file", unset: "none (Reset open)", help: "file holding the bearer token that admin calls (Reset) require: Authorization: Bearer TOKEN; unset, any client may call Reset",
+		{flag: "admin-token-file", file: "admin_token_file", arg: "file", unset: "none (Reset open)", help: "file holding the bearer token that admin calls (Reset) require: Authorization: Bearer TOKEN; unset, any client whose Host passes the --allowed-hosts check may call Reset",
 			v: text(func(c *config) *string { return &c.AdminTokenFile })},
 
 		{flag: "pprof-addr", file: "pprof_addr", arg: "host:port", unset: "none", help: "serve Go's profiler (net/http/pprof under /debug/pprof/) on this address, apart from the API; keep it on loopback",
