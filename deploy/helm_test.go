@@ -28,6 +28,7 @@ import (
 	"gopkg.in/yaml.v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -107,6 +108,7 @@ type objects struct {
 	configMaps      []*corev1.ConfigMap
 	secrets         []*corev1.Secret
 	serviceMonitors []*monitoringv1.ServiceMonitor
+	networkPolicies []*networkingv1.NetworkPolicy
 }
 
 func (o objects) kinds() []string {
@@ -118,6 +120,7 @@ func (o objects) kinds() []string {
 	}
 	add("ConfigMap", len(o.configMaps))
 	add("Deployment", len(o.deployments))
+	add("NetworkPolicy", len(o.networkPolicies))
 	add("PodDisruptionBudget", len(o.pdbs))
 	add("Secret", len(o.secrets))
 	add("Service", len(o.services))
@@ -143,7 +146,7 @@ func (o objects) service(t *testing.T, headless bool) *corev1.Service {
 func decodeStrict(t *testing.T, name string, manifest []byte) objects {
 	t.Helper()
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, policyv1.AddToScheme, monitoringv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, policyv1.AddToScheme, monitoringv1.AddToScheme, networkingv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -180,6 +183,8 @@ func decodeStrict(t *testing.T, name string, manifest []byte) objects {
 			o.secrets = append(o.secrets, v)
 		case *monitoringv1.ServiceMonitor:
 			o.serviceMonitors = append(o.serviceMonitors, v)
+		case *networkingv1.NetworkPolicy:
+			o.networkPolicies = append(o.networkPolicies, v)
 		default:
 			t.Errorf("%s: document %d: unexpected %T", name, i, obj)
 		}
@@ -364,7 +369,8 @@ func sameYAML(t *testing.T, a, b string) bool {
 // (image, ports, probes, environment, mounts, resources, security), the
 // same Service ports, PodDisruptionBudget and config file. The chart's
 // selectors add the release's instance label, and its ConfigMap keeps its
-// name (kustomize's gets a content hash), so that quotad re-reads it.
+// name (kustomize's gets a content hash), so that quotad re-reads it. What
+// only a chart can do is left out of the comparison (chartOnly).
 func TestHelmChartMatchesKustomize(t *testing.T) {
 	if out, err := helm(t, "lint", "--strict", chartDir); err != nil {
 		t.Fatalf("helm lint: %v\n%s", err, out)
@@ -373,7 +379,7 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chart := decodeStrict(t, "helm template (defaults)", out)
+	chart := chartOnly(decodeStrict(t, "helm template (defaults)", out))
 	kust := kustomizeObjects(t)
 	if !slices.Equal(chart.kinds(), kust.kinds()) {
 		t.Fatalf("chart renders %v, kustomize %v", chart.kinds(), kust.kinds())
@@ -404,6 +410,9 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 		t.Errorf("replicas %d / strategy %+v, kustomize %d / %+v", *cd.Spec.Replicas, cd.Spec.Strategy, *kd.Spec.Replicas, kd.Spec.Strategy)
 	}
 	cp, kp := cd.Spec.Template.Spec, kd.Spec.Template.Spec
+	if !reflect.DeepEqual(cp.AutomountServiceAccountToken, kp.AutomountServiceAccountToken) {
+		t.Errorf("automountServiceAccountToken %v, kustomize %v", cp.AutomountServiceAccountToken, kp.AutomountServiceAccountToken)
+	}
 	if !reflect.DeepEqual(cp.SecurityContext, kp.SecurityContext) || *cp.TerminationGracePeriodSeconds != *kp.TerminationGracePeriodSeconds {
 		t.Errorf("pod security context %+v / grace %d, kustomize %+v / %d", cp.SecurityContext, *cp.TerminationGracePeriodSeconds, kp.SecurityContext, *kp.TerminationGracePeriodSeconds)
 	}
@@ -444,6 +453,24 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 	if !sameYAML(t, chart.configMaps[0].Data["quotad.yaml"], kust.configMaps[0].Data["quotad.yaml"]) {
 		t.Errorf("the chart's default config differs from deploy/quotad.yaml:\n%s", chart.configMaps[0].Data["quotad.yaml"])
 	}
+}
+
+// chartOnly is o, the chart's default objects, less what the kustomize
+// manifests cannot have, for comparing the rest: the admin token the chart
+// generates (a Secret, its file and mount: kustomize cannot make one up),
+// the Host names the chart derives from the release's namespace, and the
+// NetworkPolicy, whose selectors name the release.
+func chartOnly(o objects) objects {
+	o.secrets, o.networkPolicies = nil, nil
+	d := *o.deployments[0]
+	d.Spec.Template.Spec.Containers = slices.Clone(d.Spec.Template.Spec.Containers)
+	c := &d.Spec.Template.Spec.Containers[0]
+	c.Env = slices.DeleteFunc(slices.Clone(c.Env), func(e corev1.EnvVar) bool {
+		return e.Name == "QUOTAD_ADMIN_TOKEN_FILE" || e.Name == "QUOTAD_ALLOWED_HOSTS"
+	})
+	c.VolumeMounts = slices.DeleteFunc(slices.Clone(c.VolumeMounts), func(m corev1.VolumeMount) bool { return m.Name == "admin-token" })
+	o.deployments = []*appsv1.Deployment{&d}
+	return o
 }
 
 // volumeSource names where a volume's files come from.
@@ -513,7 +540,7 @@ func TestHelmChartOptions(t *testing.T) {
 	}
 
 	all := decoded["everything"]
-	if got := all.kinds(); !slices.Equal(got, []string{"ConfigMap", "Deployment", "PodDisruptionBudget", "Secret", "Secret", "Service", "Service", "ServiceMonitor"}) {
+	if got := all.kinds(); !slices.Equal(got, []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Secret", "Secret", "Service", "Service", "ServiceMonitor"}) {
 		t.Errorf("everything renders %v", got)
 	}
 	c := all.container(t)
@@ -575,7 +602,7 @@ func TestHelmChartOptions(t *testing.T) {
 			t.Errorf("under TLS a probe is %+v, want HTTPS", p.ProbeHandler)
 		}
 	}
-	if d := decoded["defaults"]; len(d.serviceMonitors) != 0 || len(d.secrets) != 0 {
+	if d := decoded["defaults"]; len(d.serviceMonitors) != 0 || len(d.secrets) != 1 || d.secrets[0].Name != "quotad-admin-token" {
 		t.Errorf("defaults render %v", d.kinds())
 	}
 
@@ -692,5 +719,134 @@ func TestREADMEDeployPath(t *testing.T) {
 	}
 	if got := decodeStrict(t, "helm install's values", out).container(t).Image; m != nil && got != m[2] {
 		t.Errorf("helm install runs image %s, kustomize %s", got, m[2])
+	}
+}
+
+// The chart's defaults are safe to run as they are: a NetworkPolicy lets
+// the API port be reached only from the release's namespace (and the peers
+// networkPolicy.apiFrom adds) and gossip only from quotad's own pods; the
+// pods get no service account token; Reset needs a bearer token, which the
+// chart generates (32 random characters, another each install) into a
+// Secret it mounts, unless a Secret of yours is named or generation is
+// turned off; the console and /status answer the client Service's DNS
+// names; the container's memory is limited. (That an upgrade keeps the
+// generated token, through helm's lookup, needs a cluster: helm template
+// has none, so lookup finds nothing here.)
+func TestHelmChartProductionDefaults(t *testing.T) {
+	out, err := render(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decodeStrict(t, "defaults", out)
+	pod := d.deployments[0].Spec.Template.Spec
+	c := d.container(t)
+
+	if len(d.networkPolicies) != 1 {
+		t.Fatalf("defaults render %v, want a NetworkPolicy", d.kinds())
+	}
+	np := d.networkPolicies[0]
+	if !reflect.DeepEqual(np.Spec.PodSelector.MatchLabels, d.deployments[0].Spec.Selector.MatchLabels) ||
+		!slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Ingress) != 2 {
+		t.Fatalf("NetworkPolicy %+v", np.Spec)
+	}
+	portNames := func(r networkingv1.NetworkPolicyIngressRule) []string {
+		var n []string
+		for _, p := range r.Ports {
+			n = append(n, p.Port.String()+"/"+string(*p.Protocol))
+		}
+		return n
+	}
+	api, gossip := np.Spec.Ingress[0], np.Spec.Ingress[1]
+	if got := portNames(api); !slices.Equal(got, []string{"http/TCP"}) || len(api.From) != 1 || api.From[0].PodSelector == nil ||
+		len(api.From[0].PodSelector.MatchLabels) != 0 || api.From[0].NamespaceSelector != nil {
+		t.Errorf("API rule: ports %v from %+v; want http from every pod of the namespace", got, api.From)
+	}
+	if got := portNames(gossip); !slices.Equal(got, []string{"gossip-tcp/TCP", "gossip-udp/UDP"}) || len(gossip.From) != 1 ||
+		!reflect.DeepEqual(gossip.From[0].PodSelector.MatchLabels, np.Spec.PodSelector.MatchLabels) {
+		t.Errorf("gossip rule: ports %v from %+v; want gossip from quotad's pods only", got, gossip.From)
+	}
+	named := map[string]bool{}
+	for _, p := range c.Ports {
+		named[p.Name] = true
+	}
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			if !named[p.Port.String()] {
+				t.Errorf("NetworkPolicy port %s is no port of the container", p.Port)
+			}
+		}
+	}
+
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Errorf("automountServiceAccountToken %v, want false", pod.AutomountServiceAccountToken)
+	}
+
+	path, _ := envValue(c, "QUOTAD_ADMIN_TOKEN_FILE")
+	v, key, ok := fileFromVolume(pod, c, path)
+	if !ok || volumeSource(v) != "Secret quotad-admin-token" || key != "token" || len(d.secrets) != 1 {
+		t.Fatalf("QUOTAD_ADMIN_TOKEN_FILE=%s from %s key %q (%t); secrets %d", path, volumeSource(v), key, ok, len(d.secrets))
+	}
+	token := string(d.secrets[0].Data["token"])
+	if !regexp.MustCompile(`^[A-Za-z0-9]{32}$`).MatchString(token) {
+		t.Errorf("generated token %q, want 32 letters and digits", token)
+	}
+	again, err := render(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other := decodeStrict(t, "defaults again", again).secrets[0].Data["token"]; string(other) == token {
+		t.Errorf("two installs generated the same token %q", token)
+	}
+	for name, values := range map[string]string{
+		"your Secret":      "adminToken: {secretName: my-admin}",
+		"no token at all":  "adminToken: {generate: false}",
+		"every Host":       `allowedHosts: ["*"]`,
+		"more names":       "allowedHosts: [quotad.example.com]\nnetworkPolicy: {apiFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]}",
+		"no NetworkPolicy": "networkPolicy: {enabled: false}",
+	} {
+		out, err := render(t, values)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		o := decodeStrict(t, name, out)
+		c := o.container(t)
+		path, hasToken := envValue(c, "QUOTAD_ADMIN_TOKEN_FILE")
+		hosts, _ := envValue(c, "QUOTAD_ALLOWED_HOSTS")
+		switch name {
+		case "your Secret":
+			v, _, _ := fileFromVolume(o.deployments[0].Spec.Template.Spec, c, path)
+			if volumeSource(v) != "Secret my-admin" || len(o.secrets) != 0 {
+				t.Errorf("%s: token from %s, %d Secrets", name, volumeSource(v), len(o.secrets))
+			}
+		case "no token at all":
+			if hasToken || len(o.secrets) != 0 {
+				t.Errorf("%s: QUOTAD_ADMIN_TOKEN_FILE set (%t), %d Secrets", name, hasToken, len(o.secrets))
+			}
+		case "every Host":
+			if hosts != "*" {
+				t.Errorf("%s: QUOTAD_ALLOWED_HOSTS=%q", name, hosts)
+			}
+		case "more names":
+			if !strings.HasSuffix(hosts, ",quotad.example.com") || len(o.networkPolicies[0].Spec.Ingress[0].From) != 2 {
+				t.Errorf("%s: QUOTAD_ALLOWED_HOSTS=%q, API rule from %+v", name, hosts, o.networkPolicies[0].Spec.Ingress[0].From)
+			}
+		case "no NetworkPolicy":
+			if len(o.networkPolicies) != 0 {
+				t.Errorf("%s: renders %v", name, o.kinds())
+			}
+		}
+	}
+
+	// The client Service's names, which quotad itself accepts.
+	hosts, _ := envValue(c, "QUOTAD_ALLOWED_HOSTS")
+	if want := "quotad,quotad.quotad,quotad.quotad.svc,quotad.quotad.svc.cluster.local"; hosts != want {
+		t.Errorf("QUOTAD_ALLOWED_HOSTS=%q, want %q", hosts, want)
+	}
+	if out, err := exec.Command(quotadtest.Binary(t), "--allowed-hosts", hosts, "--print-settings").CombinedOutput(); err != nil {
+		t.Errorf("quotad refuses the chart's allowed hosts: %v\n%s", err, out)
+	}
+
+	if lim := c.Resources.Limits.Memory(); lim.IsZero() || lim.Value() < 256<<20 {
+		t.Errorf("memory limit %v, want one set (at least 256Mi)", lim)
 	}
 }

@@ -20,33 +20,48 @@ func isAdminProcedure(procedure string) bool {
 
 // adminGuard refuses admin calls that do not carry the admin token as
 // "Authorization: Bearer <token>": errAdminTokenMissing without a bearer
-// token, errAdminTokenWrong with another one. Both front ends ask it, so a
-// call is refused alike over Connect and over gRPC on grpc-go. Tokens are
-// compared by their SHA-256 digests in constant time, so the time a refusal
-// takes tells nothing about the token, its length included. Safe for
-// concurrent use.
+// token, errAdminTokenWrong with another one. On a server without a token
+// it refuses instead the admin calls whose Host (gRPC's :authority) its
+// host policy does not allow (errHostNotAllowed): with a token, a page
+// that rebinds a name of its own to quotad cannot call them anyway, and
+// without one, the Host is what tells such a page from the operator. Both
+// front ends ask it, so a call is refused alike over Connect and over gRPC
+// on grpc-go. Tokens are compared by their SHA-256 digests in constant
+// time, so the time a refusal takes tells nothing about the token, its
+// length included. Safe for concurrent use.
 type adminGuard struct {
-	want [sha256.Size]byte
-	log  *slog.Logger
+	token bool
+	want  [sha256.Size]byte
+	hosts *hostPolicy
+	log   *slog.Logger
 }
 
-// newAdminGuard returns the guard of token; nil (no guard) when token is
-// empty.
-func newAdminGuard(token string, log *slog.Logger) *adminGuard {
-	if token == "" {
-		return nil
+// newAdminGuard returns the guard of token, or without one of hosts; nil
+// (no guard) when token is empty and hosts allows every Host.
+func newAdminGuard(token string, hosts *hostPolicy, log *slog.Logger) *adminGuard {
+	switch {
+	case token != "":
+		return &adminGuard{token: true, want: sha256.Sum256([]byte(token)), log: log}
+	case hosts != nil && !hosts.any:
+		return &adminGuard{hosts: hosts, log: log}
 	}
-	return &adminGuard{want: sha256.Sum256([]byte(token)), log: log}
+	return nil
 }
 
 // check lets a call of procedure through, or refuses it, given its
-// Authorization header (authorization) and its peer's address (for the
-// log). Calls of other than admin procedures always pass.
-func (g *adminGuard) check(ctx context.Context, procedure, authorization, peer string) error {
+// Authorization header (authorization), its Host (host) and its peer's
+// address (for the log). Calls of other than admin procedures always pass.
+func (g *adminGuard) check(ctx context.Context, procedure, authorization, host, peer string) error {
 	if g == nil || !isAdminProcedure(procedure) {
 		return nil
 	}
-	if err := checkBearer(g.want, authorization); err != nil {
+	var err error
+	if g.token {
+		err = checkBearer(g.want, authorization)
+	} else {
+		err = g.hosts.check(host)
+	}
+	if err != nil {
 		// An audit trail of who tried: the peer, never the token.
 		g.log.WarnContext(ctx, "admin call refused", "procedure", procedure, "peer", peer, "err", err)
 		return err
@@ -54,13 +69,14 @@ func (g *adminGuard) check(ctx context.Context, procedure, authorization, peer s
 	return nil
 }
 
-// interceptor asks the guard about the Connect front end's calls.
+// interceptor asks the guard about the Connect front end's calls; their
+// Host comes from withAdminHost.
 func (g *adminGuard) interceptor() connect.Interceptor {
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			procedure := req.Spec().Procedure
 			if isAdminProcedure(procedure) {
-				if err := g.check(ctx, procedure, req.Header().Get("Authorization"), req.Peer().Addr); err != nil {
+				if err := g.check(ctx, procedure, req.Header().Get("Authorization"), requestHost(ctx), req.Peer().Addr); err != nil {
 					return nil, err
 				}
 			}

@@ -87,9 +87,11 @@ type Config struct {
 	// rpc/console) unserved. Default false: served. GET /status, the
 	// figures it shows, is served either way.
 	DisableConsole bool
-	// HideKeys makes GET /status, and so the console, show a hash of each
-	// key instead of the key (see hashKey). Default false: keys shown.
-	HideKeys bool
+	// ShowKeys makes GET /status, and so the console, show the keys denied
+	// most as they are. Default false: each is shown as a hash (hashKey),
+	// since keys are often a user, an IP address or an API key, and the
+	// page answers any client that can reach it.
+	ShowKeys bool
 	// ConfigGeneration reports the configuration the node runs, for GET
 	// /status: its generation (1 for the one loaded at start, one more per
 	// reload) and when it was loaded. nil means nothing reloads it: the
@@ -101,8 +103,22 @@ type Config struct {
 	// require: a call without "Authorization: Bearer <token>" fails with
 	// Unauthenticated, one with another token with PermissionDenied.
 	// Printable ASCII without spaces. Empty, the default, leaves admin calls
-	// open to every client.
+	// open to every client whose Host the Host check allows (Listen,
+	// AllowedHosts).
 	AdminToken string
+	// Listen is the API's listen address as configured (host:port; the
+	// port does not matter). With AllowedHosts it says which Host headers
+	// the console, GET /status, GET /cluster and, without AdminToken, the
+	// admin calls answer (host_check.go): always localhost and names
+	// under .localhost; for an empty or unspecified host (":8080") every
+	// IP address, for a loopback one the loopback addresses, else that
+	// address or name. Other Hosts get 403 (PermissionDenied for calls).
+	// Empty, the zero value, is ":8080"'s rule.
+	Listen string
+	// AllowedHosts are more names (or IP addresses) that the Host check
+	// allows, without a port; AllowAnyHost ("*") as the only item turns
+	// the check off. Other calls and pages are never Host-checked.
+	AllowedHosts []string
 	// ConfigVersion is the configuration's version GET /cluster shows until
 	// Handler.SetRules gives another.
 	ConfigVersion ConfigVersion
@@ -124,6 +140,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInlinePeriod < 0 || (c.MaxInlinePeriod > 0 && c.MaxInlinePeriod < algorithms.MinPeriod) || c.MaxInlinePeriod > algorithms.MaxPeriod {
 		return fmt.Errorf("max inline period: %w: %s must be %s to %s (0 means %s)", ErrInvalidConfig, c.MaxInlinePeriod, algorithms.MinPeriod, algorithms.MaxPeriod, DefaultMaxInlinePeriod)
+	}
+	for _, h := range c.AllowedHosts {
+		if err := validAllowedHost(h, len(c.AllowedHosts)); err != nil {
+			return fmt.Errorf("allowed hosts: %w: %w", ErrInvalidConfig, err)
+		}
 	}
 	if _, err := compileRLS(c.Envoy, nil); err != nil {
 		return err

@@ -50,7 +50,8 @@ var (
 // slot that is not held (never taken, released or expired), are NotFound,
 // a client lease that is not held (returned, expired, granted elsewhere) is
 // NotFound too, inline limits on a server that forbids them are PermissionDenied, so is an
-// admin call with the wrong token (without one it is Unauthenticated), the
+// admin call with the wrong token (without one it is Unauthenticated) and,
+// on a server without a token, one whose Host is not allowed, the
 // caller's context ending is Canceled or DeadlineExceeded, a full memory store
 // is ResourceExhausted, a failed store (node.ErrStore: on Reset and on a
 // slot's renew or release; checks take the policy's failure mode instead) is
@@ -62,7 +63,7 @@ func code(ctx context.Context, err error) connect.Code {
 	switch {
 	case errors.As(err, &ce):
 		return ce.Code()
-	case errors.Is(err, errInlineDisabled), errors.Is(err, errAdminTokenWrong):
+	case errors.Is(err, errInlineDisabled), errors.Is(err, errAdminTokenWrong), errors.Is(err, errHostNotAllowed):
 		return connect.CodePermissionDenied
 	case errors.Is(err, errAdminTokenMissing):
 		return connect.CodeUnauthenticated

@@ -99,7 +99,7 @@ func grpcUnary[Req any, PReq interface {
 				}
 			}()
 			if admin {
-				if err := f.admin.check(ctx, procedure, metadataCarrier(md).Get("authorization"), peerAddr(ctx)); err != nil {
+				if err := f.admin.check(ctx, procedure, metadataCarrier(md).Get("authorization"), metadataCarrier(md).Get(":authority"), peerAddr(ctx)); err != nil {
 					ce := connectError(ctx, f.log, procedure, err)
 					c.end(ctx, ce)
 					return nil, grpcError(ce)

@@ -38,6 +38,12 @@ import (
 //   - unless cfg.DisableConsole, the web console: GET / and its assets
 //     under GET /console/ (package console).
 //
+// The console, /status and /cluster answer only requests whose Host the
+// server knows as its own (Config.AllowedHosts and Listen; others get
+// 403), and so do admin calls on a server without an admin token (others
+// fail with PermissionDenied): a guard against DNS rebinding
+// (host_check.go). Other calls and pages answer any Host.
+//
 // Serve the handler with NewServer, which also serves gRPC connections on
 // grpc-go's faster transport (the same services, the same core), or alone
 // with an http.Server whose Protocols enable HTTP/1 and unencrypted HTTP/2
@@ -90,7 +96,8 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	}
 	mux := http.NewServeMux()
 	interceptors = append(interceptors, errorInterceptor(log))
-	admin := newAdminGuard(cfg.AdminToken, log)
+	hosts := newHostPolicy(cfg.Listen, cfg.AllowedHosts)
+	admin := newAdminGuard(cfg.AdminToken, hosts, log)
 	if admin != nil {
 		// Inside errorInterceptor, which gives its refusals their codes.
 		interceptors = append(interceptors, admin.interceptor())
@@ -118,14 +125,17 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	mux.Handle(grpchealth.NewHandler(h, common, callLimits))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
-	mux.HandleFunc("GET /cluster", clusterPage(n, handler))
-	mux.HandleFunc("GET /status", statusPage(n, cfg, time.Now()))
+	mux.Handle("GET /cluster", hosts.page(clusterPage(n, handler)))
+	mux.Handle("GET /status", hosts.page(statusPage(n, cfg, time.Now())))
 	if !cfg.DisableConsole {
-		c := console.Handler()
+		c := hosts.page(console.Handler())
 		mux.Handle("GET /{$}", c)
 		mux.Handle("GET /console/", c)
 	}
 	handler.mux = explainContentType(mux)
+	if admin != nil && !admin.token {
+		handler.mux = withAdminHost(handler.mux)
+	}
 	return handler, nil
 }
 

@@ -70,11 +70,13 @@ const (
 // Build it with defaults, apply overrides, then Validate (NewServer does).
 type ServerConfig struct {
 	// ReadHeaderTimeout is how long a connection may take to send a
-	// request's headers (HTTP/1.1), or its HTTP/2 preface, once it starts
-	// one; a new connection gets as long for its TLS handshake and its
-	// first request's headers together (which decide its front end), and
-	// a gRPC one as long for grpc-go's connection setup. 0 means
-	// DefaultReadHeaderTimeout (10s).
+	// request's headers (HTTP/1.1) once it starts one; a new connection
+	// gets as long for its TLS handshake and its first request's headers
+	// together, HTTP/2 included (they decide its front end; past it the
+	// connection is closed, an HTTP/2 one after a GOAWAY), and a gRPC one
+	// as long for grpc-go's connection setup. Until its first request's
+	// headers have ended, a connection holds at most 16 KiB of the
+	// server's memory. 0 means DefaultReadHeaderTimeout (10s).
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout is how long a request's body may take to arrive, from
 	// its headers to its last byte; a body still arriving then fails the

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2/hpack"
@@ -36,16 +37,29 @@ import (
 // frame, which the real server never asked for (net/http's HTTP/2 server
 // hangs up on an unexpected one): dropped where the splitter reads it, or,
 // when the client sends it after its first request, by the connection
-// handed on (ackDropper). An HTTP/2 connection that opens no stream is idle
-// as net/http sees it: after the idle timeout the splitter sends it a
-// GOAWAY and closes it, as net/http would.
+// handed on (ackDropper).
+//
+// What the splitter holds of a connection is bounded in bytes and in time,
+// since it holds it before any server's own bounds apply: at most
+// maxSniffBytes (16 KiB), in one buffer that is the replay itself, and
+// only until the read-header timeout from the connection's start, by when
+// the first request's headers must have ended. A connection past either
+// bound gets a GOAWAY saying which, and is closed. An HTTP/2 connection
+// that opens no stream is idle as net/http sees it: after the idle timeout,
+// if that is sooner, the splitter sends it a GOAWAY and closes it, as
+// net/http would.
 
 const (
 	// http2Preface is what every HTTP/2 client sends first.
 	http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-	// maxSniffBytes bounds what the splitter buffers of one connection
-	// before deciding: net/http's default bound on request headers.
-	maxSniffBytes = 1 << 20
+	// maxSniffBytes bounds what the splitter holds of one HTTP/2
+	// connection before it knows the connection's front end: the preface,
+	// the frames before the first request, and that request's header
+	// block. A first request's headers are rarely over a kilobyte or two
+	// (a large bearer token and trace context included); the bound keeps
+	// a connection that never finishes them to 16 KiB, where it used to
+	// hold up to 1 MiB twice over (RSS grew by 3.8 MB per connection).
+	maxSniffBytes = 16 << 10
 	// maxFrameSize is the largest frame a client may send before the server
 	// allows more: the HTTP/2 default, which the splitter's empty SETTINGS
 	// leaves in force.
@@ -66,8 +80,6 @@ const (
 // emptySettings is a SETTINGS frame with no parameters, on stream 0.
 var emptySettings = [9]byte{0, 0, 0, frameSettings, 0, 0, 0, 0, 0}
 
-var errSniffTooLarge = errors.New("more than 1 MiB before the first request's headers")
-
 // splitListener accepts from ln and hands each connection, once its first
 // request is known, to the gRPC or the HTTP listener. Closing both of
 // those closes ln. Safe for concurrent use.
@@ -77,6 +89,9 @@ type splitListener struct {
 	log           *slog.Logger
 
 	grpc, http *subListener
+	// lastWarn is the unix nanoseconds of the last warning about a
+	// connection refused for its first request's headers.
+	lastWarn atomic.Int64
 
 	// failed is closed when ln fails for good; err says why.
 	failed chan struct{}
@@ -84,10 +99,13 @@ type splitListener struct {
 }
 
 // newSplitListener starts accepting from ln. timeout bounds how long a
-// connection may take to show its first request, or for HTTP/2 its
-// preface: past it the connection is closed. An HTTP/2 connection then has
-// idle to open its first stream, or gets a GOAWAY and is closed. log gets
-// connections that fail before their first request, at debug level.
+// connection may take to show its first request's headers, its TLS
+// handshake included: past it the connection is closed, after a GOAWAY
+// for HTTP/2. An HTTP/2 connection that opens no stream is closed (with a
+// GOAWAY) after idle too, if that is sooner. log gets connections that
+// fail before their first request, at debug level, and those refused for
+// the size of their first request's headers at warn level, at most one
+// every capWarnEvery.
 func newSplitListener(ln net.Listener, timeout, idle time.Duration, log *slog.Logger) *splitListener {
 	s := &splitListener{ln: ln, timeout: timeout, idle: idle, log: log, failed: make(chan struct{})}
 	s.grpc = &subListener{parent: s, conns: make(chan net.Conn), closed: make(chan struct{})}
@@ -125,12 +143,22 @@ func (s *splitListener) accept() {
 // its protocol, or closes it.
 func (s *splitListener) route(c net.Conn) {
 	// One deadline for the TLS handshake (a tls.Conn shakes hands on its
-	// first Read), the client's preface, or an HTTP/1 request's headers,
-	// and for writing the splitter's SETTINGS; sniff gives an HTTP/2
-	// connection the idle timeout after its preface.
-	_ = c.SetDeadline(time.Now().Add(s.timeout))
-	isGRPC, replay, err := sniff(c, s.idle)
+	// first Read), the client's preface and its first request's headers
+	// (HTTP/1 or HTTP/2), and for writing the splitter's SETTINGS; sniff
+	// closes an HTTP/2 connection with no stream sooner if the idle
+	// timeout is shorter.
+	deadline := time.Now().Add(s.timeout)
+	_ = c.SetDeadline(deadline)
+	isGRPC, replay, err := sniff(c, deadline, s.idle)
 	if err != nil {
+		if errors.Is(err, errSniffTooLarge) {
+			// A client may mean well: say so where operators look, but
+			// once in a while, not per connection.
+			now := time.Now().UnixNano()
+			if last := s.lastWarn.Load(); now-last >= int64(capWarnEvery) && s.lastWarn.CompareAndSwap(last, now) {
+				s.log.Warn("http2: connection refused before its first request", "remote", c.RemoteAddr().String(), "err", err)
+			}
+		}
 		s.log.Debug("connection closed before its first request", "remote", c.RemoteAddr(), "err", err)
 		c.Close()
 		return
@@ -304,10 +332,18 @@ func (d *ackDropper) feed(b []byte) {
 // connection whose first request's content-type is application/grpc or
 // application/grpc+proto (what grpc-go serves). Everything else — HTTP/1,
 // and HTTP/2 with Connect, gRPC-Web, JSON or gRPC with another codec — is
-// not. replay is c with what sniff read in front of the rest. After the
-// HTTP/2 preface the client has idle to send its first request's headers;
-// past it, sniff sends a GOAWAY. An error means c should be closed.
-func sniff(c net.Conn, idle time.Duration) (isGRPC bool, replay net.Conn, err error) {
+// not. replay is c with what sniff read in front of the rest.
+//
+// sniff reads until deadline, the read-header timeout from the
+// connection's start (the caller has set it on c), except that an HTTP/2 connection that opens
+// no stream is idle as net/http sees it and has at most idle after its
+// preface. It holds at most maxSniffBytes of c: an HTTP/2 connection whose
+// first request's headers (with the frames before them) take more is sent
+// a GOAWAY saying so and refused. Past the deadline, a connection with no
+// stream gets a GOAWAY (NO_ERROR), as net/http sends an idle one; one in
+// the middle of its first request's headers a GOAWAY naming the timeout.
+// An error means c should be closed.
+func sniff(c net.Conn, deadline time.Time, idle time.Duration) (isGRPC bool, replay net.Conn, err error) {
 	buf := make([]byte, 0, 4096)
 	for len(buf) < len(http2Preface) {
 		n, err := c.Read(buf[len(buf):cap(buf)])
@@ -323,82 +359,132 @@ func sniff(c net.Conn, idle time.Duration) (isGRPC bool, replay net.Conn, err er
 	if _, err := c.Write(emptySettings[:]); err != nil {
 		return false, nil, fmt.Errorf("write SETTINGS: %w", err)
 	}
-	_ = c.SetReadDeadline(time.Now().Add(idle))
-	s := frameSniffer{out: append([]byte(nil), buf[:len(http2Preface)]...), pending: buf[len(http2Preface):]}
+	// The read-header deadline stays for a connection that starts a
+	// request; one that opens no stream is idle, and may not stay idle
+	// past the idle timeout either.
+	idleDeadline := time.Now().Add(idle)
+	s := frameSniffer{buf: buf, at: len(http2Preface)}
 	for !s.gotHeaders {
-		if err := s.step(); err != nil {
-			if !errors.Is(err, errNeedMore) {
-				return false, nil, err
+		err := s.step()
+		if errors.Is(err, errNeedMore) {
+			readBy := deadline
+			if !s.inHeaders && idleDeadline.Before(deadline) {
+				readBy = idleDeadline
 			}
-			if len(s.out)+len(s.pending) > maxSniffBytes {
-				return false, nil, errSniffTooLarge
-			}
-			var chunk [4096]byte
-			n, err := c.Read(chunk[:])
-			s.pending = append(s.pending, chunk[:n]...)
-			if err != nil && n == 0 {
-				if errors.Is(err, os.ErrDeadlineExceeded) && !s.inHeaders {
-					// Idle, with no stream: as net/http's HTTP/2 server
-					// would, say so before closing.
-					_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-					_, _ = c.Write(goAwayFrame(0, 0, ""))
-					return false, nil, fmt.Errorf("no request within the idle timeout (%s): sent GOAWAY: %w", idle, err)
-				}
+			_ = c.SetReadDeadline(readBy)
+			err = s.read(c)
+			if err != nil && !errors.Is(err, errSniffTooLarge) && !errors.Is(err, os.ErrDeadlineExceeded) {
 				return false, nil, fmt.Errorf("read the first request: %w", err)
 			}
 		}
-	}
-	ct, err := contentType(s.headerBlock)
-	if err != nil {
-		return false, nil, err
+		switch {
+		case err == nil:
+		case errors.Is(err, errSniffTooLarge):
+			refuse(c, h2EnhanceYourCalm, err.Error())
+			return false, nil, err
+		case errors.Is(err, os.ErrDeadlineExceeded) && !s.inHeaders:
+			// Idle, with no stream: as net/http's HTTP/2 server would,
+			// say so before closing.
+			refuse(c, 0, "")
+			return false, nil, fmt.Errorf("no request within the idle or read-header timeout: sent GOAWAY: %w", err)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			refuse(c, h2EnhanceYourCalm, errHeadersTooSlow.Error())
+			return false, nil, fmt.Errorf("%w: %w", errHeadersTooSlow, err)
+		default:
+			return false, nil, err
+		}
 	}
 	rc := &replayConn{Conn: c}
 	if s.gotAck {
-		rc.pending = append(s.out, s.pending...)
+		rc.pending = s.buf
 	} else {
 		// The client sends its acknowledgement after its first request:
 		// it is still to come, maybe among the bytes read already.
-		rc.ack = &ackDropper{out: s.out}
-		rc.ack.feed(s.pending)
+		rc.ack = &ackDropper{out: s.buf[:s.at:s.at]}
+		rc.ack.feed(s.buf[s.at:])
 	}
-	return isGRPCContentType(ct), rc, nil
+	return isGRPCContentType(s.contentType), rc, nil
 }
 
-var errNeedMore = errors.New("need more bytes")
+// refuse tells an HTTP/2 client why its connection closes: a GOAWAY with
+// code and debug, written within a second (a client that reads nothing
+// does not hold the splitter).
+func refuse(c net.Conn, code uint32, debug string) {
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.Write(goAwayFrame(0, code, debug))
+}
+
+var (
+	errNeedMore      = errors.New("need more bytes")
+	errSniffTooLarge = fmt.Errorf("the first request's headers, with the frames before them, take more than %d bytes, "+
+		"the most quotad reads before it picks the connection's front end: send less on the first request, or serve with --grpc-transport=connect", maxSniffBytes)
+	errHeadersTooSlow = errors.New("the first request's headers did not end within the read-header timeout (--read-header-timeout)")
+)
 
 // frameSniffer reads HTTP/2 frames after the preface until it has the
-// first HEADERS frame's whole header block, dropping the client's first
-// SETTINGS acknowledgement if it comes before.
+// first HEADERS frame's whole header block and its content-type, dropping
+// the client's first SETTINGS acknowledgement if it comes before. It keeps
+// one buffer of at most maxSniffBytes, which it hands on for replay: the
+// acknowledgement is dropped by moving what follows over it, and the
+// header block is decoded fragment by fragment as its frames arrive,
+// never copied.
 type frameSniffer struct {
-	out         []byte // frames to replay
-	pending     []byte // bytes read but not yet parsed
-	headerBlock []byte
+	// buf holds the preface and the frames to replay, buf[:at], then
+	// bytes read but not yet parsed.
+	buf []byte
+	at  int
+	// dec decodes the first header block; nil until its HEADERS frame.
+	dec         *hpack.Decoder
+	contentType string
 	inHeaders   bool // a HEADERS frame without END_HEADERS was read
 	gotHeaders  bool // the first header block is complete
 	gotAck      bool
 }
 
-// step parses one frame from pending, or returns errNeedMore.
+// read reads more of c into s.buf, growing it up to maxSniffBytes, and
+// returns errSniffTooLarge when it is full.
+func (s *frameSniffer) read(c net.Conn) error {
+	if len(s.buf) == cap(s.buf) {
+		if cap(s.buf) >= maxSniffBytes {
+			return errSniffTooLarge
+		}
+		grown := make([]byte, len(s.buf), min(2*cap(s.buf), maxSniffBytes))
+		copy(grown, s.buf)
+		s.buf = grown
+	}
+	n, err := c.Read(s.buf[len(s.buf):cap(s.buf)])
+	s.buf = s.buf[:len(s.buf)+n]
+	if n > 0 {
+		return nil
+	}
+	return err
+}
+
+// step parses one frame from s.buf[s.at:], or returns errNeedMore.
 func (s *frameSniffer) step() error {
-	if len(s.pending) < 9 {
+	p := s.buf[s.at:]
+	if len(p) < 9 {
 		return errNeedMore
 	}
-	length := int(s.pending[0])<<16 | int(s.pending[1])<<8 | int(s.pending[2])
-	typ, flags := s.pending[3], s.pending[4]
+	length := int(p[0])<<16 | int(p[1])<<8 | int(p[2])
+	typ, flags := p[3], p[4]
 	if length > maxFrameSize {
 		return fmt.Errorf("a %d-byte frame, over the %d the client may send", length, maxFrameSize)
 	}
-	if len(s.pending) < 9+length {
+	if s.at+9+length > maxSniffBytes {
+		return errSniffTooLarge
+	}
+	if len(p) < 9+length {
 		return errNeedMore
 	}
-	frame, payload := s.pending[:9+length], s.pending[9:9+length]
-	s.pending = s.pending[9+length:]
+	frame, payload := p[:9+length], p[9:9+length]
 	streamID := binary.BigEndian.Uint32(frame[5:9]) & (1<<31 - 1)
 	switch {
 	case typ == frameSettings && flags&flagAck != 0 && !s.gotAck:
 		// The acknowledgement of the splitter's own SETTINGS, the first
 		// the client sends: the real server did not send that frame.
 		s.gotAck = true
+		s.buf = append(s.buf[:s.at], s.buf[s.at+len(frame):]...)
 		return nil
 	case s.inHeaders && typ != frameContinuation:
 		return errors.New("a header block interrupted by another frame")
@@ -410,15 +496,39 @@ func (s *frameSniffer) step() error {
 		if streamID == 0 {
 			return errors.New("HEADERS on stream 0")
 		}
-		s.headerBlock = append(s.headerBlock, fragment...)
-		s.inHeaders = flags&flagEndHeaders == 0
-		s.gotHeaders = !s.inHeaders
+		s.dec = hpack.NewDecoder(4096, func(f hpack.HeaderField) {
+			if f.Name == "content-type" && s.contentType == "" {
+				s.contentType = f.Value
+			}
+		})
+		s.dec.SetMaxStringLength(maxSniffBytes)
+		if err := s.decode(fragment, flags); err != nil {
+			return err
+		}
 	case typ == frameContinuation && s.inHeaders:
-		s.headerBlock = append(s.headerBlock, payload...)
-		s.inHeaders = flags&flagEndHeaders == 0
-		s.gotHeaders = !s.inHeaders
+		if err := s.decode(payload, flags); err != nil {
+			return err
+		}
 	}
-	s.out = append(s.out, frame...)
+	s.at += len(frame)
+	return nil
+}
+
+// decode feeds a fragment of the first header block to the decoder.
+func (s *frameSniffer) decode(fragment []byte, flags byte) error {
+	if _, err := s.dec.Write(fragment); err != nil {
+		return fmt.Errorf("decode the first request's headers: %w", err)
+	}
+	s.inHeaders = flags&flagEndHeaders == 0
+	if s.inHeaders {
+		return nil
+	}
+	s.gotHeaders = true
+	err := s.dec.Close()
+	s.dec = nil
+	if err != nil {
+		return fmt.Errorf("decode the first request's headers: %w", err)
+	}
 	return nil
 }
 
@@ -441,25 +551,6 @@ func headersFragment(flags byte, p []byte) ([]byte, error) {
 		return nil, errors.New("HEADERS padding longer than the frame")
 	}
 	return p[:len(p)-pad], nil
-}
-
-// contentType decodes an HPACK header block (the first of the connection,
-// so with an empty dynamic table) and returns its content-type, or "".
-func contentType(block []byte) (string, error) {
-	var ct string
-	d := hpack.NewDecoder(4096, func(f hpack.HeaderField) {
-		if f.Name == "content-type" && ct == "" {
-			ct = f.Value
-		}
-	})
-	d.SetMaxStringLength(maxSniffBytes)
-	if _, err := d.Write(block); err != nil {
-		return "", fmt.Errorf("decode the first request's headers: %w", err)
-	}
-	if err := d.Close(); err != nil {
-		return "", fmt.Errorf("decode the first request's headers: %w", err)
-	}
-	return ct, nil
 }
 
 // isGRPCContentType reports whether grpc-go serves requests of content

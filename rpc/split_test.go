@@ -309,3 +309,76 @@ func TestSplitClose(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The splitter holds at most maxSniffBytes of a connection before its
+// first request's headers end, and only until the read-header timeout: a
+// first header block past the bound, or still unfinished at the timeout,
+// gets a GOAWAY saying which, and the connection closes; neither reaches a
+// front end.
+func TestSplitBoundsUnfinishedHeaders(t *testing.T) {
+	s, addr := startSplit(t, 500*time.Millisecond)
+	for _, tc := range []struct {
+		name      string
+		block     int
+		wantDebug string
+	}{
+		{"over the bound", 64 << 10, "take more than 16384 bytes"},
+		{"never finished", 1 << 10, "did not end within the read-header timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			go func() {
+				var frames bytes.Buffer
+				fr := http2.NewFramer(&frames, nil)
+				frames.WriteString(http2.ClientPreface)
+				_ = fr.WriteSettings()
+				// Frames of the largest size allowed, none ending the block.
+				block := paddingBlock(tc.block)
+				k := min(len(block), 1<<14)
+				_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:k]})
+				for block = block[k:]; len(block) > 0; block = block[k:] {
+					k = min(len(block), 1<<14)
+					_ = fr.WriteContinuation(1, false, block[:k])
+				}
+				_, _ = c.Write(frames.Bytes())
+			}()
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			fr := http2.NewFramer(nil, c)
+			var goaway *http2.GoAwayFrame
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					break
+				}
+				if g, ok := f.(*http2.GoAwayFrame); ok {
+					goaway = g
+				}
+			}
+			if goaway == nil || goaway.ErrCode != http2.ErrCodeEnhanceYourCalm || !bytes.Contains(goaway.DebugData(), []byte(tc.wantDebug)) {
+				t.Fatalf("GOAWAY %v, want ENHANCE_YOUR_CALM saying %q", goaway, tc.wantDebug)
+			}
+			t.Logf("GOAWAY %s: %s", goaway.ErrCode, goaway.DebugData())
+		})
+	}
+	s.close()
+	for _, l := range []net.Listener{s.grpc, s.http} {
+		if c, err := l.Accept(); err == nil {
+			c.Close()
+			t.Fatal("a connection without a complete first request reached a front end")
+		}
+	}
+}
+
+// paddingBlock is a valid HPACK block of about n bytes of literal fields.
+func paddingBlock(n int) []byte {
+	var b bytes.Buffer
+	enc := hpack.NewEncoder(&b)
+	for i := 0; b.Len() < n; i++ {
+		_ = enc.WriteField(hpack.HeaderField{Name: "x-pad", Value: string(bytes.Repeat([]byte{'a'}, 100)), Sensitive: true})
+	}
+	return b.Bytes()
+}

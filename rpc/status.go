@@ -28,9 +28,9 @@ type statusJSON struct {
 	// mode (AcquireLease), which they spend in their own processes.
 	ClientLeases clientLeasesJSON `json:"client_leases"`
 	DeniedCache  deniedCacheJSON  `json:"denied_cache"`
-	// Keys says how keys are shown in top_denied: "shown", or "sha256"
-	// when Config.HideKeys replaces each by "sha256:" and the first 16 hex
-	// digits of its SHA-256.
+	// Keys says how keys are shown in top_denied: "sha256", each replaced
+	// by "sha256:" and the first 16 hex digits of its SHA-256 (the
+	// default), or "shown" with Config.ShowKeys.
 	Keys string `json:"keys"`
 	// TopDeniedWindow is how far back top_denied reaches at most.
 	TopDeniedWindow string `json:"top_denied_window"`
@@ -165,7 +165,7 @@ func status(n *node.Node, cfg Config, started time.Time) statusJSON {
 			DenialsCached: st.DenialsCached, Hits: st.DeniedCacheHits, Lookups: st.Denied.Hits + st.Denied.Misses,
 			Cost: st.Denied.Cost, MaxCost: st.Denied.MaxCost, Evicted: st.Denied.Evicted,
 		},
-		Keys: "shown",
+		Keys: "sha256",
 	}
 	if cfg.ConfigGeneration != nil {
 		gen, loaded := cfg.ConfigGeneration()
@@ -180,8 +180,8 @@ func status(n *node.Node, cfg Config, started time.Time) statusJSON {
 	for i, m := range cs.Members {
 		out.Cluster.Members[i] = memberJSON{Name: m.Name, Addr: m.Addr, State: m.State.String(), Self: m.Self, Since: m.Since.UTC()}
 	}
-	if cfg.HideKeys {
-		out.Keys = "sha256"
+	if cfg.ShowKeys {
+		out.Keys = "shown"
 	}
 
 	limits := make(map[string]*limitJSON, len(configured))
@@ -202,7 +202,7 @@ func status(n *node.Node, cfg Config, started time.Time) statusJSON {
 			p.TopDenied = &topDeniedJSON{Denials: t.Denials, Keys: make([]topKeyJSON, len(t.Keys))}
 			for i, e := range t.Keys {
 				k := e.Key
-				if cfg.HideKeys {
+				if !cfg.ShowKeys {
 					k = hashKey(k)
 				}
 				p.TopDenied.Keys[i] = topKeyJSON{Key: k, Count: e.Count, Error: e.Error}
@@ -217,7 +217,8 @@ func sources(c node.SourceCounts) sourcesJSON {
 	return sourcesJSON{Store: c.Store, Lease: c.Lease, DeniedCache: c.DeniedCache, FailOpen: c.FailOpen, FailClosed: c.FailClosed}
 }
 
-// hashKey is what --console-show-keys=false shows instead of a key: the
+// hashKey is what GET /status shows instead of a key without
+// --console-show-keys: the
 // first 16 hex digits of its SHA-256, the same on every node. It hides a
 // key from whoever reads the page, not from someone who can guess it
 // (an IPv4 address is found by trying them all).

@@ -54,7 +54,7 @@ func checkN(t *testing.T, ts *testServer, policy, key string, limit *algorithms.
 // denied most.
 func TestStatusPage(t *testing.T) {
 	api := node.Policy{Name: "api", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 3, Period: time.Hour, Burst: 2}}
-	ts := startServer(t, redisStore(t), Config{}, api)
+	ts := startServer(t, redisStore(t), Config{ShowKeys: true}, api)
 	checkN(t, ts, "api", "abuser", nil, 6)
 	checkN(t, ts, "api", "u1", nil, 2)
 	checkN(t, ts, "demo", "u1", &fiveAMinute, 1)
@@ -89,11 +89,11 @@ func TestStatusPage(t *testing.T) {
 	}
 }
 
-// HideKeys shows a SHA-256 prefix instead of each key; a ConfigGeneration
+// By default a SHA-256 prefix stands for each key; a ConfigGeneration
 // hook is what the page reports; the memory store has no breaker.
 func TestStatusPageHidesKeysAndReportsTheGeneration(t *testing.T) {
 	loaded := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	ts := startServer(t, memory.New(nil, 0), Config{HideKeys: true, DisableInlineLimits: true,
+	ts := startServer(t, memory.New(nil, 0), Config{DisableInlineLimits: true,
 		ConfigGeneration: func() (uint64, time.Time) { return 7, loaded }},
 		node.Policy{Name: "login", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Period: time.Hour}})
 	checkN(t, ts, "login", "alice@example.com", nil, 3)

@@ -75,13 +75,18 @@ type config struct {
 	// Cluster makes the node a cluster member; the zero value runs
 	// standalone.
 	Cluster clusterConfig
-	// Console is the web console at GET /. Default on, keys shown.
+	// Console is the web console at GET /. Default on, keys hashed.
 	Console consoleConfig
 	// TLS makes the API port serve TLS; the zero value serves cleartext.
 	TLS tlsConfig
 	// AdminTokenFile holds the bearer token admin calls (Reset) require;
 	// empty leaves them open.
 	AdminTokenFile string
+	// AllowedHosts are more Host names the console, /status, /cluster and
+	// (without an admin token) admin calls answer, besides localhost and
+	// the IP addresses the listen address allows; "*" alone allows every
+	// Host. Default none.
+	AllowedHosts []string
 	// PprofAddr is where Go's profiler is served (host:port); empty, the
 	// default, serves none.
 	PprofAddr string
@@ -117,7 +122,7 @@ func (c config) usesRedis() bool {
 
 func (c config) rpcConfig() rpc.Config {
 	return rpc.Config{DisableInlineLimits: !c.InlineLimits, DisableClientLeases: !c.ClientLeases, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, MaxInlinePeriod: c.MaxInlinePeriod, Envoy: c.Envoy,
-		DisableConsole: !c.Console.Enabled, HideKeys: !c.Console.ShowKeys}
+		DisableConsole: !c.Console.Enabled, ShowKeys: c.Console.ShowKeys, Listen: c.Listen, AllowedHosts: c.AllowedHosts}
 }
 
 // validate checks what no package checks for itself.

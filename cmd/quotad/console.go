@@ -5,7 +5,7 @@ type consoleConfig struct {
 	// Enabled serves the console. Default true.
 	Enabled bool
 	// ShowKeys shows the keys denied most as they are; false shows a hash
-	// of each instead. Default true.
+	// of each instead. Default false.
 	ShowKeys bool
 }
 

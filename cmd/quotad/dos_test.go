@@ -14,6 +14,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/quotad/quotad/internal/quotadtest"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+	"github.com/quotad/quotad/rpc"
 )
 
 // Attacks on a quotad binary:
@@ -649,5 +652,156 @@ envoy:
 	resp.Body.Close()
 	if want := fmt.Sprintf("message size %d is larger than configured max 65536", len(bomb)); resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(raw), want) {
 		t.Errorf("a bomb as a Check: %s %s; want 429 saying %q", resp.Status, raw, want)
+	}
+}
+
+// HTTP/2 connections that start their first request's headers and never
+// finish them cost the server little memory and little time: 200 of them,
+// half sending just under 1 MiB of valid header block and half 8 KiB then
+// nothing more, together raise the server's resident memory by less than
+// 128 MiB at the peak, each is closed by the server within the
+// read-header timeout (the default, 10s) and a few seconds of slack, and
+// the memory is back near where it started once they are gone. Before, the splitter that picks each
+// connection's front end kept the frames and a copy of the header block,
+// up to 1 MiB each, for the idle timeout (2 minutes): 200 connections took
+// the server from 25 to 789 MB, and kept it. Meanwhile and after, every
+// protocol is still served.
+func TestUnfinishedHTTP2HeadersHoldLittleAndNotLong(t *testing.T) {
+	const (
+		conns = 200
+		// Just under what the splitter used to buffer (1 MiB), and a block
+		// that a server may well wait for the end of.
+		bigBlock      = 1<<20 - 32<<10
+		smallBlock    = 8 << 10
+		headerTimeout = rpc.DefaultReadHeaderTimeout
+		slack         = 5 * time.Second
+		maxGrowth     = 128 << 20
+		nearBaseline  = 32 << 20
+	)
+	p := startProcess(t)
+	pid := p.cmd.Process.Pid
+	everyProtocolServes(t, p.URL)
+	_, baseline := procStat(t, pid)
+
+	// The server's resident memory, sampled until the attack is over.
+	var peak atomic.Int64
+	peak.Store(baseline)
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-tick.C:
+				if _, rss, err := quotadtest.ProcStat(pid); err == nil && rss > peak.Load() {
+					peak.Store(rss)
+				}
+			}
+		}
+	}()
+
+	addr := strings.TrimPrefix(p.URL, "http://")
+	closedAfter := make([]time.Duration, conns) // -1: still open at the limit
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				closedAfter[i] = -2
+				return
+			}
+			defer c.Close()
+			start := time.Now()
+			// The writes stop where the server closes the connection.
+			_ = c.SetWriteDeadline(start.Add(headerTimeout + slack))
+			_ = attack.UnfinishedHeaders(c, map[bool]int{true: bigBlock, false: smallBlock}[i%2 == 0])
+			left := headerTimeout + slack - time.Since(start)
+			if took := waitClosedQuiet(c, left); took < 0 {
+				closedAfter[i] = -1
+			} else {
+				closedAfter[i] = time.Since(start)
+			}
+		}()
+	}
+	// Served while the attack holds its connections.
+	everyProtocolServes(t, p.URL)
+	wg.Wait()
+	close(stopSampling)
+	<-sampled
+
+	var open, dialFailed int
+	slowest := map[int]time.Duration{}
+	for i, d := range closedAfter {
+		switch {
+		case d == -1:
+			open++
+		case d == -2:
+			dialFailed++
+		default:
+			slowest[i%2] = max(slowest[i%2], d)
+		}
+	}
+	growth := peak.Load() - baseline
+	t.Logf("%d connections of unfinished headers (%d KiB and %d KiB): RSS %d MiB at the start, %d MiB at the peak (%+d MiB); %d closed by the server, the last of %d KiB after %s, of %d KiB after %s; %d still open after %s",
+		conns, bigBlock>>10, smallBlock>>10, baseline>>20, peak.Load()>>20, growth>>20, conns-open-dialFailed,
+		bigBlock>>10, slowest[0].Round(time.Millisecond), smallBlock>>10, slowest[1].Round(time.Millisecond), open, headerTimeout+slack)
+	if dialFailed > 0 {
+		t.Errorf("%d of %d connections could not be made", dialFailed, conns)
+	}
+	if open > 0 {
+		t.Errorf("%d of %d connections were still open %s after they opened, past the read-header timeout %s", open, conns, headerTimeout+slack, headerTimeout)
+	}
+	if growth > maxGrowth {
+		t.Errorf("resident memory grew by %d MiB under %d connections, over %d MiB", growth>>20, conns, maxGrowth>>20)
+	}
+	// Once they are gone, so is the memory they took.
+	var after int64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, after = procStat(t, pid)
+		if after-baseline <= nearBaseline || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("RSS after the connections closed: %d MiB (%+d MiB from the start)", after>>20, (after-baseline)>>20)
+	if after-baseline > nearBaseline {
+		t.Errorf("resident memory still %d MiB over the start 30s after the connections closed, over %d MiB", (after-baseline)>>20, nearBaseline>>20)
+	}
+	everyProtocolServes(t, p.URL)
+}
+
+// everyProtocolServes makes one Check over each protocol a client may use
+// on the server at base: Connect (HTTP/1.1 and h2c), gRPC (h2c, on the
+// gRPC front end), gRPC-Web and HTTP/JSON.
+func everyProtocolServes(t *testing.T, base string) {
+	t.Helper()
+	// A connection keeps to the front end of its first request: the two
+	// h2c clients each need their own.
+	h2c := func() *http.Client {
+		tr := &http.Transport{Protocols: new(http.Protocols)}
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for name, c := range map[string]quotadv1connect.QuotaServiceClient{
+		"connect":         quotadv1connect.NewQuotaServiceClient(http.DefaultClient, base),
+		"connect on h2c":  quotadv1connect.NewQuotaServiceClient(h2c(), base),
+		"grpc":            quotadv1connect.NewQuotaServiceClient(h2c(), base, connect.WithGRPC()),
+		"grpc-web":        quotadv1connect.NewQuotaServiceClient(http.DefaultClient, base, connect.WithGRPCWeb()),
+		"connect as json": quotadv1connect.NewQuotaServiceClient(http.DefaultClient, base, connect.WithProtoJSON()),
+	} {
+		res, err := c.Check(ctx, connect.NewRequest(&quotadv1.CheckRequest{Policy: "protocols", Key: name, Limit: fw5JSON()}))
+		if err != nil || !res.Msg.GetAllowed() {
+			t.Errorf("Check over %s: %v, %v", name, res, err)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 )
@@ -39,12 +38,9 @@ func effectiveValue(s setting, c *config) string {
 		return "(hidden)"
 	case v == s.v.format(&zero) && (s.zeroMeans != "" || s.unset != ""):
 		return v + " (means " + s.shownDefault() + ")"
-	case strings.Contains(v, "://"):
-		if u, err := url.Parse(v); err == nil && u.User != nil {
-			if _, has := u.User.Password(); has {
-				return u.Redacted()
-			}
-		}
+	case strings.Contains(v, "@"):
+		// URLs and addresses with credentials, parsed or not.
+		v = redactList(v)
 	}
 	if strings.ContainsAny(v, " \t") {
 		return fmt.Sprintf("%q", v)

@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/redis"
 )
 
 // This file holds the kinds of value a setting can have (text, a boolean,
@@ -145,6 +146,40 @@ func addresses(at func(*config) *[]string) value {
 	return kind[[]string]{at: at, fromText: parseAddrs, fromYAML: yamlAddrs, toText: func(a []string) string { return strings.Join(a, ",") }}
 }
 
+// hostNames is a comma-separated list of host names, or in the file a
+// list of them or one such string.
+func hostNames(at func(*config) *[]string) value {
+	return kind[[]string]{at: at, fromText: parseHostNames, fromYAML: yamlHostNames, toText: func(a []string) string { return strings.Join(a, ",") }}
+}
+
+func parseHostNames(v string) ([]string, error) {
+	names := strings.Split(v, ",")
+	for i, n := range names {
+		names[i] = strings.TrimSpace(n)
+		if names[i] == "" {
+			return nil, fmt.Errorf("empty name in %q (want name,name, or * for every Host)", v)
+		}
+	}
+	return names, nil
+}
+
+func yamlHostNames(n *yaml.Node) ([]string, error) {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		return parseHostNames(n.Value)
+	case yaml.SequenceNode:
+		s := make([]string, len(n.Content))
+		for i, item := range n.Content {
+			if item.Kind != yaml.ScalarNode || item.Tag == "!!null" {
+				return nil, fmt.Errorf("item %d: want a host name, got %s", i, describeNode(item))
+			}
+			s[i] = item.Value
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("want a list of host names or one comma-separated string, got %s", describeNode(n))
+}
+
 // failureMode is open or closed.
 func failureMode(at func(*config) *node.FailureMode) value {
 	return kind[node.FailureMode]{at: at, fromText: node.ParseFailureMode, fromYAML: func(n *yaml.Node) (node.FailureMode, error) {
@@ -179,7 +214,7 @@ func parseAddrs(v string) ([]string, error) {
 	for i, a := range addrs {
 		addrs[i] = strings.TrimSpace(a)
 		if addrs[i] == "" {
-			return nil, fmt.Errorf("empty address in %q (want host:port,host:port)", v)
+			return nil, fmt.Errorf("empty address in %q (want host:port,host:port)", redactList(v))
 		}
 	}
 	return addrs, nil
@@ -266,4 +301,15 @@ func yamlAddrs(n *yaml.Node) ([]string, error) {
 		return s, nil
 	}
 	return nil, fmt.Errorf("want a list of host:port or one comma-separated string, got %s", describeNode(n))
+}
+
+// redactList is a comma-separated list of addresses or URLs with the
+// password of each item redacted (redis.Redact), for errors and
+// --print-settings.
+func redactList(v string) string {
+	items := strings.Split(v, ",")
+	for i, it := range items {
+		items[i] = redis.Redact(it)
+	}
+	return strings.Join(items, ",")
 }

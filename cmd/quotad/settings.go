@@ -97,7 +97,7 @@ func settings() []setting {
 	return []setting{
 		{flag: "listen", file: "listen", arg: "host:port", def: ":8080", help: "address the API listens on",
 			v: text(func(c *config) *string { return &c.Listen })},
-		{flag: "redis", file: "redis.url", arg: "url", unset: "none (memory store)", help: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; no Redis at all uses the embedded memory store (single node)",
+		{flag: "redis", file: "redis.url", arg: "url", unset: "none (memory store)", help: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; no Redis at all uses the embedded memory store (single node); errors and --print-settings show its password as xxxxx",
 			v: text(func(c *config) *string { return &c.Redis.URL })},
 		{flag: "redis-cluster", file: "redis.cluster", arg: "host:port,host:port", help: "Redis Cluster seed addresses instead of --redis",
 			v: addresses(func(c *config) *[]string { return &c.Redis.ClusterAddrs })},
@@ -157,6 +157,8 @@ func settings() []setting {
 			v: duration(func(c *config) *time.Duration { return &c.MaxInlinePeriod })},
 		{flag: "memory-max-keys", file: "memory_max_keys", arg: "count", zeroMeans: show(memory.DefaultMaxKeys), help: "most keys the embedded memory store holds; at the bound, checks of new keys fail with ResourceExhausted",
 			v: whole(func(c *config) *int { return &c.MemoryMaxKeys })},
+		{flag: "read-header-timeout", file: "read_header_timeout", arg: "duration", zeroMeans: show(rpc.DefaultReadHeaderTimeout), help: "how long a new connection may take for its TLS handshake and its first request's headers together (HTTP/2 included), and an HTTP/1.1 request for its headers; past it the connection is closed",
+			v: duration(func(c *config) *time.Duration { return &c.Server.ReadHeaderTimeout })},
 		{flag: "read-timeout", file: "read_timeout", arg: "duration", zeroMeans: show(rpc.DefaultReadTimeout), help: "how long a request body may take to arrive, except gRPC on grpc-go",
 			v: duration(func(c *config) *time.Duration { return &c.Server.ReadTimeout })},
 		{flag: "idle-timeout", file: "idle_timeout", arg: "duration", zeroMeans: show(rpc.DefaultIdleTimeout), help: "a connection with no request in flight for this long is closed",
@@ -203,7 +205,7 @@ func settings() []setting {
 
 		{flag: "console", file: "console.enabled", def: "true", help: "serve the web console at GET / on the API port (playground and live view)",
 			v: boolean(func(c *config) *bool { return &c.Console.Enabled })},
-		{flag: "console-show-keys", file: "console.show_keys", def: "true", help: "show keys in the console's top limited keys and GET /status; false shows a SHA-256 prefix of each instead",
+		{flag: "console-show-keys", file: "console.show_keys", def: "false", help: "show the keys themselves in the console's top limited keys and GET /status, which answer anyone who reaches the port and may pass --allowed-hosts; false, the default, shows a SHA-256 prefix of each instead",
 			v: boolean(func(c *config) *bool { return &c.Console.ShowKeys })},
 
 		{flag: "tls-cert-file", file: "tls.cert_file", arg: "file", unset: "none (cleartext)", help: "PEM file of the API's certificate chain; with --tls-key-file the port serves TLS only (HTTP/2 by ALPN, and HTTP/1.1); re-read when it changes",
@@ -213,7 +215,9 @@ func settings() []setting {
 		{flag: "tls-client-ca-file", file: "tls.client_ca_file", arg: "file", help: "PEM file of the CAs that sign client certificates; set, every client must present one (mutual TLS); needs --tls-cert-file",
 			v: text(func(c *config) *string { return &c.TLS.ClientCAFile })},
 
-		{flag: "admin-token-file", file: "admin_token_file", arg: "file", unset: "none (Reset open)", help: "file holding the bearer token that admin calls (Reset) require: Authorization: Bearer TOKEN; unset, any client may call Reset",
+		{flag: "allowed-hosts", file: "allowed_hosts", arg: "name,name", unset: "localhost and IP addresses", help: "more Host names (without port) the console, GET /status, GET /cluster and, without --admin-token-file, admin calls answer, besides localhost, names under .localhost and IP addresses (only the loopback ones, or the listen address, when --listen names one); other Hosts get 403, a guard against DNS rebinding; * allows every Host; Check calls, /healthz, /readyz and /metrics are never Host-checked",
+			v: hostNames(func(c *config) *[]string { return &c.AllowedHosts })},
+		{flag: "admin-token-file", file: "admin_token_file", arg: "file", unset: "none (Reset open)", help: "file holding the bearer token that admin calls (Reset) require: Authorization: Bearer TOKEN; unset, any client whose Host passes the --allowed-hosts check may call Reset",
 			v: text(func(c *config) *string { return &c.AdminTokenFile })},
 
 		{flag: "pprof-addr", file: "pprof_addr", arg: "host:port", unset: "none", help: "serve Go's profiler (net/http/pprof under /debug/pprof/) on this address, apart from the API; keep it on loopback",

@@ -90,13 +90,17 @@ func (c Config) Validate() error {
 	}
 	if c.URL != "" {
 		if _, err := goredis.ParseURL(c.URL); err != nil {
-			return fmt.Errorf("redis url: %w: %v (want redis://[user:password@]host:port/db or rediss://...)", node.ErrInvalidConfig, err)
+			// The parsers quote the URL, password and all.
+			return fmt.Errorf("redis url: %w: %s (want redis://[user:password@]host:port/db or rediss://...)", node.ErrInvalidConfig, redactIn(err.Error(), c.URL))
 		}
 	}
 	for field, addrs := range map[string][]string{"redis cluster": c.ClusterAddrs, "redis sentinel": c.SentinelAddrs} {
 		for _, a := range addrs {
+			if strings.ContainsAny(a, "@/") {
+				return fmt.Errorf("%s address %q: %w: want host:port, without a scheme or credentials (give those with the username and password settings)", field, Redact(a), node.ErrInvalidConfig)
+			}
 			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-				return fmt.Errorf("%s address %q: %w: want host:port", field, a, node.ErrInvalidConfig)
+				return fmt.Errorf("%s address %q: %w: want host:port", field, Redact(a), node.ErrInvalidConfig)
 			}
 		}
 	}

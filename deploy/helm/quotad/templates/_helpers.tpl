@@ -52,3 +52,24 @@ httpGet:
   {{- end }}
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret holding the admin token: yours, the chart's generated one, or none ("") with adminToken.generate false. */}}
+{{- define "quotad.adminSecret" -}}
+{{- if .Values.adminToken.secretName -}}
+{{ .Values.adminToken.secretName }}
+{{- else if .Values.adminToken.generate -}}
+{{ include "quotad.fullname" . }}-admin-token
+{{- end -}}
+{{- end -}}
+
+{{/* QUOTAD_ALLOWED_HOSTS: the client Service's DNS names, then allowedHosts; "*" alone when allowedHosts says so. */}}
+{{- define "quotad.allowedHosts" -}}
+{{- if has "*" .Values.allowedHosts -}}
+*
+{{- else -}}
+{{- $name := include "quotad.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $names := list $name (printf "%s.%s" $name $ns) (printf "%s.%s.svc" $name $ns) (printf "%s.%s.svc.%s" $name $ns .Values.clusterDomain) -}}
+{{- concat $names .Values.allowedHosts | uniq | join "," -}}
+{{- end -}}
+{{- end -}}
