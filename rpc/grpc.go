@@ -18,6 +18,7 @@ import (
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+	"github.com/quotad/quotad/rpc/guard"
 )
 
 // This file is the gRPC front end: the API's services registered on
@@ -48,7 +49,7 @@ type grpcFront struct {
 // the call, refuses an admin call without the admin token, gives an error
 // its code as the Connect front end does, and turns a panic into Internal
 // as connect-go's recover option does there. It does all that inline and
-// ignores the server's unary interceptor (callsInterceptor, for health),
+// ignores the server's unary interceptor (guard.CallsInterceptor, for health),
 // which would cost a closure per call.
 func grpcUnary[Req any, PReq interface {
 	*Req
@@ -77,10 +78,10 @@ func grpcUnary[Req any, PReq interface {
 				// run, so telemetry does not see it there either.
 				return nil, grpcError(decodeError(req, r.err))
 			}
-			// The connection is busy while the call runs (connLimiter).
-			conn := callConn(ctx)
-			conn.begin()
-			defer conn.end()
+			// The connection is busy while the call runs (guard.ConnLimiter).
+			conn := guard.CallConn(ctx)
+			conn.Begin()
+			defer conn.End()
 			var md metadata.MD
 			if f.tel.tracing() || f.admin != nil {
 				md, _ = metadata.FromIncomingContext(ctx)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -115,9 +116,7 @@ func TestConnectionCapCountsGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "two connections open, one of them idle", func() bool {
-		s.conns.mu.Lock()
-		defer s.conns.mu.Unlock()
-		return s.conns.open == 2 && s.conns.idle.Len() == 1
+		return s.conns.Open() == 2 && s.conns.Idle() == 1
 	})
 
 	// A third connection, over HTTP/1.1, evicts the idle gRPC one.
@@ -238,7 +237,7 @@ func TestRapidResetOnTheGRPCFrontEnd(t *testing.T) {
 			}
 			// grpc-go's own GOAWAYs carry other codes (NO_ERROR on
 			// shutdown, ENHANCE_YOUR_CALM with "too_many_pings").
-			if code := binary.BigEndian.Uint32(f.Payload[4:8]); code != h2EnhanceYourCalm || !bytes.Equal(f.Payload[8:], []byte("too many stream resets")) {
+			if code := binary.BigEndian.Uint32(f.Payload[4:8]); code != uint32(http2.ErrCodeEnhanceYourCalm) || !bytes.Equal(f.Payload[8:], []byte("too many stream resets")) {
 				t.Fatalf("GOAWAY code %d %q, want the guard's ENHANCE_YOUR_CALM", code, f.Payload[8:])
 			}
 			if st := s.Stats(); st.ResetGoAways != 1 {

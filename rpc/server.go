@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/reflection"
 	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
+
+	"github.com/quotad/quotad/rpc/guard"
 )
 
 // Defaults of ServerConfig.
@@ -182,13 +184,13 @@ type Server struct {
 	http   *http.Server
 	grpc   *grpc.Server // nil: net/http serves every connection
 	cfg    ServerConfig
-	conns  *connLimiter
-	resets *resetStats
+	conns  *guard.ConnLimiter
+	resets *guard.ResetStats
 	log    *slog.Logger
 	reg    metric.Registration
 
 	mu    sync.Mutex
-	split *splitListener // set by Serve
+	split *guard.SplitListener // set by Serve
 }
 
 // NewServer returns a server of api, the HTTP front end's handler: NewHandler's
@@ -208,16 +210,16 @@ func NewServer(h *Handler, api http.Handler, cfg ServerConfig, log *slog.Logger)
 		cfg.TLS = cfg.TLS.Clone()
 		cfg.TLS.NextProtos = []string{"h2", "http/1.1"}
 	}
-	s := &Server{cfg: cfg, conns: newConnLimiter(cfg.MaxConnections, log), resets: &resetStats{}, log: log}
+	s := &Server{cfg: cfg, conns: guard.NewConnLimiter(cfg.MaxConnections, log), resets: &guard.ResetStats{}, log: log}
 	s.http = &http.Server{
-		Handler:           bodyDeadline(api, cfg.ReadTimeout),
+		Handler:           guard.BodyDeadline(api, cfg.ReadTimeout),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		// ReadTimeout and WriteTimeout stay unset: they would end long
 		// streams (for HTTP/1.1 a read deadline left on the connection
-		// cancels the request once it passes); bodyDeadline bounds bodies
+		// cancels the request once it passes); BodyDeadline bounds bodies
 		// instead.
-		ConnState: s.conns.connState,
+		ConnState: s.conns.ConnState,
 		Protocols: new(http.Protocols),
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: cfg.MaxConcurrentStreams,
@@ -250,7 +252,7 @@ func NewServer(h *Handler, api http.Handler, cfg ServerConfig, log *slog.Logger)
 
 // newGRPCServer returns the gRPC front end of h: grpc-go with h's services,
 // within cfg's bounds, its calls counted by conns.
-func newGRPCServer(h *Handler, cfg ServerConfig, conns *connLimiter) (*grpc.Server, error) {
+func newGRPCServer(h *Handler, cfg ServerConfig, conns *guard.ConnLimiter) (*grpc.Server, error) {
 	codec, err := newGRPCCodec()
 	if err != nil {
 		return nil, err
@@ -259,7 +261,7 @@ func newGRPCServer(h *Handler, cfg ServerConfig, conns *connLimiter) (*grpc.Serv
 		grpc.ForceServerCodecV2(codec),
 		// The connections come with TLS ended and their place in the
 		// connection cap (Serve); these credentials hand both to the calls.
-		grpc.Creds(connCredentials{}),
+		grpc.Creds(guard.ConnCredentials{}),
 		// Requests inflate (gzip) to at most this, as on connect-go
 		// (boundedGzip): grpc-go stops decompressing past the limit.
 		grpc.MaxRecvMsgSize(h.maxRequestBytes),
@@ -274,8 +276,8 @@ func newGRPCServer(h *Handler, cfg ServerConfig, conns *connLimiter) (*grpc.Serv
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		// Health's Check and the streams (health Watch, reflection) pass
 		// these; the API's own methods do the same inline (grpc.go).
-		grpc.UnaryInterceptor(callsInterceptor),
-		grpc.StreamInterceptor(streamsInterceptor),
+		grpc.UnaryInterceptor(guard.CallsInterceptor),
+		grpc.StreamInterceptor(guard.StreamsInterceptor),
 		// (grpc-go shares write buffers by default: a connection holds one
 		// only while it writes, so idle connections hold none.)
 		// Calls run on long-lived workers whose stacks have already grown,
@@ -302,17 +304,17 @@ func newGRPCServer(h *Handler, cfg ServerConfig, conns *connLimiter) (*grpc.Serv
 // http.ErrServerClosed then; any other error is ln's. Connections beyond
 // the cap are handled as ServerConfig.MaxConnections says.
 func (s *Server) Serve(ln net.Listener) error {
-	limited := &limitListener{Listener: ln, lim: s.conns, resets: s.resets, log: s.log, tls: s.cfg.TLS}
+	limited := guard.NewLimitListener(ln, s.conns, s.resets, s.cfg.TLS, s.log)
 	if s.grpc == nil {
 		return s.http.Serve(limited)
 	}
-	split := newSplitListener(limited, s.cfg.ReadHeaderTimeout, s.cfg.IdleTimeout, s.log)
+	split := guard.NewSplitListener(limited, s.cfg.ReadHeaderTimeout, s.cfg.IdleTimeout, s.log)
 	s.mu.Lock()
 	s.split = split
 	s.mu.Unlock()
 	errs := make(chan error, 2)
-	go func() { errs <- s.grpc.Serve(split.grpc) }()
-	go func() { errs <- s.http.Serve(split.http) }()
+	go func() { errs <- s.grpc.Serve(split.GRPC()) }()
+	go func() { errs <- s.http.Serve(split.HTTP()) }()
 	for range 2 {
 		// grpc-go returns nil after a stop; net/http ErrServerClosed.
 		if err := <-errs; err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -382,7 +384,7 @@ func (s *Server) closeListener() {
 	split := s.split
 	s.mu.Unlock()
 	if split != nil {
-		_ = split.close()
+		_ = split.Close()
 	}
 }
 
@@ -400,10 +402,10 @@ type ServerStats struct {
 // Stats returns the server's connection figures.
 func (s *Server) Stats() ServerStats {
 	return ServerStats{
-		Open:         s.conns.openNow(),
-		Evicted:      s.conns.evicted.Load(),
-		Refused:      s.conns.refused.Load(),
-		ResetGoAways: s.resets.goaways.Load(),
+		Open:         s.conns.Open(),
+		Evicted:      s.conns.Evicted(),
+		Refused:      s.conns.Refused(),
+		ResetGoAways: s.resets.GoAways(),
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quotad/quotad/node"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+	"github.com/quotad/quotad/rpc/guard"
 )
 
 // BenchmarkGRPCOverTLS compares the ways gRPC over TLS could be served on
@@ -52,7 +53,7 @@ func BenchmarkGRPCOverTLS(b *testing.B) {
 			return start(b, func(ln net.Listener) { _ = s.Serve(ln) })
 		},
 		"grpc-servehttp": func(b *testing.B) string {
-			g, err := newGRPCServer(h, ServerConfig{}.withDefaults(), newConnLimiter(1000, nil))
+			g, err := newGRPCServer(h, ServerConfig{}.withDefaults(), guard.NewConnLimiter(1000, nil))
 			if err != nil {
 				b.Fatal(err)
 			}

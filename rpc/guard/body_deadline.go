@@ -1,4 +1,4 @@
-package rpc
+package guard
 
 import (
 	"errors"
@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// This file is the read deadline of request bodies (ServerConfig.ReadTimeout).
+// This file is the read deadline of request bodies (rpc.ServerConfig.ReadTimeout).
 
-// bodyDeadline gives every request body d to arrive, from the moment its
+// BodyDeadline gives every request body d to arrive, from the moment its
 // handler starts to the body's end, through the connection's read deadline
 // (HTTP/1.1) or the stream's (HTTP/2). The deadline is lifted once the body
 // has been read to its end, so a response may stream for as long as it
@@ -20,7 +20,7 @@ import (
 // os.ErrDeadlineExceeded (DeadlineExceeded), and an HTTP/1.1 connection
 // is closed after the response: what is left of the body would otherwise
 // be read as the next request.
-func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
+func BodyDeadline(next http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)

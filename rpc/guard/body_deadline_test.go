@@ -1,4 +1,4 @@
-package rpc
+package guard
 
 import (
 	"bufio"
@@ -11,15 +11,15 @@ import (
 	"time"
 )
 
-// bodyDeadline wraps the body without hiding it from net/http: an HTTP/1.1
+// BodyDeadline wraps the body without hiding it from net/http: an HTTP/1.1
 // body the handler leaves unread, too long to drain, is answered at once
 // and its connection closed, as without the wrapper (hidden, net/http
 // would try to drain it until the read deadline).
 func TestUnreadBodyStillClosesTheConnection(t *testing.T) {
-	url := serveH2C(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	addr := serveBodyDeadline(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "not reading that", http.StatusBadRequest)
-	}))
-	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	}), 30*time.Second)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,4 +39,26 @@ func TestUnreadBodyStillClosesTheConnection(t *testing.T) {
 	if _, err := br.ReadByte(); err == nil || strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("connection still open after an answer to a request whose 1 MiB body was left unread: %v", err)
 	}
+}
+
+// serveBodyDeadline serves h behind BodyDeadline with d on a fresh
+// loopback port, as rpc's Server does, until the test ends, and returns
+// its address.
+func serveBodyDeadline(t *testing.T, h http.Handler, d time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: BodyDeadline(h, d), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln) // http.ErrServerClosed after Close
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return ln.Addr().String()
 }

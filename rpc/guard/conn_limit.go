@@ -1,4 +1,4 @@
-package rpc
+package guard
 
 import (
 	"container/list"
@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// connLimiter caps the server's open connections. At the cap a new
+// ConnLimiter caps the server's open connections. At the cap a new
 // connection takes the slot of the connection idle for the longest (one
 // with no request in flight, or that has sent none yet), which is closed:
 // idle connections cost the server memory and a file descriptor while
@@ -26,8 +26,8 @@ import (
 //
 // It learns which connections are idle from http.Server's ConnState hook
 // on the HTTP front end, and from the calls themselves on the gRPC front
-// end (serverConn.begin and end). Safe for concurrent use.
-type connLimiter struct {
+// end (ServerConn.Begin and End). Safe for concurrent use.
+type ConnLimiter struct {
 	max int
 	log *slog.Logger
 
@@ -47,30 +47,37 @@ type connLimiter struct {
 // at the cap.
 const capWarnEvery = 10 * time.Second
 
-func newConnLimiter(max int, log *slog.Logger) *connLimiter {
-	return &connLimiter{max: max, log: log}
+func NewConnLimiter(max int, log *slog.Logger) *ConnLimiter {
+	return &ConnLimiter{max: max, log: log}
 }
 
-// limitListener accepts connections for the server within its limiter,
+// LimitListener accepts connections for the server within its limiter,
 // ends TLS on them when tls is set, and guards them against rapid reset.
-type limitListener struct {
+type LimitListener struct {
 	net.Listener
-	lim    *connLimiter
-	resets *resetStats
+	lim    *ConnLimiter
+	resets *ResetStats
 	log    *slog.Logger
 	tls    *tls.Config // nil: cleartext
+}
+
+// NewLimitListener returns ln's connections admitted by lim, with TLS
+// ended when tlsConf is set, guarded against rapid reset (counted in
+// resets).
+func NewLimitListener(ln net.Listener, lim *ConnLimiter, resets *ResetStats, tlsConf *tls.Config, log *slog.Logger) *LimitListener {
+	return &LimitListener{Listener: ln, lim: lim, resets: resets, log: log, tls: tlsConf}
 }
 
 // Accept returns the next connection admitted by the limiter; connections
 // it refuses are closed here and never reach the server. A TLS connection
 // shakes hands on its first Read, under the deadline its reader sets.
-func (l *limitListener) Accept() (net.Conn, error) {
+func (l *LimitListener) Accept() (net.Conn, error) {
 	for {
 		raw, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		c := &serverConn{Conn: raw, lim: l.lim}
+		c := &ServerConn{Conn: raw, lim: l.lim}
 		if !l.lim.admit(c) {
 			_ = raw.Close()
 			continue
@@ -86,9 +93,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 
 // admit takes a slot for c, closing the longest idle connection to free
 // one at the cap. It reports false when every connection is busy.
-func (l *connLimiter) admit(c *serverConn) bool {
+func (l *ConnLimiter) admit(c *ServerConn) bool {
 	l.mu.Lock()
-	var victim *serverConn
+	var victim *ServerConn
 	if l.open >= l.max {
 		front := l.idle.Front()
 		if front == nil {
@@ -99,7 +106,7 @@ func (l *connLimiter) admit(c *serverConn) bool {
 		}
 		// The victim's slot passes to c: the count stays at the cap, and
 		// the victim's own Close frees nothing.
-		victim = l.idle.Remove(front).(*serverConn)
+		victim = l.idle.Remove(front).(*ServerConn)
 		victim.elem, victim.released = nil, true
 	} else {
 		l.open++
@@ -115,8 +122,8 @@ func (l *connLimiter) admit(c *serverConn) bool {
 	return true
 }
 
-// connState is the server's ConnState hook: it keeps the idle list.
-func (l *connLimiter) connState(nc net.Conn, state http.ConnState) {
+// ConnState is the server's ConnState hook: it keeps the idle list.
+func (l *ConnLimiter) ConnState(nc net.Conn, state http.ConnState) {
 	c := asServerConn(nc)
 	if c == nil {
 		return
@@ -143,7 +150,7 @@ func (l *connLimiter) connState(nc net.Conn, state http.ConnState) {
 }
 
 // release frees c's slot, once.
-func (l *connLimiter) release(c *serverConn) {
+func (l *ConnLimiter) release(c *ServerConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c.elem != nil {
@@ -156,14 +163,29 @@ func (l *connLimiter) release(c *serverConn) {
 	}
 }
 
-func (l *connLimiter) openNow() int64 {
+// Open returns the connections open now.
+func (l *ConnLimiter) Open() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return int64(l.open)
 }
 
+// Idle returns the connections idle now.
+func (l *ConnLimiter) Idle() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.idle.Len()
+}
+
+// Evicted returns how many idle connections were closed to make room.
+func (l *ConnLimiter) Evicted() int64 { return l.evicted.Load() }
+
+// Refused returns how many new connections were closed with every
+// connection busy.
+func (l *ConnLimiter) Refused() int64 { return l.refused.Load() }
+
 // warn logs msg at most once every capWarnEvery, with the counts so far.
-func (l *connLimiter) warn(msg string, args ...any) {
+func (l *ConnLimiter) warn(msg string, args ...any) {
 	now := time.Now().UnixNano()
 	last := l.lastWarn.Load()
 	if now-last < int64(capWarnEvery) || !l.lastWarn.CompareAndSwap(last, now) {
@@ -172,10 +194,10 @@ func (l *connLimiter) warn(msg string, args ...any) {
 	l.log.Warn(msg, append(args, "evicted_total", l.evicted.Load(), "refused_total", l.refused.Load())...)
 }
 
-// begin marks a call (a gRPC stream) in flight on c: c is busy until as
-// many calls of end. Only the gRPC front end calls it; net/http's
-// connections are followed by connState. c may be nil (a no-op).
-func (c *serverConn) begin() {
+// Begin marks a call (a gRPC stream) in flight on c: c is busy until as
+// many calls of End. Only the gRPC front end calls it; net/http's
+// connections are followed by ConnState. c may be nil (a no-op).
+func (c *ServerConn) Begin() {
 	if c == nil {
 		return
 	}
@@ -189,8 +211,8 @@ func (c *serverConn) begin() {
 	l.mu.Unlock()
 }
 
-// end ends a call begun on c; with none left c is idle from now.
-func (c *serverConn) end() {
+// End ends a call begun on c; with none left c is idle from now.
+func (c *ServerConn) End() {
 	if c == nil {
 		return
 	}
@@ -204,12 +226,12 @@ func (c *serverConn) end() {
 	l.mu.Unlock()
 }
 
-// asServerConn finds the serverConn under nc: nc itself, or the connection
+// asServerConn finds the ServerConn under nc: nc itself, or the connection
 // a wrapper (TLS, the reset guard, the front-end split) runs on.
-func asServerConn(nc net.Conn) *serverConn {
+func asServerConn(nc net.Conn) *ServerConn {
 	for nc != nil {
 		switch c := nc.(type) {
-		case *serverConn:
+		case *ServerConn:
 			return c
 		case interface{ NetConn() net.Conn }:
 			nc = c.NetConn()
@@ -220,10 +242,10 @@ func asServerConn(nc net.Conn) *serverConn {
 	return nil
 }
 
-// serverConn is an accepted connection and its slot in the limiter.
-type serverConn struct {
+// ServerConn is an accepted connection and its slot in the limiter.
+type ServerConn struct {
 	net.Conn
-	lim *connLimiter
+	lim *ConnLimiter
 	// elem is c's place in lim.idle while idle; released says c no longer
 	// holds a slot; calls counts the gRPC calls in flight on c. All are
 	// guarded by lim.mu, as is idleSince.
@@ -234,7 +256,7 @@ type serverConn struct {
 }
 
 // Close frees c's slot and closes the connection.
-func (c *serverConn) Close() error {
+func (c *ServerConn) Close() error {
 	c.lim.release(c)
 	return c.Conn.Close()
 }
@@ -256,19 +278,19 @@ func (c *guardedConn) Write(p []byte) (int, error) { return c.guard.write(c.Conn
 // NetConn returns the connection under the guard.
 func (c *guardedConn) NetConn() net.Conn { return c.Conn }
 
-// connCredentials are the gRPC front end's transport credentials: no
+// ConnCredentials are the gRPC front end's transport credentials: no
 // handshake (TLS, if any, ended below the split), only an AuthInfo that
-// carries the connection's serverConn, for its calls to keep the
+// carries the connection's ServerConn, for its calls to keep the
 // connection cap's idle list, and its TLS state, for a call to see who
 // its client is (peer.FromContext), as grpc-go's own TLS credentials give.
-type connCredentials struct{}
+type ConnCredentials struct{}
 
-var _ credentials.TransportCredentials = connCredentials{}
+var _ credentials.TransportCredentials = ConnCredentials{}
 
-// connInfo is connCredentials' AuthInfo.
+// connInfo is ConnCredentials' AuthInfo.
 type connInfo struct {
 	credentials.TLSInfo // zero without TLS
-	conn                *serverConn
+	conn                *ServerConn
 }
 
 // AuthType implements credentials.AuthInfo.
@@ -280,7 +302,7 @@ func (i connInfo) AuthType() string {
 }
 
 // ServerHandshake implements credentials.TransportCredentials.
-func (connCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+func (ConnCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	info := connInfo{conn: asServerConn(c)}
 	info.SecurityLevel = credentials.NoSecurity
 	for nc := c; nc != nil; {
@@ -300,23 +322,23 @@ func (connCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthIn
 
 // ClientHandshake implements credentials.TransportCredentials; the server
 // never calls it.
-func (connCredentials) ClientHandshake(_ context.Context, _ string, c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+func (ConnCredentials) ClientHandshake(_ context.Context, _ string, c net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	return c, connInfo{}, nil
 }
 
 // Info implements credentials.TransportCredentials.
-func (connCredentials) Info() credentials.ProtocolInfo {
+func (ConnCredentials) Info() credentials.ProtocolInfo {
 	return credentials.ProtocolInfo{SecurityProtocol: "quotad"}
 }
 
 // Clone implements credentials.TransportCredentials.
-func (connCredentials) Clone() credentials.TransportCredentials { return connCredentials{} }
+func (ConnCredentials) Clone() credentials.TransportCredentials { return ConnCredentials{} }
 
 // OverrideServerName implements credentials.TransportCredentials.
-func (connCredentials) OverrideServerName(string) error { return nil }
+func (ConnCredentials) OverrideServerName(string) error { return nil }
 
-// callConn returns the serverConn a gRPC call came on; nil if unknown.
-func callConn(ctx context.Context) *serverConn {
+// CallConn returns the ServerConn a gRPC call came on; nil if unknown.
+func CallConn(ctx context.Context) *ServerConn {
 	if p, ok := peer.FromContext(ctx); ok {
 		if i, ok := p.AuthInfo.(connInfo); ok {
 			return i.conn
@@ -325,20 +347,20 @@ func callConn(ctx context.Context) *serverConn {
 	return nil
 }
 
-// callsInterceptor keeps a unary call's connection busy while it runs,
+// CallsInterceptor keeps a unary call's connection busy while it runs,
 // for the gRPC services the front end does not write itself (health).
-func callsInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	c := callConn(ctx)
-	c.begin()
-	defer c.end()
+func CallsInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	c := CallConn(ctx)
+	c.Begin()
+	defer c.End()
 	return next(ctx, req)
 }
 
-// streamsInterceptor keeps a stream's connection busy while it is open
+// StreamsInterceptor keeps a stream's connection busy while it is open
 // (a health Watch, reflection).
-func streamsInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
-	c := callConn(ss.Context())
-	c.begin()
-	defer c.end()
+func StreamsInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	c := CallConn(ss.Context())
+	c.Begin()
+	defer c.End()
 	return next(srv, ss)
 }

@@ -1,4 +1,4 @@
-package rpc
+package guard
 
 import (
 	"bytes"
@@ -51,8 +51,8 @@ const (
 	h2EnhanceYourCalm = 0xb
 )
 
-// resetStats counts the guard's GOAWAYs over every connection.
-type resetStats struct {
+// ResetStats counts the guard's GOAWAYs over every connection.
+type ResetStats struct {
 	goaways atomic.Int64
 	// lastWarn is the unix nanoseconds of the last log line, so that an
 	// attacker who reconnects again and again is logged once every
@@ -60,10 +60,13 @@ type resetStats struct {
 	lastWarn atomic.Int64
 }
 
+// GoAways returns how many connections the guard has sent a GOAWAY.
+func (s *ResetStats) GoAways() int64 { return s.goaways.Load() }
+
 // resetGuard is one connection's guard. Its inbound side is used only by
 // the goroutine reading the connection; the outbound side is under wmu.
 type resetGuard struct {
-	stats *resetStats
+	stats *ResetStats
 	log   *slog.Logger
 
 	// Inbound. preface counts the bytes of the HTTP/2 preface matched so
@@ -88,7 +91,7 @@ type resetGuard struct {
 	goaway []byte
 }
 
-func newResetGuard(stats *resetStats, log *slog.Logger) *resetGuard {
+func newResetGuard(stats *ResetStats, log *slog.Logger) *resetGuard {
 	return &resetGuard{stats: stats, log: log}
 }
 

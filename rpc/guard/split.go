@@ -1,4 +1,4 @@
-package rpc
+package guard
 
 import (
 	"encoding/binary"
@@ -80,10 +80,10 @@ const (
 // emptySettings is a SETTINGS frame with no parameters, on stream 0.
 var emptySettings = [9]byte{0, 0, 0, frameSettings, 0, 0, 0, 0, 0}
 
-// splitListener accepts from ln and hands each connection, once its first
+// SplitListener accepts from ln and hands each connection, once its first
 // request is known, to the gRPC or the HTTP listener. Closing both of
 // those closes ln. Safe for concurrent use.
-type splitListener struct {
+type SplitListener struct {
 	ln            net.Listener
 	timeout, idle time.Duration
 	log           *slog.Logger
@@ -98,7 +98,7 @@ type splitListener struct {
 	err    error
 }
 
-// newSplitListener starts accepting from ln. timeout bounds how long a
+// NewSplitListener starts accepting from ln. timeout bounds how long a
 // connection may take to show its first request's headers, its TLS
 // handshake included: past it the connection is closed, after a GOAWAY
 // for HTTP/2. An HTTP/2 connection that opens no stream is closed (with a
@@ -106,8 +106,8 @@ type splitListener struct {
 // fail before their first request, at debug level, and those refused for
 // the size of their first request's headers at warn level, at most one
 // every capWarnEvery.
-func newSplitListener(ln net.Listener, timeout, idle time.Duration, log *slog.Logger) *splitListener {
-	s := &splitListener{ln: ln, timeout: timeout, idle: idle, log: log, failed: make(chan struct{})}
+func NewSplitListener(ln net.Listener, timeout, idle time.Duration, log *slog.Logger) *SplitListener {
+	s := &SplitListener{ln: ln, timeout: timeout, idle: idle, log: log, failed: make(chan struct{})}
 	s.grpc = &subListener{parent: s, conns: make(chan net.Conn), closed: make(chan struct{})}
 	s.http = &subListener{parent: s, conns: make(chan net.Conn), closed: make(chan struct{})}
 	go s.accept()
@@ -116,7 +116,7 @@ func newSplitListener(ln net.Listener, timeout, idle time.Duration, log *slog.Lo
 
 // accept hands every connection ln accepts to route, retrying temporary
 // errors as net/http does.
-func (s *splitListener) accept() {
+func (s *SplitListener) accept() {
 	var delay time.Duration
 	for {
 		c, err := s.ln.Accept()
@@ -141,7 +141,7 @@ func (s *splitListener) accept() {
 
 // route reads c up to its first request and hands it to the listener of
 // its protocol, or closes it.
-func (s *splitListener) route(c net.Conn) {
+func (s *SplitListener) route(c net.Conn) {
 	// One deadline for the TLS handshake (a tls.Conn shakes hands on its
 	// first Read), the client's preface and its first request's headers
 	// (HTTP/1 or HTTP/2), and for writing the splitter's SETTINGS; sniff
@@ -171,15 +171,22 @@ func (s *splitListener) route(c net.Conn) {
 	to.deliver(replay)
 }
 
-// close closes ln (once); Accept on both listeners fails from then on.
-func (s *splitListener) close() error {
+// GRPC returns the listener of the connections whose first request is
+// gRPC.
+func (s *SplitListener) GRPC() net.Listener { return s.grpc }
+
+// HTTP returns the listener of every other connection.
+func (s *SplitListener) HTTP() net.Listener { return s.http }
+
+// Close closes ln (once); Accept on both listeners fails from then on.
+func (s *SplitListener) Close() error {
 	s.grpc.Close()
 	return s.http.Close()
 }
 
-// subListener is one front end's share of a splitListener.
+// subListener is one front end's share of a SplitListener.
 type subListener struct {
-	parent    *splitListener
+	parent    *SplitListener
 	conns     chan net.Conn
 	closeOnce sync.Once
 	closed    chan struct{}

@@ -1,4 +1,4 @@
-package rpc
+package guard
 
 import (
 	"bytes"
@@ -83,7 +83,7 @@ func TestResetGuard(t *testing.T) {
 		{"just past the slack", resetGuardSlack + 1, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newResetGuard(&resetStats{}, slog.New(slog.DiscardHandler))
+			g := newResetGuard(&ResetStats{}, slog.New(slog.DiscardHandler))
 			conn := &captureConn{}
 			// The server's output so far ends inside a frame, so the
 			// GOAWAY must wait for the rest of it.
@@ -119,7 +119,7 @@ func TestResetGuard(t *testing.T) {
 	}
 
 	t.Run("HTTP/1.1 passes through", func(t *testing.T) {
-		g := newResetGuard(&resetStats{}, slog.New(slog.DiscardHandler))
+		g := newResetGuard(&ResetStats{}, slog.New(slog.DiscardHandler))
 		g.inspect([]byte("POST / HTTP/1.1\r\n"))
 		if g.preface != -1 || g.h2.Load() {
 			t.Fatalf("preface %d, h2 %t", g.preface, g.h2.Load())

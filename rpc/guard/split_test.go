@@ -1,4 +1,4 @@
-package rpc
+package guard
 
 import (
 	"bytes"
@@ -13,15 +13,15 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// startSplit is a splitListener on a fresh loopback port.
-func startSplit(t *testing.T, timeout time.Duration) (*splitListener, string) {
+// startSplit is a SplitListener on a fresh loopback port.
+func startSplit(t *testing.T, timeout time.Duration) (*SplitListener, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSplitListener(ln, timeout, timeout, slog.New(slog.DiscardHandler))
-	t.Cleanup(func() { s.close() })
+	s := NewSplitListener(ln, timeout, timeout, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { s.Close() })
 	return s, ln.Addr().String()
 }
 
@@ -264,7 +264,7 @@ func TestSplitClosesWhatShowsNoRequest(t *testing.T) {
 	}
 	// None reached a front end: with both closed, Accept reports that,
 	// not a connection.
-	s.close()
+	s.Close()
 	for _, l := range []net.Listener{s.grpc, s.http} {
 		if c, err := l.Accept(); err == nil {
 			c.Close()
@@ -364,7 +364,7 @@ func TestSplitBoundsUnfinishedHeaders(t *testing.T) {
 			t.Logf("GOAWAY %s: %s", goaway.ErrCode, goaway.DebugData())
 		})
 	}
-	s.close()
+	s.Close()
 	for _, l := range []net.Listener{s.grpc, s.http} {
 		if c, err := l.Accept(); err == nil {
 			c.Close()
