@@ -2,18 +2,12 @@ package guard
 
 import (
 	"container/list"
-	"context"
-	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 )
 
 // ConnLimiter caps the server's open connections. At the cap a new
@@ -49,46 +43,6 @@ const capWarnEvery = 10 * time.Second
 
 func NewConnLimiter(max int, log *slog.Logger) *ConnLimiter {
 	return &ConnLimiter{max: max, log: log}
-}
-
-// LimitListener accepts connections for the server within its limiter,
-// ends TLS on them when tls is set, and guards them against rapid reset.
-type LimitListener struct {
-	net.Listener
-	lim    *ConnLimiter
-	resets *ResetStats
-	log    *slog.Logger
-	tls    *tls.Config // nil: cleartext
-}
-
-// NewLimitListener returns ln's connections admitted by lim, with TLS
-// ended when tlsConf is set, guarded against rapid reset (counted in
-// resets).
-func NewLimitListener(ln net.Listener, lim *ConnLimiter, resets *ResetStats, tlsConf *tls.Config, log *slog.Logger) *LimitListener {
-	return &LimitListener{Listener: ln, lim: lim, resets: resets, log: log, tls: tlsConf}
-}
-
-// Accept returns the next connection admitted by the limiter; connections
-// it refuses are closed here and never reach the server. A TLS connection
-// shakes hands on its first Read, under the deadline its reader sets.
-func (l *LimitListener) Accept() (net.Conn, error) {
-	for {
-		raw, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		c := &ServerConn{Conn: raw, lim: l.lim}
-		if !l.lim.admit(c) {
-			_ = raw.Close()
-			continue
-		}
-		var plain net.Conn = c
-		if l.tls != nil {
-			plain = tls.Server(c, l.tls)
-		}
-		// Above TLS, so that the guard reads HTTP/2 frames, not ciphertext.
-		return &guardedConn{Conn: plain, guard: newResetGuard(l.resets, l.log)}, nil
-	}
 }
 
 // admit takes a slot for c, closing the longest idle connection to free
@@ -259,108 +213,4 @@ type ServerConn struct {
 func (c *ServerConn) Close() error {
 	c.lim.release(c)
 	return c.Conn.Close()
-}
-
-// guardedConn is a connection (cleartext, or TLS ended) whose HTTP/2
-// frames pass its reset guard.
-type guardedConn struct {
-	net.Conn
-	guard *resetGuard
-}
-
-// Read passes the client's bytes to the server through the reset guard.
-func (c *guardedConn) Read(p []byte) (int, error) { return c.guard.read(c.Conn, p) }
-
-// Write passes the server's bytes to the client through the reset guard,
-// which may slip a GOAWAY in between two frames.
-func (c *guardedConn) Write(p []byte) (int, error) { return c.guard.write(c.Conn, p) }
-
-// NetConn returns the connection under the guard.
-func (c *guardedConn) NetConn() net.Conn { return c.Conn }
-
-// ConnCredentials are the gRPC front end's transport credentials: no
-// handshake (TLS, if any, ended below the split), only an AuthInfo that
-// carries the connection's ServerConn, for its calls to keep the
-// connection cap's idle list, and its TLS state, for a call to see who
-// its client is (peer.FromContext), as grpc-go's own TLS credentials give.
-type ConnCredentials struct{}
-
-var _ credentials.TransportCredentials = ConnCredentials{}
-
-// connInfo is ConnCredentials' AuthInfo.
-type connInfo struct {
-	credentials.TLSInfo // zero without TLS
-	conn                *ServerConn
-}
-
-// AuthType implements credentials.AuthInfo.
-func (i connInfo) AuthType() string {
-	if i.State.Version == 0 {
-		return "insecure"
-	}
-	return i.TLSInfo.AuthType()
-}
-
-// ServerHandshake implements credentials.TransportCredentials.
-func (ConnCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	info := connInfo{conn: asServerConn(c)}
-	info.SecurityLevel = credentials.NoSecurity
-	for nc := c; nc != nil; {
-		if tc, ok := nc.(*tls.Conn); ok {
-			info.State = tc.ConnectionState()
-			info.SecurityLevel = credentials.PrivacyAndIntegrity
-			break
-		}
-		u, ok := nc.(interface{ NetConn() net.Conn })
-		if !ok {
-			break
-		}
-		nc = u.NetConn()
-	}
-	return c, info, nil
-}
-
-// ClientHandshake implements credentials.TransportCredentials; the server
-// never calls it.
-func (ConnCredentials) ClientHandshake(_ context.Context, _ string, c net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	return c, connInfo{}, nil
-}
-
-// Info implements credentials.TransportCredentials.
-func (ConnCredentials) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "quotad"}
-}
-
-// Clone implements credentials.TransportCredentials.
-func (ConnCredentials) Clone() credentials.TransportCredentials { return ConnCredentials{} }
-
-// OverrideServerName implements credentials.TransportCredentials.
-func (ConnCredentials) OverrideServerName(string) error { return nil }
-
-// CallConn returns the ServerConn a gRPC call came on; nil if unknown.
-func CallConn(ctx context.Context) *ServerConn {
-	if p, ok := peer.FromContext(ctx); ok {
-		if i, ok := p.AuthInfo.(connInfo); ok {
-			return i.conn
-		}
-	}
-	return nil
-}
-
-// CallsInterceptor keeps a unary call's connection busy while it runs,
-// for the gRPC services the front end does not write itself (health).
-func CallsInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	c := CallConn(ctx)
-	c.Begin()
-	defer c.End()
-	return next(ctx, req)
-}
-
-// StreamsInterceptor keeps a stream's connection busy while it is open
-// (a health Watch, reflection).
-func StreamsInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
-	c := CallConn(ss.Context())
-	c.Begin()
-	defer c.End()
-	return next(srv, ss)
 }

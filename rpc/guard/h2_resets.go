@@ -95,6 +95,23 @@ func newResetGuard(stats *ResetStats, log *slog.Logger) *resetGuard {
 	return &resetGuard{stats: stats, log: log}
 }
 
+// guardedConn is a connection (cleartext, or TLS ended) whose HTTP/2
+// frames pass its reset guard.
+type guardedConn struct {
+	net.Conn
+	guard *resetGuard
+}
+
+// Read passes the client's bytes to the server through the reset guard.
+func (c *guardedConn) Read(p []byte) (int, error) { return c.guard.read(c.Conn, p) }
+
+// Write passes the server's bytes to the client through the reset guard,
+// which may slip a GOAWAY in between two frames.
+func (c *guardedConn) Write(p []byte) (int, error) { return c.guard.write(c.Conn, p) }
+
+// NetConn returns the connection under the guard.
+func (c *guardedConn) NetConn() net.Conn { return c.Conn }
+
 // read reads from conn into p and watches what it read. Once the guard
 // has tripped it hands the server nothing more: it discards what the
 // client still sends until resetGuardDrain has passed, then reports EOF.
