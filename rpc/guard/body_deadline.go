@@ -11,15 +11,17 @@ import (
 
 // This file is the read deadline of request bodies (rpc.ServerConfig.ReadTimeout).
 
-// BodyDeadline gives every request body d to arrive, from the moment its
-// handler starts to the body's end, through the connection's read deadline
-// (HTTP/1.1) or the stream's (HTTP/2). The deadline is lifted once the body
-// has been read to its end, so a response may stream for as long as it
-// likes. Requests without a body are left alone. A body that misses the
-// deadline fails its request with an error wrapping
-// os.ErrDeadlineExceeded (DeadlineExceeded), and an HTTP/1.1 connection
-// is closed after the response: what is left of the body would otherwise
-// be read as the next request.
+// BodyDeadline returns next with every request body given d to arrive,
+// from the moment its handler starts to the body's end, through the
+// connection's read deadline (HTTP/1.1) or the stream's (HTTP/2); d should
+// be positive. The deadline is lifted once the body has been read to its
+// end, so a response may stream for as long as it likes. Requests without
+// a body are left alone, as are those whose ResponseWriter cannot set a
+// read deadline (net/http's can). A body that misses the deadline fails
+// its Read with an error wrapping os.ErrDeadlineExceeded, and an HTTP/1.1
+// connection is closed after the response: what is left of the body would
+// otherwise be read as the next request. The handler is safe for
+// concurrent use if next is; it adds no waiting of its own.
 func BodyDeadline(next http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {

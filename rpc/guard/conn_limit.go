@@ -20,7 +20,10 @@ import (
 //
 // It learns which connections are idle from http.Server's ConnState hook
 // on the HTTP front end, and from the calls themselves on the gRPC front
-// end (ServerConn.Begin and End). Safe for concurrent use.
+// end (ServerConn.Begin and End). It sees the connections of the
+// LimitListeners built on it; the zero value is not usable (see
+// NewConnLimiter). Safe for concurrent use; no method waits for anything
+// but the limiter's own short lock.
 type ConnLimiter struct {
 	max int
 	log *slog.Logger
@@ -41,6 +44,10 @@ type ConnLimiter struct {
 // at the cap.
 const capWarnEvery = 10 * time.Second
 
+// NewConnLimiter returns a limiter of at most max connections open at
+// once; max should be positive (with max ≤ 0 every connection is refused).
+// log gets a warning when the cap evicts or refuses a connection, at most
+// one every capWarnEvery (10s), with the totals so far.
 func NewConnLimiter(max int, log *slog.Logger) *ConnLimiter {
 	return &ConnLimiter{max: max, log: log}
 }
@@ -76,7 +83,10 @@ func (l *ConnLimiter) admit(c *ServerConn) bool {
 	return true
 }
 
-// ConnState is the server's ConnState hook: it keeps the idle list.
+// ConnState is an http.Server's ConnState hook: a connection is idle for
+// the cap while net/http says StateIdle (and from its admission until its
+// first request), busy while StateActive. Connections that did not come
+// through a LimitListener are ignored.
 func (l *ConnLimiter) ConnState(nc net.Conn, state http.ConnState) {
 	c := asServerConn(nc)
 	if c == nil {
@@ -117,25 +127,27 @@ func (l *ConnLimiter) release(c *ServerConn) {
 	}
 }
 
-// Open returns the connections open now.
+// Open returns the connections holding a slot now, at most the cap.
 func (l *ConnLimiter) Open() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return int64(l.open)
 }
 
-// Idle returns the connections idle now.
+// Idle returns how many of the open connections are idle now (no request
+// in flight, or none sent yet): those the cap may close to make room.
 func (l *ConnLimiter) Idle() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.idle.Len()
 }
 
-// Evicted returns how many idle connections were closed to make room.
+// Evicted returns how many idle connections the cap has closed to make
+// room for a new one, since NewConnLimiter.
 func (l *ConnLimiter) Evicted() int64 { return l.evicted.Load() }
 
-// Refused returns how many new connections were closed with every
-// connection busy.
+// Refused returns how many new connections the cap has closed at once
+// because every open connection was busy, since NewConnLimiter.
 func (l *ConnLimiter) Refused() int64 { return l.refused.Load() }
 
 // warn logs msg at most once every capWarnEvery, with the counts so far.
@@ -148,9 +160,11 @@ func (l *ConnLimiter) warn(msg string, args ...any) {
 	l.log.Warn(msg, append(args, "evicted_total", l.evicted.Load(), "refused_total", l.refused.Load())...)
 }
 
-// Begin marks a call (a gRPC stream) in flight on c: c is busy until as
-// many calls of End. Only the gRPC front end calls it; net/http's
-// connections are followed by ConnState. c may be nil (a no-op).
+// Begin marks a call (a gRPC stream) in flight on c: c is busy, and the
+// cap will not close it, until End has been called as many times. Only
+// the gRPC front end calls it; net/http's connections are followed by
+// ConnState. c may be nil (a no-op, as CallConn returns for a call of
+// unknown connection). Safe for concurrent use; it does not block.
 func (c *ServerConn) Begin() {
 	if c == nil {
 		return
@@ -165,7 +179,8 @@ func (c *ServerConn) Begin() {
 	l.mu.Unlock()
 }
 
-// End ends a call begun on c; with none left c is idle from now.
+// End ends a call begun on c; with none left c is idle from now. Each End
+// must follow one Begin. c may be nil (a no-op).
 func (c *ServerConn) End() {
 	if c == nil {
 		return
@@ -196,7 +211,10 @@ func asServerConn(nc net.Conn) *ServerConn {
 	return nil
 }
 
-// ServerConn is an accepted connection and its slot in the limiter.
+// ServerConn is a connection a LimitListener accepted, and its slot in
+// the ConnLimiter. The connections a LimitListener returns run on one
+// (under TLS, the reset guard and the split's replay); CallConn finds it
+// for a gRPC call. Its Read and Write are the connection's.
 type ServerConn struct {
 	net.Conn
 	lim *ConnLimiter
@@ -209,7 +227,8 @@ type ServerConn struct {
 	idleSince time.Time
 }
 
-// Close frees c's slot and closes the connection.
+// Close frees c's slot (once, however often it is called) and closes the
+// connection.
 func (c *ServerConn) Close() error {
 	c.lim.release(c)
 	return c.Conn.Close()

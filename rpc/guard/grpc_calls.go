@@ -14,11 +14,14 @@ import (
 // (conn_limit.go): its transport credentials hand each call its
 // connection, and its interceptors mark the connection busy.
 
-// ConnCredentials are the gRPC front end's transport credentials: no
-// handshake (TLS, if any, ended below the split), only an AuthInfo that
-// carries the connection's ServerConn, for its calls to keep the
-// connection cap's idle list, and its TLS state, for a call to see who
-// its client is (peer.FromContext), as grpc-go's own TLS credentials give.
+// ConnCredentials are the gRPC front end's transport credentials, for
+// grpc.Creds on a grpc.Server that serves a LimitListener's connections
+// (directly or through a SplitListener): no handshake and no I/O (TLS, if
+// any, ended below), only an AuthInfo that carries the connection's
+// ServerConn, for its calls to keep the connection cap's idle list (see
+// CallConn), and its TLS state, for a call to see who its client is
+// (peer.FromContext), as grpc-go's own TLS credentials give. The zero
+// value is the credentials; safe for concurrent use.
 type ConnCredentials struct{}
 
 var _ credentials.TransportCredentials = ConnCredentials{}
@@ -73,7 +76,9 @@ func (ConnCredentials) Clone() credentials.TransportCredentials { return ConnCre
 // OverrideServerName implements credentials.TransportCredentials.
 func (ConnCredentials) OverrideServerName(string) error { return nil }
 
-// CallConn returns the ServerConn a gRPC call came on; nil if unknown.
+// CallConn returns the ServerConn a gRPC call came on, from the call's
+// context; nil if the call did not come through ConnCredentials (nil's
+// Begin and End do nothing).
 func CallConn(ctx context.Context) *ServerConn {
 	if p, ok := peer.FromContext(ctx); ok {
 		if i, ok := p.AuthInfo.(connInfo); ok {
@@ -83,8 +88,9 @@ func CallConn(ctx context.Context) *ServerConn {
 	return nil
 }
 
-// CallsInterceptor keeps a unary call's connection busy while it runs,
-// for the gRPC services the front end does not write itself (health).
+// CallsInterceptor is a grpc.UnaryServerInterceptor that keeps a unary
+// call's connection busy (ServerConn.Begin, End) while it runs, for the
+// gRPC services the front end does not write itself (health).
 func CallsInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	c := CallConn(ctx)
 	c.Begin()
@@ -92,8 +98,8 @@ func CallsInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, nex
 	return next(ctx, req)
 }
 
-// StreamsInterceptor keeps a stream's connection busy while it is open
-// (a health Watch, reflection).
+// StreamsInterceptor is a grpc.StreamServerInterceptor that keeps a
+// stream's connection busy while it is open (a health Watch, reflection).
 func StreamsInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
 	c := CallConn(ss.Context())
 	c.Begin()

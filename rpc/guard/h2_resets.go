@@ -51,7 +51,9 @@ const (
 	h2EnhanceYourCalm = 0xb
 )
 
-// ResetStats counts the guard's GOAWAYs over every connection.
+// ResetStats counts the rapid-reset guard's GOAWAYs over every connection
+// of the LimitListeners that share it. The zero value is ready to use.
+// Safe for concurrent use.
 type ResetStats struct {
 	goaways atomic.Int64
 	// lastWarn is the unix nanoseconds of the last log line, so that an
@@ -60,7 +62,8 @@ type ResetStats struct {
 	lastWarn atomic.Int64
 }
 
-// GoAways returns how many connections the guard has sent a GOAWAY.
+// GoAways returns how many connections the guard has sent a GOAWAY
+// (ENHANCE_YOUR_CALM) for resetting too many of their streams.
 func (s *ResetStats) GoAways() int64 { return s.goaways.Load() }
 
 // resetGuard is one connection's guard. Its inbound side is used only by

@@ -24,9 +24,14 @@ import (
 // How a connection's first request is read is in sniff.go; how what was
 // read reaches the front end, in replay.go.
 
-// SplitListener accepts from ln and hands each connection, once its first
-// request is known, to the gRPC or the HTTP listener. Closing both of
-// those closes ln. Safe for concurrent use.
+// SplitListener accepts from a listener and hands each connection, once
+// its first request is known, to one of two listeners: GRPC's, for a
+// connection whose first request is gRPC with protobuf (HTTP/2,
+// application/grpc or application/grpc+proto), HTTP's for every other.
+// A connection waits for its front end to accept it: each front end must
+// keep calling Accept, or close its listener. Closing both of those (or
+// Close) closes the listener it accepts from. Build it with
+// NewSplitListener. Safe for concurrent use.
 type SplitListener struct {
 	ln            net.Listener
 	timeout, idle time.Duration
@@ -42,14 +47,16 @@ type SplitListener struct {
 	err    error
 }
 
-// NewSplitListener starts accepting from ln. timeout bounds how long a
-// connection may take to show its first request's headers, its TLS
-// handshake included: past it the connection is closed, after a GOAWAY
-// for HTTP/2. An HTTP/2 connection that opens no stream is closed (with a
-// GOAWAY) after idle too, if that is sooner. log gets connections that
-// fail before their first request, at debug level, and those refused for
-// the size of their first request's headers at warn level, at most one
-// every capWarnEvery.
+// NewSplitListener starts accepting from ln, in a goroutine of its own,
+// and owns ln from then on. timeout bounds how long a connection may take
+// to show its first request's headers, its TLS handshake included: past
+// it the connection is closed, after a GOAWAY for HTTP/2. An HTTP/2
+// connection that opens no stream is closed (with a GOAWAY) after idle
+// too, if that is sooner. Both should be positive. Until its first
+// request's headers have ended, a connection holds at most 16 KiB
+// (maxSniffBytes). log gets connections that fail before their first
+// request, at debug level, and those refused for the size of their first
+// request's headers at warn level, at most one every capWarnEvery (10s).
 func NewSplitListener(ln net.Listener, timeout, idle time.Duration, log *slog.Logger) *SplitListener {
 	s := &SplitListener{ln: ln, timeout: timeout, idle: idle, log: log, failed: make(chan struct{})}
 	s.grpc = &subListener{parent: s, conns: make(chan net.Conn), closed: make(chan struct{})}
@@ -116,13 +123,18 @@ func (s *SplitListener) route(c net.Conn) {
 }
 
 // GRPC returns the listener of the connections whose first request is
-// gRPC.
+// gRPC with protobuf, for grpc-go's Serve; the same one on every call.
+// Its Accept returns net.ErrClosed once it is closed, and the shared
+// listener's error if that fails.
 func (s *SplitListener) GRPC() net.Listener { return s.grpc }
 
-// HTTP returns the listener of every other connection.
+// HTTP returns the listener of every other connection, for net/http's
+// Serve; the same one on every call, closed as GRPC's is.
 func (s *SplitListener) HTTP() net.Listener { return s.http }
 
-// Close closes ln (once); Accept on both listeners fails from then on.
+// Close closes both listeners, and so the shared one; Accept on both
+// fails from then on. Connections already handed on stay open. Calling it
+// again returns nil.
 func (s *SplitListener) Close() error {
 	s.grpc.Close()
 	return s.http.Close()
