@@ -47,8 +47,11 @@ const capWarnEvery = 10 * time.Second
 // NewConnLimiter returns a limiter of at most max connections open at
 // once; max should be positive (with max ≤ 0 every connection is refused).
 // log gets a warning when the cap evicts or refuses a connection, at most
-// one every capWarnEvery (10s), with the totals so far.
+// one every capWarnEvery (10s), with the totals so far; nil discards.
 func NewConnLimiter(max int, log *slog.Logger) *ConnLimiter {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &ConnLimiter{max: max, log: log}
 }
 

@@ -56,8 +56,12 @@ type SplitListener struct {
 // request's headers have ended, a connection holds at most 16 KiB
 // (maxSniffBytes). log gets connections that fail before their first
 // request, at debug level, and those refused for the size of their first
-// request's headers at warn level, at most one every capWarnEvery (10s).
+// request's headers at warn level, at most one every capWarnEvery (10s);
+// nil discards.
 func NewSplitListener(ln net.Listener, timeout, idle time.Duration, log *slog.Logger) *SplitListener {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	s := &SplitListener{ln: ln, timeout: timeout, idle: idle, log: log, failed: make(chan struct{})}
 	s.grpc = &subListener{parent: s, conns: make(chan net.Conn), closed: make(chan struct{})}
 	s.http = &subListener{parent: s, conns: make(chan net.Conn), closed: make(chan struct{})}
