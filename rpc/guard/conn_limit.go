@@ -34,20 +34,14 @@ type ConnLimiter struct {
 	idle list.List
 
 	evicted, refused atomic.Int64
-	// lastWarn is the unix nanoseconds of the last warning about the cap,
-	// so that a flood is logged once every capWarnEvery, not per
-	// connection.
-	lastWarn atomic.Int64
+	// warns spaces the warnings about the cap.
+	warns warnGate
 }
-
-// capWarnEvery spaces the log lines about connections evicted or refused
-// at the cap.
-const capWarnEvery = 10 * time.Second
 
 // NewConnLimiter returns a limiter of at most max connections open at
 // once; max should be positive (with max ≤ 0 every connection is refused).
 // log gets a warning when the cap evicts or refuses a connection, at most
-// one every capWarnEvery (10s), with the totals so far; nil discards.
+// one every warnEvery (10s), with the totals so far; nil discards.
 func NewConnLimiter(max int, log *slog.Logger) *ConnLimiter {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -153,11 +147,9 @@ func (l *ConnLimiter) Evicted() int64 { return l.evicted.Load() }
 // because every open connection was busy, since NewConnLimiter.
 func (l *ConnLimiter) Refused() int64 { return l.refused.Load() }
 
-// warn logs msg at most once every capWarnEvery, with the counts so far.
+// warn logs msg at most once every warnEvery, with the counts so far.
 func (l *ConnLimiter) warn(msg string, args ...any) {
-	now := time.Now().UnixNano()
-	last := l.lastWarn.Load()
-	if now-last < int64(capWarnEvery) || !l.lastWarn.CompareAndSwap(last, now) {
+	if !l.warns.open() {
 		return
 	}
 	l.log.Warn(msg, append(args, "evicted_total", l.evicted.Load(), "refused_total", l.refused.Load())...)

@@ -56,10 +56,9 @@ const (
 // Safe for concurrent use.
 type ResetStats struct {
 	goaways atomic.Int64
-	// lastWarn is the unix nanoseconds of the last log line, so that an
-	// attacker who reconnects again and again is logged once every
-	// capWarnEvery, not per connection.
-	lastWarn atomic.Int64
+	// warns spaces the warnings about GOAWAYs sent, so that an attacker
+	// who reconnects again and again is not logged per connection.
+	warns warnGate
 }
 
 // GoAways returns how many connections the guard has sent a GOAWAY
@@ -192,8 +191,7 @@ func (g *resetGuard) inspect(b []byte) {
 // progress and carries it.
 func (g *resetGuard) sendGoAway(conn net.Conn) {
 	total := g.stats.goaways.Add(1)
-	now := time.Now().UnixNano()
-	if last := g.stats.lastWarn.Load(); now-last >= int64(capWarnEvery) && g.stats.lastWarn.CompareAndSwap(last, now) {
+	if g.stats.warns.open() {
 		g.log.Warn("http2: client reset most of its streams; sent GOAWAY ENHANCE_YOUR_CALM and closing",
 			"remote", conn.RemoteAddr().String(), "streams", g.streams, "resets", g.resets, "goaways_total", total)
 	}

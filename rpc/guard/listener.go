@@ -24,7 +24,7 @@ type LimitListener struct {
 // NewLimitListener returns a listener of ln's connections admitted by
 // lim, with TLS ended when tlsConf is not nil (nil: cleartext), guarded
 // against rapid reset, which counts its GOAWAYs in resets and logs them
-// to log (warn, at most one every capWarnEvery, 10s; nil discards). lim
+// to log (warn, at most one every warnEvery, 10s; nil discards). lim
 // and resets must not be nil; tlsConf must not be modified from then on.
 func NewLimitListener(ln net.Listener, lim *ConnLimiter, resets *ResetStats, tlsConf *tls.Config, log *slog.Logger) *LimitListener {
 	if log == nil {

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -38,9 +37,9 @@ type SplitListener struct {
 	log           *slog.Logger
 
 	grpc, http *subListener
-	// lastWarn is the unix nanoseconds of the last warning about a
-	// connection refused for its first request's headers.
-	lastWarn atomic.Int64
+	// warns spaces the warnings about connections refused for their
+	// first request's headers.
+	warns warnGate
 
 	// failed is closed when ln fails for good; err says why.
 	failed chan struct{}
@@ -56,7 +55,7 @@ type SplitListener struct {
 // request's headers have ended, a connection holds at most 16 KiB
 // (maxSniffBytes). log gets connections that fail before their first
 // request, at debug level, and those refused for the size of their first
-// request's headers at warn level, at most one every capWarnEvery (10s);
+// request's headers at warn level, at most one every warnEvery (10s);
 // nil discards.
 func NewSplitListener(ln net.Listener, timeout, idle time.Duration, log *slog.Logger) *SplitListener {
 	if log == nil {
@@ -109,8 +108,7 @@ func (s *SplitListener) route(c net.Conn) {
 		if errors.Is(err, errSniffTooLarge) {
 			// A client may mean well: say so where operators look, but
 			// once in a while, not per connection.
-			now := time.Now().UnixNano()
-			if last := s.lastWarn.Load(); now-last >= int64(capWarnEvery) && s.lastWarn.CompareAndSwap(last, now) {
+			if s.warns.open() {
 				s.log.Warn("http2: connection refused before its first request", "remote", c.RemoteAddr().String(), "err", err)
 			}
 		}
