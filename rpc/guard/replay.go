@@ -63,7 +63,7 @@ func (c *replayConn) readDropping(p []byte) (int, error) {
 // once whole.
 type ackDropper struct {
 	out     []byte
-	hdr     [9]byte
+	hdr     [h2FrameHeaderLen]byte
 	hdrN    int
 	left    int // payload bytes of the current frame still to pass
 	dropped bool
@@ -91,7 +91,7 @@ func (d *ackDropper) feed(b []byte) {
 		}
 		d.hdrN = 0
 		length := int(d.hdr[0])<<16 | int(d.hdr[1])<<8 | int(d.hdr[2])
-		if d.hdr[3] == frameSettings && d.hdr[4]&flagAck != 0 && length == 0 {
+		if d.hdr[3] == h2FrameSettings && d.hdr[4]&h2FlagAck != 0 && length == 0 {
 			d.dropped = true
 			continue
 		}

@@ -38,8 +38,6 @@ import (
 // net/http would.
 
 const (
-	// http2Preface is what every HTTP/2 client sends first.
-	http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 	// maxSniffBytes bounds what the splitter holds of one HTTP/2
 	// connection before it knows the connection's front end: the preface,
 	// the frames before the first request, and that request's header
@@ -54,19 +52,8 @@ const (
 	maxFrameSize = 1 << 14
 )
 
-// HTTP/2 frame types and flags the splitter reads (RFC 9113, section 6).
-const (
-	frameHeaders      = 0x1
-	frameSettings     = 0x4
-	frameContinuation = 0x9
-	flagAck           = 0x1
-	flagEndHeaders    = 0x4
-	flagPadded        = 0x8
-	flagPriority      = 0x20
-)
-
 // emptySettings is a SETTINGS frame with no parameters, on stream 0.
-var emptySettings = [9]byte{0, 0, 0, frameSettings, 0, 0, 0, 0, 0}
+var emptySettings = [h2FrameHeaderLen]byte{0, 0, 0, h2FrameSettings, 0, 0, 0, 0, 0}
 
 // sniff reads c until it knows whether c carries gRPC: an HTTP/2
 // connection whose first request's content-type is application/grpc or
@@ -85,10 +72,10 @@ var emptySettings = [9]byte{0, 0, 0, frameSettings, 0, 0, 0, 0, 0}
 // An error means c should be closed.
 func sniff(c net.Conn, deadline time.Time, idle time.Duration) (isGRPC bool, replay net.Conn, err error) {
 	buf := make([]byte, 0, 4096)
-	for len(buf) < len(http2Preface) {
+	for len(buf) < len(h2Preface) {
 		n, err := c.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if !strings.HasPrefix(http2Preface, string(buf[:min(len(buf), len(http2Preface))])) {
+		if !strings.HasPrefix(h2Preface, string(buf[:min(len(buf), len(h2Preface))])) {
 			// HTTP/1 (or garbage, for net/http to refuse)
 			return false, &replayConn{Conn: c, pending: buf}, nil
 		}
@@ -103,7 +90,7 @@ func sniff(c net.Conn, deadline time.Time, idle time.Duration) (isGRPC bool, rep
 	// request; one that opens no stream is idle, and may not stay idle
 	// past the idle timeout either.
 	idleDeadline := time.Now().Add(idle)
-	s := frameSniffer{buf: buf, at: len(http2Preface)}
+	s := frameSniffer{buf: buf, at: len(h2Preface)}
 	for !s.gotHeaders {
 		err := s.step()
 		if errors.Is(err, errNeedMore) {
@@ -203,7 +190,7 @@ func (s *frameSniffer) read(c net.Conn) error {
 // step parses one frame from s.buf[s.at:], or returns errNeedMore.
 func (s *frameSniffer) step() error {
 	p := s.buf[s.at:]
-	if len(p) < 9 {
+	if len(p) < h2FrameHeaderLen {
 		return errNeedMore
 	}
 	length := int(p[0])<<16 | int(p[1])<<8 | int(p[2])
@@ -211,24 +198,24 @@ func (s *frameSniffer) step() error {
 	if length > maxFrameSize {
 		return fmt.Errorf("a %d-byte frame, over the %d the client may send", length, maxFrameSize)
 	}
-	if s.at+9+length > maxSniffBytes {
+	if s.at+h2FrameHeaderLen+length > maxSniffBytes {
 		return errSniffTooLarge
 	}
-	if len(p) < 9+length {
+	if len(p) < h2FrameHeaderLen+length {
 		return errNeedMore
 	}
-	frame, payload := p[:9+length], p[9:9+length]
+	frame, payload := p[:h2FrameHeaderLen+length], p[h2FrameHeaderLen:h2FrameHeaderLen+length]
 	streamID := binary.BigEndian.Uint32(frame[5:9]) & (1<<31 - 1)
 	switch {
-	case typ == frameSettings && flags&flagAck != 0 && !s.gotAck:
+	case typ == h2FrameSettings && flags&h2FlagAck != 0 && !s.gotAck:
 		// The acknowledgement of the splitter's own SETTINGS, the first
 		// the client sends: the real server did not send that frame.
 		s.gotAck = true
 		s.buf = append(s.buf[:s.at], s.buf[s.at+len(frame):]...)
 		return nil
-	case s.inHeaders && typ != frameContinuation:
+	case s.inHeaders && typ != h2FrameContinuation:
 		return errors.New("a header block interrupted by another frame")
-	case typ == frameHeaders && !s.gotHeaders:
+	case typ == h2FrameHeaders && !s.gotHeaders:
 		fragment, err := headersFragment(flags, payload)
 		if err != nil {
 			return err
@@ -245,7 +232,7 @@ func (s *frameSniffer) step() error {
 		if err := s.decode(fragment, flags); err != nil {
 			return err
 		}
-	case typ == frameContinuation && s.inHeaders:
+	case typ == h2FrameContinuation && s.inHeaders:
 		if err := s.decode(payload, flags); err != nil {
 			return err
 		}
@@ -259,7 +246,7 @@ func (s *frameSniffer) decode(fragment []byte, flags byte) error {
 	if _, err := s.dec.Write(fragment); err != nil {
 		return fmt.Errorf("decode the first request's headers: %w", err)
 	}
-	s.inHeaders = flags&flagEndHeaders == 0
+	s.inHeaders = flags&h2FlagEndHeaders == 0
 	if s.inHeaders {
 		return nil
 	}
@@ -275,13 +262,13 @@ func (s *frameSniffer) decode(fragment []byte, flags byte) error {
 // headersFragment strips a HEADERS frame's padding and priority fields.
 func headersFragment(flags byte, p []byte) ([]byte, error) {
 	pad := 0
-	if flags&flagPadded != 0 {
+	if flags&h2FlagPadded != 0 {
 		if len(p) < 1 {
 			return nil, errors.New("HEADERS too short for its padding")
 		}
 		pad, p = int(p[0]), p[1:]
 	}
-	if flags&flagPriority != 0 {
+	if flags&h2FlagPriority != 0 {
 		if len(p) < 5 {
 			return nil, errors.New("HEADERS too short for its priority")
 		}
