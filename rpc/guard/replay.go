@@ -63,39 +63,28 @@ func (c *replayConn) readDropping(p []byte) (int, error) {
 // once whole.
 type ackDropper struct {
 	out     []byte
-	hdr     [h2FrameHeaderLen]byte
-	hdrN    int
-	left    int // payload bytes of the current frame still to pass
+	frames  frameCursor
 	dropped bool
 }
 
 // feed passes b through the dropper into out.
 func (d *ackDropper) feed(b []byte) {
-	for len(b) > 0 {
-		if d.dropped {
-			d.out = append(d.out, b...)
-			return
+	for len(b) > 0 && !d.dropped {
+		inPayload := d.frames.left > 0
+		n, header := d.frames.step(b)
+		if inPayload {
+			d.out = append(d.out, b[:n]...)
 		}
-		if d.left > 0 {
-			k := min(d.left, len(b))
-			d.out = append(d.out, b[:k]...)
-			d.left -= k
-			b = b[k:]
-			continue
+		b = b[n:]
+		if !header {
+			continue // payload passed, or a header not yet whole
 		}
-		k := copy(d.hdr[d.hdrN:], b)
-		d.hdrN += k
-		b = b[k:]
-		if d.hdrN < len(d.hdr) {
-			return
-		}
-		d.hdrN = 0
-		length := int(d.hdr[0])<<16 | int(d.hdr[1])<<8 | int(d.hdr[2])
-		if d.hdr[3] == h2FrameSettings && d.hdr[4]&h2FlagAck != 0 && length == 0 {
+		h := d.frames.hdr
+		if h[3] == h2FrameSettings && h[4]&h2FlagAck != 0 && d.frames.left == 0 {
 			d.dropped = true
 			continue
 		}
-		d.out = append(d.out, d.hdr[:]...)
-		d.left = length
+		d.out = append(d.out, h[:]...)
 	}
+	d.out = append(d.out, b...)
 }
