@@ -238,7 +238,7 @@ func NewServer(h *Handler, api http.Handler, cfg ServerConfig, log *slog.Logger)
 	s.http.Protocols.SetHTTP1(true)
 	s.http.Protocols.SetUnencryptedHTTP2(true)
 	if h != nil && !cfg.ConnectOnly {
-		g, err := newGRPCServer(h, cfg, s.conns)
+		g, err := newGRPCServer(h, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -251,8 +251,10 @@ func NewServer(h *Handler, api http.Handler, cfg ServerConfig, log *slog.Logger)
 }
 
 // newGRPCServer returns the gRPC front end of h: grpc-go with h's services,
-// within cfg's bounds, its calls counted by conns.
-func newGRPCServer(h *Handler, cfg ServerConfig, conns *guard.ConnLimiter) (*grpc.Server, error) {
+// within cfg's bounds. Its calls tell the connection cap when their
+// connections are busy through guard.ConnCredentials and guard's
+// interceptors, which find each connection's limiter themselves.
+func newGRPCServer(h *Handler, cfg ServerConfig) (*grpc.Server, error) {
 	codec, err := newGRPCCodec()
 	if err != nil {
 		return nil, err

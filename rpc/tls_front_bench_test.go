@@ -14,7 +14,6 @@ import (
 
 	"github.com/quotad/quotad/node"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
-	"github.com/quotad/quotad/rpc/guard"
 )
 
 // BenchmarkGRPCOverTLS compares the ways gRPC over TLS could be served on
@@ -53,7 +52,7 @@ func BenchmarkGRPCOverTLS(b *testing.B) {
 			return start(b, func(ln net.Listener) { _ = s.Serve(ln) })
 		},
 		"grpc-servehttp": func(b *testing.B) string {
-			g, err := newGRPCServer(h, ServerConfig{}.withDefaults(), guard.NewConnLimiter(1000, nil))
+			g, err := newGRPCServer(h, ServerConfig{}.withDefaults())
 			if err != nil {
 				b.Fatal(err)
 			}
