@@ -18,4 +18,7 @@
 //     the cap; net/http's connections report through ConnLimiter.ConnState.
 //   - BodyDeadline (body_deadline.go) gives each request body a time to
 //     arrive in, without bounding the response.
+//
+// The guards share the HTTP/2 framing they read and write (h2_frames.go)
+// and the spacing of the warnings they log about clients (warn.go).
 package guard
