@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"time"
@@ -172,7 +171,7 @@ func (d *yamlDuration) decodeNode(n *yaml.Node) error {
 // loadFile applies the YAML file at path on top of c, records it in
 // c.File, and returns where each of its fields stands.
 func loadFile(c *config, path string) (*yamlDoc, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

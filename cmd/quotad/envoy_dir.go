@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -30,32 +31,42 @@ type envoyFile struct {
 	raw  []byte
 }
 
+// maxEnvoyDirBytes is the most an envoy config dir's config files may
+// hold in all: 4 MiB. Each file is bounded as every file quotad reads
+// (readFileBy).
+const maxEnvoyDirBytes = 4 * maxFileBytes
+
 // readEnvoyFiles reads dir's config files, sorted by name: the files named
-// *.yaml or *.yml (symbolic links followed). Names starting with '.' are
-// skipped, as Kubernetes' ConfigMap volumes keep their real files under
-// "..data"; other files and subdirectories are not config files.
+// *.yaml or *.yml (symbolic links followed), as every file quotad reads
+// (readFileBy), all within fileReadTimeout and maxEnvoyDirBytes. Names
+// starting with '.' are skipped, as Kubernetes' ConfigMap volumes keep
+// their real files under "..data"; other files and subdirectories are not
+// config files. A config file that is not a regular file (a named pipe) is
+// refused.
 func readEnvoyFiles(dir string) ([]envoyFile, error) {
-	entries, err := os.ReadDir(dir)
+	deadline := time.Now().Add(fileReadTimeout)
+	entries, err := readDirBy(dir, deadline)
 	if err != nil {
 		return nil, err
 	}
 	var files []envoyFile
+	total := 0
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") || (filepath.Ext(name) != ".yaml" && filepath.Ext(name) != ".yml") {
 			continue
 		}
 		path := filepath.Join(dir, name)
-		st, err := os.Stat(path)
-		if err != nil {
-			return nil, err
-		}
-		if !st.Mode().IsRegular() {
+		// Stat never waits on a named pipe; readFileBy refuses one.
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
 			continue
 		}
-		raw, err := os.ReadFile(path)
+		raw, err := readFileBy(path, deadline)
 		if err != nil {
 			return nil, err
+		}
+		if total += len(raw); total > maxEnvoyDirBytes {
+			return nil, fmt.Errorf("%s: its config files hold more than %d bytes (4 MiB) in all, the most quotad reads of one directory", dir, maxEnvoyDirBytes)
 		}
 		files = append(files, envoyFile{name: name, raw: raw})
 	}

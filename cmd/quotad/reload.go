@@ -166,7 +166,7 @@ func (r *reloader) content() string {
 // cannot be read.
 func contentOf(c config) string {
 	if c.File.Path != "" {
-		raw, err := os.ReadFile(c.File.Path)
+		raw, err := readFile(c.File.Path)
 		if err != nil {
 			return "unreadable: " + err.Error()
 		}
