@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/quotad/quotad/internal/quotadtest"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
@@ -19,8 +21,27 @@ import (
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 )
 
-// Attacks on quotad's config inputs, each against a built binary: named
+// Attacks on quotad's config inputs, each against a built binary: an
+// envoyproxy/ratelimit file whose aliases expand without end, and named
 // pipes where config files belong.
+
+// rssGrowthBound is how much a refused config may grow quotad's resident
+// memory.
+const rssGrowthBound = 128 << 20
+
+// envoyAliasBomb is an envoyproxy/ratelimit file of about 80 bytes a
+// level whose descriptor lists each name the previous level's list twice:
+// 2^(depth+2) rules once its aliases are expanded.
+func envoyAliasBomb(depth int) string {
+	var b strings.Builder
+	b.WriteString("domain: bomb\ndescriptors:\n  - key: l0\n    descriptors: &l0\n" +
+		"      - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n" +
+		"      - {key: b, rate_limit: {unit: second, requests_per_unit: 1}}\n")
+	for i := 1; i <= depth; i++ {
+		fmt.Fprintf(&b, "  - key: l%d\n    descriptors: &l%d\n      - {key: a, descriptors: *l%d}\n      - {key: b, descriptors: *l%d}\n", i, i, i-1, i-1)
+	}
+	return b.String()
+}
 
 // watched is a quotad process a test follows from its start, whether it
 // comes to listen or is refused.
@@ -58,6 +79,16 @@ func (l *lockedBuffer) text() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// memory is the process's resident memory now and its peak so far.
+func (w *watched) memory(t *testing.T) (rss, peak int64) {
+	t.Helper()
+	rss, peak, err := quotadtest.ProcMemory(w.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rss, peak
 }
 
 // until waits within the time given for cond, for the process to exit
@@ -168,6 +199,172 @@ func (w *watched) sigterm(t *testing.T) time.Duration {
 // nothing in flight: its --shutdown-timeout, 10s, would be a drain that
 // waited for its deadline.
 const shutdownWithin = 10 * time.Second
+
+// refusal is a start quotad refused: what it printed, its peak resident
+// memory when it printed it, and how long after its start that was.
+type refusal struct {
+	exit   error
+	stderr string
+	peak   int64
+	took   time.Duration
+}
+
+// refuseAtStart runs quotad with args, which it must refuse. Its stderr is
+// a pipe the test has filled, so that quotad's first line there, the
+// refusal, holds it in write(2) with all it allocated still mapped; its
+// peak resident memory (VmHWM) is read from /proc then, before the pipe is
+// drained and quotad exits. (A child's rusage would not do: on Linux its
+// peak counts the memory of the test process it was cloned from.) Above
+// rssCap bytes resident (0: no cap) quotad is killed and the test fails.
+func refuseAtStart(t *testing.T, rssCap int64, args ...string) refusal {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command(quotadtest.Binary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Stderr = w // exec uses w.Fd(), which makes the pipe blocking
+	size, err := unix.FcntlInt(w.Fd(), unix.F_GETPIPE_SZ, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var got refusal
+	for {
+		if writingPipe(pid) {
+			got.took = time.Since(start)
+			_, got.peak, err = quotadtest.ProcMemory(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if rss, _, err := quotadtest.ProcMemory(pid); err != nil {
+			t.Fatalf("quotad exited without writing to stderr: %v", err)
+		} else if rssCap > 0 && rss > rssCap {
+			_ = cmd.Process.Kill()
+			t.Fatalf("quotad's resident memory reached %d MiB after %s, over the %d MiB allowed; killed it",
+				rss>>20, time.Since(start).Round(time.Millisecond), rssCap>>20)
+		}
+		if time.Since(start) > time.Minute {
+			_ = cmd.Process.Kill()
+			t.Fatal("quotad neither refused to start nor exited within a minute; killed it")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.exit = cmd.Wait()
+	got.stderr = string(out[size:])
+	return got
+}
+
+// writingPipe reports whether a thread of process pid waits to write to a
+// full pipe.
+func writingPipe(pid int) bool {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/wchan", pid))
+	for _, task := range tasks {
+		if b, err := os.ReadFile(task); err == nil && strings.Contains(string(b), "pipe_write") {
+			return true
+		}
+	}
+	return false
+}
+
+// An envoyproxy/ratelimit file of 2 KB whose descriptor lists each alias
+// the previous level's twice (2^22 rules expanded) is refused at start,
+// naming the file, the line and the bound, without quotad's peak memory
+// growing by rssGrowthBound over a refusal of a small broken file.
+func TestEnvoyAliasBombIsRefusedAtStart(t *testing.T) {
+	small := t.TempDir()
+	writeRenamed(t, small, "a.yaml", "domain: a\ndescriptors: 3\n")
+	base := refuseAtStart(t, 0, "--envoy-config-dir", small)
+	if base.exit == nil || !strings.Contains(base.stderr, "want a list of descriptors") {
+		t.Fatalf("the baseline: %v, %q", base.exit, base.stderr)
+	}
+
+	dir := t.TempDir()
+	bomb := envoyAliasBomb(20)
+	writeRenamed(t, dir, "bomb.yaml", bomb)
+	p := refuseAtStart(t, base.peak+rssGrowthBound, "--envoy-config-dir", dir)
+	want := fmt.Sprintf("quotad: envoy config dir %s: bomb.yaml: line ", dir)
+	if p.exit == nil || !strings.HasPrefix(p.stderr, want) || !strings.Contains(p.stderr, "more than 100000 YAML nodes") || strings.Count(p.stderr, "\n") != 1 {
+		t.Errorf("exit %v, stderr %q; want exit 1 and one line starting %q that names the bound", p.exit, p.stderr, want)
+	}
+	growth := p.peak - base.peak
+	if growth > rssGrowthBound {
+		t.Errorf("peak resident memory %d MiB, %d MiB over a small file's refusal", p.peak>>20, growth>>20)
+	}
+	t.Logf("a %d-byte file refused %s after the start; peak RSS at the refusal %.1f MiB, %.1f MiB for a small broken file: %+.1f MiB. %s",
+		len(bomb), p.took.Round(time.Millisecond), float64(p.peak)/(1<<20), float64(base.peak)/(1<<20), float64(growth)/(1<<20), strings.TrimSpace(p.stderr))
+}
+
+// The same file added to --envoy-config-dir while quotad serves: the
+// reload is refused and logged with the file, the line and the bound,
+// quickly and without the process's peak memory growing by
+// rssGrowthBound; the rules in force stay, and SIGTERM then exits 0 at
+// once.
+func TestEnvoyAliasBombIsRefusedOnReload(t *testing.T) {
+	dir := t.TempDir()
+	writeRenamed(t, dir, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n")
+	p := watchQuotad(t, "--envoy-config-dir", dir)
+	url := p.url(t)
+	if got := rlsLimit(t, url, "a"); got != 7 {
+		t.Fatalf("domain a: limit %d, want 7", got)
+	}
+	_, before := p.memory(t)
+
+	start := time.Now()
+	writeRenamed(t, dir, "bomb.yaml", envoyAliasBomb(20))
+	p.until(t, time.Minute, before+rssGrowthBound, func() bool { return p.stderr.contains("config reload failed") })
+	refused := time.Since(start)
+	rss, after := p.memory(t)
+	if after-before > rssGrowthBound {
+		t.Errorf("peak resident memory grew from %d to %d MiB", before>>20, after>>20)
+	}
+	log := p.stderr.text()
+	if !strings.Contains(log, fmt.Sprintf("envoy config dir %s: bomb.yaml: line ", dir)) || !strings.Contains(log, "more than 100000 YAML nodes") {
+		t.Errorf("the refusal does not name the file, its line and the bound:\n%s", log)
+	}
+	if v := getConfigVersion(t, url); v.Config.Generation != 1 {
+		t.Errorf("generation %d after a refused reload, want 1", v.Config.Generation)
+	}
+	if got := rlsLimit(t, url, "a"); got != 7 {
+		t.Errorf("domain a after the refused reload: limit %d, want 7", got)
+	}
+	took := p.sigterm(t)
+	t.Logf("refused %s after the file was written (the poll runs every %s); peak RSS %.1f MiB before, %.1f MiB after (RSS now %.1f MiB); exit %s after SIGTERM",
+		refused.Round(time.Millisecond), configPollInterval, float64(before)/(1<<20), float64(after)/(1<<20), float64(rss)/(1<<20), took.Round(time.Millisecond))
+	for line := range strings.SplitSeq(log, "\n") {
+		if strings.Contains(line, "config reload failed") {
+			t.Log(line)
+		}
+	}
+}
+
+// bigEnvoyFile is a valid envoyproxy/ratelimit file for domain of n
+// rules of limit requests per second, about 90 bytes and 11 YAML nodes
+// each.
+func bigEnvoyFile(domain string, n, limit int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n", domain)
+	for i := range n {
+		fmt.Fprintf(&b, "  - key: key%06d\n    value: v\n    rate_limit:\n      unit: second\n      requests_per_unit: %d\n", i, limit)
+	}
+	return b.String()
+}
 
 // A named pipe at --config: refused at start, exit 1 at once; swapped in
 // for the file while quotad serves, the reload is refused, the node keeps
