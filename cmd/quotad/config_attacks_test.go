@@ -22,8 +22,8 @@ import (
 )
 
 // Attacks on quotad's config inputs, each against a built binary: an
-// envoyproxy/ratelimit file whose aliases expand without end, and named
-// pipes where config files belong.
+// envoyproxy/ratelimit file whose aliases expand without end, named pipes
+// where config files belong, and SIGTERM while a reload loads.
 
 // rssGrowthBound is how much a refused config may grow quotad's resident
 // memory.
@@ -364,6 +364,73 @@ func bigEnvoyFile(domain string, n, limit int) string {
 		fmt.Fprintf(&b, "  - key: key%06d\n    value: v\n    rate_limit:\n      unit: second\n      requests_per_unit: %d\n", i, limit)
 	}
 	return b.String()
+}
+
+// SIGTERM while a reload loads a large (valid) directory: quotad shuts
+// down without waiting for the load, which is abandoned and never applied.
+// (A binary built with -race exits a second late: the race detector
+// sleeps that long at exit.)
+func TestSIGTERMDuringASlowReloadExitsPromptly(t *testing.T) {
+	// The files are symbolic links through ..data, as Kubernetes mounts a
+	// ConfigMap, so that the whole directory changes in one rename.
+	dir := t.TempDir()
+	domains := []string{"a", "b", "c", "d"}
+	swap := func(version int, content func(domain string) string) {
+		t.Helper()
+		ts := fmt.Sprintf("..v%d", version)
+		if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range domains {
+			if err := os.WriteFile(filepath.Join(dir, ts, d+".yaml"), []byte(content(d)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Symlink(ts, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap(1, func(d string) string { return bigEnvoyFile(d, 1, 1) })
+	for _, d := range domains {
+		if err := os.Symlink(filepath.Join("..data", d+".yaml"), filepath.Join(dir, d+".yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := watchQuotad(t, "--envoy-config-dir", dir)
+	p.url(t)
+
+	// About 8,000 rules and 90,000 YAML nodes a file, near the directory's
+	// bounds: first applied, to learn the CPU time a reload of them takes.
+	cpu0, _ := procStat(t, p.cmd.Process.Pid)
+	swap(2, func(d string) string { return bigEnvoyFile(d, 8000, 10) })
+	p.until(t, time.Minute, 0, func() bool { return p.stderr.contains("config reloaded") })
+	cpu1, _ := procStat(t, p.cmd.Process.Pid)
+	reloadCPU := cpu1 - cpu0
+
+	// Then changed again, and SIGTERM sent once quotad, idle in between,
+	// has spent a quarter of that: the load is under way (the poll that
+	// sees the change reads and hashes the files in a fraction of it).
+	swap(3, func(d string) string { return bigEnvoyFile(d, 8000, 20) })
+	p.until(t, time.Minute, 0, func() bool {
+		cpu, _ := procStat(t, p.cmd.Process.Pid)
+		return cpu-cpu1 >= reloadCPU/4
+	})
+	if n := strings.Count(p.stderr.text(), "config reload"); n != 1 {
+		t.Fatalf("the second reload ended before SIGTERM could meet it; make the files larger:\n%s", p.stderr.tail())
+	}
+	mark := len(p.stderr.text())
+	took := p.sigterm(t)
+	after := p.stderr.text()[mark:]
+	if strings.Contains(after, "config reloaded") {
+		t.Errorf("shutdown waited for the reload to finish and apply (exit %s after SIGTERM):\n%s", took.Round(time.Millisecond), after)
+	}
+	if !strings.Contains(after, `msg="config reload abandoned: shutting down" trigger="file changed"`) {
+		t.Errorf("SIGTERM did not meet a reload in progress:\n%s", after)
+	}
+	t.Logf("a reload of %d files of 8,000 rules takes %s of CPU; exit %s after SIGTERM during one:\n%s", len(domains), reloadCPU, took.Round(time.Millisecond), after)
 }
 
 // A named pipe at --config: refused at start, exit 1 at once; swapped in
