@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
 
 	"github.com/quotad/quotad/rpc"
 )
@@ -14,7 +13,7 @@ func readAdminToken(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	raw, err := os.ReadFile(path)
+	raw, err := readFile(path)
 	if err != nil {
 		return "", fmt.Errorf("admin token file: %w", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
@@ -239,7 +238,7 @@ func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		raw, err := os.ReadFile(caFile)
+		raw, err := readFile(caFile)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-ca-file: %w", err)
 		}
@@ -252,7 +251,7 @@ func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
 	}
 	if certFile != "" {
-		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		pair, err := loadKeyPair(certFile, keyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert-file: %w", err)
 		}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,7 +89,7 @@ func (c clusterConfig) membershipConfig() (cluster.Config, error) {
 // raw bytes. Every node reads the same file the same way, so a file that
 // happens to be both is still one key cluster-wide.
 func readClusterKey(path string) ([]byte, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("cluster key file: %w", err)
 	}

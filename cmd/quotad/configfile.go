@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"time"
@@ -97,15 +96,15 @@ func (s *fileSection) add(path string, k fileEntry) {
 // decodeSection applies n, the mapping at field (the top level for ""),
 // to c by sec: each key must be one of sec's, once; a setting's value is
 // read as its kind says, a list into rules.
-func (d *yamlDoc) decodeSection(n *yaml.Node, field string, sec *fileSection, c *config, rules *fileRules, depth int) error {
-	n, depth, err := d.resolve(n, field, depth)
-	if n == nil || err != nil {
-		return err
+func (d *yamlDoc) decodeSection(n *yaml.Node, field string, sec *fileSection, c *config, rules *fileRules) error {
+	n = valueNode(n)
+	if n == nil {
+		return nil
 	}
 	if n.Kind != yaml.MappingNode {
 		return d.errorAt(n.Line, field, fmt.Errorf("want a mapping of %s, got %s", strings.Join(sec.names, ", "), describeNode(n)))
 	}
-	pairs, err := d.mappingPairs(n, field, depth)
+	pairs, err := d.mappingPairs(n, field)
 	if err != nil {
 		return err
 	}
@@ -124,11 +123,11 @@ func (d *yamlDoc) decodeSection(n *yaml.Node, field string, sec *fileSection, c 
 		d.lines[name] = k.Line
 		switch {
 		case key.section != nil:
-			err = d.decodeSection(val, name, key.section, c, rules, depth+1)
+			err = d.decodeSection(val, name, key.section, c, rules)
 		case key.list != nil:
-			err = d.decode(val, name, reflect.ValueOf(key.list(rules)).Elem(), depth+1)
+			err = d.decode(val, name, reflect.ValueOf(key.list(rules)).Elem())
 		default:
-			err = d.decodeSetting(val, name, key.setting, c, depth+1)
+			err = d.decodeSetting(val, name, key.setting, c)
 		}
 		if err != nil {
 			return err
@@ -138,10 +137,10 @@ func (d *yamlDoc) decodeSection(n *yaml.Node, field string, sec *fileSection, c 
 }
 
 // decodeSetting applies n, the value of setting s at field, to c.
-func (d *yamlDoc) decodeSetting(n *yaml.Node, field string, s *setting, c *config, depth int) error {
-	n, _, err := d.resolve(n, field, depth)
-	if n == nil || err != nil {
-		return err
+func (d *yamlDoc) decodeSetting(n *yaml.Node, field string, s *setting, c *config) error {
+	n = valueNode(n)
+	if n == nil {
+		return nil
 	}
 	if err := s.v.decode(c, n); err != nil {
 		return d.errorAt(n.Line, field, err)
@@ -172,7 +171,7 @@ func (d *yamlDuration) decodeNode(n *yaml.Node) error {
 // loadFile applies the YAML file at path on top of c, records it in
 // c.File, and returns where each of its fields stands.
 func loadFile(c *config, path string) (*yamlDoc, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -201,7 +200,7 @@ func parseFileDoc(c *config, path string, raw []byte) (*yamlDoc, error) {
 	}
 	var rules fileRules
 	if root != nil {
-		if err := d.decodeSection(root, "", fileSchema(settings()), c, &rules, 0); err != nil {
+		if err := d.decodeSection(root, "", fileSchema(settings()), c, &rules); err != nil {
 			return nil, err
 		}
 	}

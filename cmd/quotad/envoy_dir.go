@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -30,32 +29,48 @@ type envoyFile struct {
 	raw  []byte
 }
 
+// The bounds of an envoy config dir as a whole; each file is bounded as
+// every file quotad reads (readFileBy) and every YAML text (parseYAML).
+const (
+	// maxEnvoyDirBytes is the most its config files may hold in all:
+	// 4 MiB.
+	maxEnvoyDirBytes = 4 * maxFileBytes
+	// maxEnvoyDirNodes is the most YAML nodes, with aliases expanded,
+	// its config files may hold in all.
+	maxEnvoyDirNodes = 4 * maxYAMLNodes
+)
+
 // readEnvoyFiles reads dir's config files, sorted by name: the files named
-// *.yaml or *.yml (symbolic links followed). Names starting with '.' are
-// skipped, as Kubernetes' ConfigMap volumes keep their real files under
-// "..data"; other files and subdirectories are not config files.
+// *.yaml or *.yml (symbolic links followed), as every file quotad reads
+// (readFileBy), all within fileReadTimeout and maxEnvoyDirBytes. Names
+// starting with '.' are skipped, as Kubernetes' ConfigMap volumes keep
+// their real files under "..data"; other files and subdirectories are not
+// config files. A config file that is not a regular file (a named pipe) is
+// refused.
 func readEnvoyFiles(dir string) ([]envoyFile, error) {
-	entries, err := os.ReadDir(dir)
+	deadline := time.Now().Add(fileReadTimeout)
+	entries, err := readDirBy(dir, deadline)
 	if err != nil {
 		return nil, err
 	}
 	var files []envoyFile
+	total := 0
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") || (filepath.Ext(name) != ".yaml" && filepath.Ext(name) != ".yml") {
 			continue
 		}
 		path := filepath.Join(dir, name)
-		st, err := os.Stat(path)
-		if err != nil {
-			return nil, err
-		}
-		if !st.Mode().IsRegular() {
+		// Stat never waits on a named pipe; readFileBy refuses one.
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
 			continue
 		}
-		raw, err := os.ReadFile(path)
+		raw, err := readFileBy(path, deadline)
 		if err != nil {
 			return nil, err
+		}
+		if total += len(raw); total > maxEnvoyDirBytes {
+			return nil, fmt.Errorf("%s: its config files hold more than %d bytes (4 MiB) in all, the most quotad reads of one directory", dir, maxEnvoyDirBytes)
 		}
 		files = append(files, envoyFile{name: name, raw: raw})
 	}
@@ -83,8 +98,17 @@ func (c config) envoyRules(files []envoyFile) (*rpc.EnvoyRules, error) {
 	}
 	ec.DropIn = true
 	ec.Domains = slices.Clone(ec.Domains)
+	nodes := 0
 	for _, f := range files {
-		d, err := parseEnvoyFile(f)
+		root, n, err := f.parse()
+		if err == nil && nodes+n > maxEnvoyDirNodes {
+			err = fmt.Errorf("%s: the directory's config files hold more than %d YAML nodes (with aliases expanded) in all, the most quotad reads of one directory", f.name, maxEnvoyDirNodes)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("envoy config dir %s: %w", c.EnvoyDir, err)
+		}
+		nodes += n
+		d, err := f.domain(root)
 		if err != nil {
 			return nil, fmt.Errorf("envoy config dir %s: %w", c.EnvoyDir, err)
 		}
@@ -114,39 +138,60 @@ var (
 type envoyWalker struct{ file string }
 
 func (w envoyWalker) errorf(n *yaml.Node, path, format string, args ...any) error {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	return w.errorAt(line, path, fmt.Errorf(format, args...))
+}
+
+// errorAt is err at line (none for 0) and path of the file.
+func (w envoyWalker) errorAt(line int, path string, err error) error {
 	where := w.file
-	if n != nil && n.Line > 0 {
-		where = fmt.Sprintf("%s: line %d", where, n.Line)
+	if line > 0 {
+		where = fmt.Sprintf("%s: line %d", where, line)
 	}
 	if path != "" {
 		where += ": " + path
 	}
-	return fmt.Errorf("%s: %s", where, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %w", where, err)
 }
 
 // parseEnvoyFile parses f as an envoyproxy/ratelimit config file: one
 // domain and its descriptors. It checks the YAML's shape and keys; the
 // rules' meaning is rpc.CompileEnvoyRules's to check.
 func parseEnvoyFile(f envoyFile) (rpc.EnvoyDomain, error) {
+	root, _, err := f.parse()
+	if err != nil {
+		return rpc.EnvoyDomain{File: f.name}, err
+	}
+	return f.domain(root)
+}
+
+// parse parses f's YAML within the bounds of every YAML text quotad reads
+// (parseYAML), and returns its root node and how many nodes that holds
+// with its aliases expanded. Its errors name the file.
+func (f envoyFile) parse() (*yaml.Node, int, error) {
+	w := envoyWalker{file: f.name}
+	root, nodes, err := parseYAML(f.raw)
+	var ye *yamlError
+	if errors.As(err, &ye) {
+		if errors.Is(ye.Err, errSecondDocument) {
+			ye.Err = errors.New("a second YAML document; one file holds one domain")
+		}
+		return nil, 0, w.errorAt(ye.Line, ye.Field, ye.Err)
+	}
+	if err == nil && root == nil {
+		err = w.errorf(nil, "", "empty: a config file needs a domain")
+	}
+	return root, nodes, err
+}
+
+// domain walks root, the YAML of f, into its domain.
+func (f envoyFile) domain(root *yaml.Node) (rpc.EnvoyDomain, error) {
 	w := envoyWalker{file: f.name}
 	d := rpc.EnvoyDomain{File: f.name}
-	dec := yaml.NewDecoder(bytes.NewReader(f.raw))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return d, w.errorf(nil, "", "empty: a config file needs a domain")
-		}
-		return d, w.errorf(nil, "", "%s", yamlMessage(err))
-	}
-	var more yaml.Node
-	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
-		if err != nil {
-			return d, w.errorf(nil, "", "%s", yamlMessage(err))
-		}
-		return d, w.errorf(&more, "", "a second YAML document; one file holds one domain")
-	}
-	root := resolve(doc.Content[0])
-	err := w.mapping(root, "", envoyFileKeys, func(key string, v *yaml.Node) error {
+	err := w.mapping(resolve(root), "", envoyFileKeys, func(key string, v *yaml.Node) error {
 		var err error
 		switch key {
 		case "domain":
@@ -309,20 +354,6 @@ func (w envoyWalker) boolean(n *yaml.Node, path string) (bool, error) {
 		return false, w.errorf(n, path, "want true or false, got %q", n.Value)
 	}
 	return b, nil
-}
-
-// yamlMessage is err's text, a YAML syntax error, on one line.
-func yamlMessage(err error) string {
-	msg := strings.ReplaceAll(err.Error(), "\n ", "")
-	return strings.TrimPrefix(msg, "yaml: unmarshal errors:")
-}
-
-// resolve follows a YAML alias to the node it names.
-func resolve(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
 }
 
 // loadEnvoy reads and compiles the Envoy rules of c (config.envoyRules),

@@ -364,3 +364,29 @@ func TestReloaderFollowsEnvoyDir(t *testing.T) {
 		t.Errorf("removed domain a: limit %d, want none (drop-in: unknown domains are OK)", got)
 	}
 }
+
+// A directory is bounded as a whole: its config files may hold 4 MiB and
+// 400,000 YAML nodes in all, each file within the bounds of one.
+func TestEnvoyDirBounds(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"a", "b", "c", "d", "e"} {
+		writeRenamed(t, dir, d+".yaml", bigEnvoyFile(d, 8200, 1)) // 90,203 nodes, 770 KB
+	}
+	files, err := readEnvoyFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "envoy config dir " + dir + ": e.yaml: the directory's config files hold more than 400000 YAML nodes (with aliases expanded) in all, the most quotad reads of one directory"
+	if _, err := (config{EnvoyDir: dir}).envoyRules(files); err == nil || err.Error() != want {
+		t.Errorf("%v, want %q", err, want)
+	}
+	if _, err := (config{EnvoyDir: dir}).envoyRules(files[:4]); err != nil {
+		t.Errorf("four of the files: %v", err)
+	}
+
+	writeRenamed(t, dir, "f.yaml", "# "+strings.Repeat("x", 900_000)+"\ndomain: f\n")
+	want = dir + ": its config files hold more than 4194304 bytes (4 MiB) in all, the most quotad reads of one directory"
+	if _, err := readEnvoyFiles(dir); err == nil || err.Error() != want {
+		t.Errorf("%v, want %q", err, want)
+	}
+}

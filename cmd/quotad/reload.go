@@ -56,7 +56,9 @@ type reloader struct {
 	node *node.Node
 	api  *rpc.Handler
 
-	mu sync.Mutex // serializes reloads; guards the fields below
+	// mu guards the fields below. Reloads run one at a time, on run's
+	// goroutine.
+	mu sync.Mutex
 	// cur is the configuration in force.
 	cur config
 	// version is the configuration in force's: its generation (1 at start),
@@ -94,8 +96,10 @@ func (r *reloader) configGeneration() (uint64, time.Time) {
 }
 
 // start runs r, applying reloads to node n and its API api, until ctx ends
-// or stop is called, whichever comes first; stop waits for a reload in
-// progress and may be called more than once. While r runs, SIGHUP
+// or stop is called, whichever comes first; stop may be called more than
+// once. stop waits for a reload being applied (a few swaps), never for
+// one reading or compiling the configuration, which it leaves behind
+// (reload). While r runs, SIGHUP
 // reloads; before and after, SIGHUP is ignored (main ignores it from the
 // start), so it never ends the process.
 func (r *reloader) start(ctx context.Context, n *node.Node, api *rpc.Handler) (stop func()) {
@@ -131,7 +135,12 @@ func (r *reloader) run(ctx context.Context, hup <-chan os.Signal) {
 		case <-hup:
 			r.reload(ctx, "SIGHUP")
 		case <-t.C:
-			if r.polled() && r.content() != r.seenContent() {
+			if !r.polled() {
+				continue
+			}
+			// Reading the sources may take up to fileReadTimeout (a file
+			// system that does not answer): shutdown does not wait for it.
+			if now, ok := unlessDone(ctx, r.content); ok && now != r.seenContent() {
 				r.reload(ctx, "file changed")
 			}
 		}
@@ -166,7 +175,7 @@ func (r *reloader) content() string {
 // cannot be read.
 func contentOf(c config) string {
 	if c.File.Path != "" {
-		raw, err := os.ReadFile(c.File.Path)
+		raw, err := readFile(c.File.Path)
 		if err != nil {
 			return "unreadable: " + err.Error()
 		}
@@ -199,39 +208,77 @@ func contentHash(c config, files []envoyFile) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// reload loads the configuration anew, the config file and the envoy
-// config dir alike, and applies it, or keeps the running one if it does
-// not load. trigger says why, for the log.
-func (r *reloader) reload(ctx context.Context, trigger string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	// What the sources in force hold, so that polls do not try the same
-	// content again; once applied, what was loaded.
-	r.seen = contentOf(r.cur)
-	next, err := loadConfig(r.args, r.getenv, io.Discard)
-	if err != nil {
-		r.refuse(ctx, trigger, err)
-		return
+// reloadLoad is a configuration a reload built, ready to apply, or why
+// it cannot be.
+type reloadLoad struct {
+	// seen is what the sources in force held when the load began
+	// (contentOf), so that polls do not try the same content again.
+	seen string
+	// err is why the configuration does not load; the rest is then unset.
+	err error
+	// next is the configuration loaded; apply, what of it applies while
+	// serving (reloadable); restart, the settings that would need a
+	// restart.
+	next, apply config
+	restart     []string
+	// files are the envoy config dir's files, hash the content of all
+	// sources, rules Envoy's rules compiled with the new policies.
+	files []envoyFile
+	hash  string
+	rules *rpc.EnvoyRules
+}
+
+// load builds the configuration anew, the config file and the envoy
+// config dir alike, as it would apply on top of cur. It reads files and
+// computes, and changes nothing: a load that shutdown leaves behind may
+// run to its end unseen.
+func (r *reloader) load(cur config) reloadLoad {
+	l := reloadLoad{seen: contentOf(cur)}
+	l.next, l.err = loadConfig(r.args, r.getenv, io.Discard)
+	if l.err != nil {
+		return l
 	}
-	apply, restart := reloadable(r.cur, next)
-	var files []envoyFile
-	if apply.EnvoyDir != "" {
-		if files, err = readEnvoyFiles(apply.EnvoyDir); err != nil {
-			r.refuse(ctx, trigger, fmt.Errorf("envoy config dir: %w", err))
-			return
+	l.apply, l.restart = reloadable(cur, l.next)
+	if l.apply.EnvoyDir != "" {
+		if l.files, l.err = readEnvoyFiles(l.apply.EnvoyDir); l.err != nil {
+			l.err = fmt.Errorf("envoy config dir: %w", l.err)
+			return l
 		}
 	}
-	hash := contentHash(apply, files)
+	l.hash = contentHash(l.apply, l.files)
 	// The rules are compiled with the new policies before anything is
 	// applied: a file that does not compile changes nothing.
-	rules, err := apply.envoyRules(files)
-	if err != nil {
-		r.refuse(ctx, trigger, err)
+	l.rules, l.err = l.apply.envoyRules(l.files)
+	return l
+}
+
+// reload loads the configuration anew (load) and applies it, or keeps the
+// running one if it does not load. trigger says why, for the log. The
+// load runs on a goroutine of its own: when ctx ends first (shutdown),
+// reload returns at once, and the load, still reading or compiling, is
+// left behind and never applied. Only applying, a few swaps, holds
+// shutdown up.
+func (r *reloader) reload(ctx context.Context, trigger string) {
+	r.mu.Lock()
+	cur := r.cur
+	r.mu.Unlock()
+	l, ok := unlessDone(ctx, func() reloadLoad { return r.load(cur) })
+	if !ok || ctx.Err() != nil {
+		r.log.Info("config reload abandoned: shutting down", "trigger", trigger)
 		return
 	}
-	if len(restart) > 0 {
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = l.seen
+	if l.err != nil {
+		r.refuse(ctx, trigger, l.err)
+		return
+	}
+	apply, files, hash, rules := l.apply, l.files, l.hash, l.rules
+	if len(l.restart) > 0 {
 		r.log.Warn("config: settings that change only with a restart keep their running values",
-			"file", next.File.Path, "settings", strings.Join(restart, ", "))
+			"file", l.next.File.Path, "settings", strings.Join(l.restart, ", "))
 	}
 	changes, err := r.node.SetPolicies(ctx, apply.Policies)
 	if err != nil {
@@ -264,6 +311,21 @@ func (r *reloader) reload(ctx context.Context, trigger string) {
 		"envoy_config_dir", apply.EnvoyDir, "envoy_files", len(files), "hash", hash,
 		"generation", v.Generation, "policies", len(apply.Policies), "added", changes.Added, "removed", changes.Removed,
 		"changed", changes.Changed, "envoy_domains", domains, "log_level", apply.LogLevel)
+}
+
+// unlessDone runs f on a goroutine of its own and returns what it returns
+// and true, or, as soon as ctx ends if that comes first, false: f then
+// runs to its end unseen, so it must change nothing that outlives it.
+func unlessDone[T any](ctx context.Context, f func() T) (T, bool) {
+	done := make(chan T, 1) // f never waits to hand its result over
+	go func() { done <- f() }()
+	select {
+	case v := <-done:
+		return v, true
+	case <-ctx.Done():
+		var zero T
+		return zero, false
+	}
 }
 
 // refuse reports a configuration that was not applied.

@@ -197,7 +197,9 @@ func openStore(ctx context.Context, cfg config) (node.Store, error) {
 	if !cfg.usesRedis() {
 		return memory.Open(memory.Config{MaxKeys: cfg.MemoryMaxKeys})
 	}
-	s, err := redis.New(ctx, cfg.Redis)
+	rc := cfg.Redis
+	rc.ReadFile = readFile // its CA file, as every file quotad reads
+	s, err := redis.New(ctx, rc)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}

@@ -48,7 +48,7 @@ func (c tlsConfig) validate() error {
 // or newer, ALPN offering h2 then http/1.1, and client certificates
 // required when ClientCAFile is set.
 func (c tlsConfig) load() (*tls.Config, error) {
-	pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	pair, err := loadKeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("tls: certificate %s with key %s: %w", c.CertFile, c.KeyFile, err)
 	}
@@ -58,7 +58,7 @@ func (c tlsConfig) load() (*tls.Config, error) {
 		NextProtos:   []string{"h2", "http/1.1"},
 	}
 	if c.ClientCAFile != "" {
-		raw, err := os.ReadFile(c.ClientCAFile)
+		raw, err := readFile(c.ClientCAFile)
 		if err != nil {
 			return nil, fmt.Errorf("tls: client CA file: %w", err)
 		}
@@ -70,6 +70,20 @@ func (c tlsConfig) load() (*tls.Config, error) {
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return tc, nil
+}
+
+// loadKeyPair is tls.LoadX509KeyPair, reading the files as quotad reads
+// every file (readFile).
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := readFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := readFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
 }
 
 // describe is the startup line about TLS, or "" for cleartext.

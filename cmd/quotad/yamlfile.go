@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -59,17 +56,7 @@ func (e *fileError) Unwrap() error { return e.Err }
 type yamlDoc struct {
 	path  string
 	lines map[string]int
-	// budget bounds the nodes the walker visits, so that aliases nested
-	// into one another cannot make a small file expand without end.
-	budget int
 }
-
-// maxYAMLNodes is the most values (after alias expansion) a config file
-// may hold; maxYAMLDepth the deepest nesting.
-const (
-	maxYAMLNodes = 100_000
-	maxYAMLDepth = 64
-)
 
 // errorAt is the fileError at line about field.
 func (d *yamlDoc) errorAt(line int, field string, err error) *fileError {
@@ -97,78 +84,19 @@ func parentField(field string) string {
 	return field[:i]
 }
 
-// yamlLinePrefix is how yaml.v3 starts an error that knows its line.
-var yamlLinePrefix = regexp.MustCompile(`^yaml: (line (\d+): )?`)
-
 // parseYAML parses raw, the text of the config file, into its one
-// document's root node (nil for an empty file). A syntax error names the
-// line it is on (see syntaxErrorLine); a second document is an error.
+// document's root node (nil for an empty file), by the bounds every YAML
+// text quotad reads is held to (parseYAML in yamlread.go).
 func (d *yamlDoc) parseYAML(raw []byte) (*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, nil
+	root, _, err := parseYAML(raw)
+	var ye *yamlError
+	if errors.As(err, &ye) {
+		if errors.Is(ye.Err, errSecondDocument) {
+			ye.Err = errors.New("a second YAML document; put every setting in one")
 		}
-		return nil, d.syntaxError(raw, err)
+		return nil, d.errorAt(ye.Line, ye.Field, ye.Err)
 	}
-	var more yaml.Node
-	switch err := dec.Decode(&more); {
-	case errors.Is(err, io.EOF):
-	case err != nil:
-		return nil, d.syntaxError(raw, err)
-	default:
-		return nil, d.errorAt(more.Line, "", errors.New("a second YAML document; put every setting in one"))
-	}
-	if len(doc.Content) == 0 {
-		return nil, nil
-	}
-	return doc.Content[0], nil
-}
-
-// syntaxError turns yaml.v3's syntax error into a fileError at the line
-// the mistake is on.
-func (d *yamlDoc) syntaxError(raw []byte, err error) *fileError {
-	msg := yamlLinePrefix.ReplaceAllString(err.Error(), "")
-	line := syntaxErrorLine(raw, msg)
-	if line == 0 {
-		if m := yamlLinePrefix.FindStringSubmatch(err.Error()); m != nil && m[2] != "" {
-			line, _ = strconv.Atoi(m[2])
-		}
-	}
-	return d.errorAt(line, "", fmt.Errorf("YAML syntax: %s", msg))
-}
-
-// syntaxErrorLine finds the line of a YAML syntax error whose message,
-// without yaml.v3's "yaml: line N: ", is msg. yaml.v3 reports the line
-// where the enclosing block starts rather than where the mistake is (a bad
-// indent on line 7 of a mapping that starts on line 1 reads "line 1"), so
-// the file's lines are parsed from the top, one more each time, until the
-// same error appears: it is on the last line added. It returns 0 if the
-// error never appears that way.
-func syntaxErrorLine(raw []byte, msg string) int {
-	var prefix []byte
-	for i, l := range bytes.SplitAfter(raw, []byte("\n")) {
-		prefix = append(prefix, l...)
-		if err := parseAllYAML(prefix); err != nil && yamlLinePrefix.ReplaceAllString(err.Error(), "") == msg {
-			return i + 1
-		}
-	}
-	return 0
-}
-
-// parseAllYAML parses every document of b, for its syntax error.
-func parseAllYAML(b []byte) error {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	for {
-		var n yaml.Node
-		if err := dec.Decode(&n); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-	}
+	return root, err
 }
 
 // nodeDecoder is a file type that reads its own node (durations, address
@@ -183,14 +111,14 @@ var nodeDecoderType = reflect.TypeFor[nodeDecoder]()
 // decode sets v, a file struct or a field of one, from n, whose field path
 // is field. Pointers are allocated for the values the file sets, so that
 // nil means "not in the file".
-func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value, depth int) error {
-	n, depth, err := d.resolve(n, field, depth)
-	if n == nil || err != nil {
-		return err
+func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value) error {
+	n = valueNode(n)
+	if n == nil {
+		return nil
 	}
 	if v.Kind() == reflect.Pointer {
 		p := reflect.New(v.Type().Elem())
-		if err := d.decode(n, field, p.Elem(), depth); err != nil {
+		if err := d.decode(n, field, p.Elem()); err != nil {
 			return err
 		}
 		v.Set(p)
@@ -204,7 +132,7 @@ func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value, depth int)
 	}
 	switch v.Kind() {
 	case reflect.Struct:
-		return d.decodeMapping(n, field, v, depth)
+		return d.decodeMapping(n, field, v)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			return d.errorAt(n.Line, field, fmt.Errorf("want a list, got %s", describeNode(n)))
@@ -213,7 +141,7 @@ func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value, depth int)
 		for i, item := range n.Content {
 			f := fmt.Sprintf("%s[%d]", field, i)
 			d.lines[f] = item.Line
-			if err := d.decode(item, f, s.Index(i), depth+1); err != nil {
+			if err := d.decode(item, f, s.Index(i)); err != nil {
 				return err
 			}
 		}
@@ -256,27 +184,15 @@ func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value, depth int)
 	return d.errorAt(n.Line, field, fmt.Errorf("quotad cannot read this setting (a %s field)", v.Kind()))
 }
 
-// resolve counts n against the walker's budget and depth, follows
-// aliases, and returns the node that holds the value and its depth; a nil
-// node for null ("key:" with no value, or "~"), as if the key were not
-// there.
-func (d *yamlDoc) resolve(n *yaml.Node, field string, depth int) (*yaml.Node, int, error) {
-	for {
-		if d.budget++; d.budget > maxYAMLNodes {
-			return nil, depth, d.errorAt(n.Line, field, fmt.Errorf("more than %d values (aliases expanding into one another?)", maxYAMLNodes))
-		}
-		if depth > maxYAMLDepth {
-			return nil, depth, d.errorAt(n.Line, field, fmt.Errorf("nested deeper than %d levels", maxYAMLDepth))
-		}
-		if n.Kind != yaml.AliasNode {
-			break
-		}
-		n, depth = n.Alias, depth+1
-	}
+// valueNode follows n's alias, if it is one, to the node that holds the
+// value; nil for null ("key:" with no value, or "~"), as if the key were
+// not there. parseYAML bounded what following aliases can reach.
+func valueNode(n *yaml.Node) *yaml.Node {
+	n = resolve(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil, depth, nil
+		return nil
 	}
-	return n, depth, nil
+	return n
 }
 
 // unknownField is the error of key k, which the mapping at field (the
@@ -326,12 +242,12 @@ func describeNode(n *yaml.Node) string {
 
 // decodeMapping sets the struct v from the mapping n: each key must be
 // one of v's yaml tags, once.
-func (d *yamlDoc) decodeMapping(n *yaml.Node, field string, v reflect.Value, depth int) error {
+func (d *yamlDoc) decodeMapping(n *yaml.Node, field string, v reflect.Value) error {
 	fields, names := yamlFields(v.Type())
 	if n.Kind != yaml.MappingNode {
 		return d.errorAt(n.Line, field, fmt.Errorf("want a mapping of %s, got %s", strings.Join(names, ", "), describeNode(n)))
 	}
-	pairs, err := d.mappingPairs(n, field, depth)
+	pairs, err := d.mappingPairs(n, field)
 	if err != nil {
 		return err
 	}
@@ -348,7 +264,7 @@ func (d *yamlDoc) decodeMapping(n *yaml.Node, field string, v reflect.Value, dep
 		}
 		seen[k.Value] = k.Line
 		d.lines[name] = k.Line
-		if err := d.decode(val, name, v.Field(idx), depth+1); err != nil {
+		if err := d.decode(val, name, v.Field(idx)); err != nil {
 			return err
 		}
 	}
@@ -357,7 +273,7 @@ func (d *yamlDoc) decodeMapping(n *yaml.Node, field string, v reflect.Value, dep
 
 // mappingPairs lists n's key and value nodes. A YAML merge key (<<: *a)
 // adds the keys of the mappings it names that n does not set itself.
-func (d *yamlDoc) mappingPairs(n *yaml.Node, field string, depth int) ([][2]*yaml.Node, error) {
+func (d *yamlDoc) mappingPairs(n *yaml.Node, field string) ([][2]*yaml.Node, error) {
 	var own, merged [][2]*yaml.Node
 	set := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -371,15 +287,15 @@ func (d *yamlDoc) mappingPairs(n *yaml.Node, field string, depth int) ([][2]*yam
 			continue
 		}
 		sources := []*yaml.Node{val}
-		if resolved := resolveAlias(val); resolved.Kind == yaml.SequenceNode {
+		if resolved := resolve(val); resolved.Kind == yaml.SequenceNode {
 			sources = resolved.Content
 		}
 		for _, src := range sources {
-			src = resolveAlias(src)
-			if src.Kind != yaml.MappingNode || depth > maxYAMLDepth {
+			src = resolve(src)
+			if src.Kind != yaml.MappingNode {
 				return nil, d.errorAt(k.Line, field, errors.New("<< must name a mapping or a list of mappings"))
 			}
-			pairs, err := d.mappingPairs(src, field, depth+1)
+			pairs, err := d.mappingPairs(src, field)
 			if err != nil {
 				return nil, err
 			}
@@ -393,13 +309,6 @@ func (d *yamlDoc) mappingPairs(n *yaml.Node, field string, depth int) ([][2]*yam
 		}
 	}
 	return own, nil
-}
-
-func resolveAlias(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && i < maxYAMLDepth; i++ {
-		n = n.Alias
-	}
-	return n
 }
 
 func joinField(parent, key string) string {

@@ -36,7 +36,7 @@ func newClients(cfg Config) (checks, releases goredis.UniversalClient, describe 
 	if cfg.URL != "" {
 		opts, _ := goredis.ParseURL(cfg.URL) // validated
 		tlsConfig = opts.TLSConfig
-		if err := withCAFile(tlsConfig, cfg.TLSCAFile); err != nil {
+		if err := withCAFile(tlsConfig, cfg.TLSCAFile, cfg.ReadFile); err != nil {
 			return nil, nil, "", err
 		}
 		opts.MaxRetries = -1
@@ -57,7 +57,7 @@ func newClients(cfg Config) (checks, releases goredis.UniversalClient, describe 
 		c := goredis.NewClient(opts)
 		return c, c, describe, nil
 	}
-	if err := withCAFile(tlsConfig, cfg.TLSCAFile); err != nil {
+	if err := withCAFile(tlsConfig, cfg.TLSCAFile, cfg.ReadFile); err != nil {
 		return nil, nil, "", err
 	}
 	u := &goredis.UniversalOptions{
@@ -98,13 +98,17 @@ func newClients(cfg Config) (checks, releases goredis.UniversalClient, describe 
 }
 
 // withCAFile makes tlsConfig trust the certificate authorities in the PEM
-// file path instead of the system's. An empty path changes nothing;
-// Validate refused a path without TLS.
-func withCAFile(tlsConfig *tls.Config, path string) error {
+// file path, read with readFile (os.ReadFile when nil), instead of the
+// system's. An empty path changes nothing; Validate refused a path
+// without TLS.
+func withCAFile(tlsConfig *tls.Config, path string, readFile func(string) ([]byte, error)) error {
 	if path == "" || tlsConfig == nil {
 		return nil
 	}
-	pem, err := os.ReadFile(path)
+	if readFile == nil {
+		readFile = os.ReadFile
+	}
+	pem, err := readFile(path)
 	if err != nil {
 		return fmt.Errorf("redis tls ca file: %w", err)
 	}

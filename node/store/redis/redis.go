@@ -51,6 +51,10 @@ type Config struct {
 	// TLSCAFile is a PEM file of the certificate authorities to trust
 	// instead of the system's, for any TLS connection.
 	TLSCAFile string
+	// ReadFile reads TLSCAFile. nil means os.ReadFile, which waits for a
+	// writer when the path is a named pipe; quotad passes the reader it
+	// reads every file with, which refuses one.
+	ReadFile func(path string) ([]byte, error)
 	// Timeout bounds each store call as its caller sees it: waiting for a
 	// pipeliner plus the round trip of its batch. A call that takes longer
 	// fails, and the policy's failure mode decides. Default 50ms.
