@@ -16,6 +16,7 @@ import (
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // CheckBatch with all_or_nothing over the wire: the batch is allowed whole
@@ -120,12 +121,12 @@ func allOrNothingRLS(t *testing.T) (ratelimitv3connect.RateLimitServiceClient, *
 		{Name: "shadowed", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Period: algorithms.MaxPeriod}},
 		{Name: "bucket", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 2, Burst: 4, Period: algorithms.MaxPeriod}},
 	}
-	rules := []EnvoyDescriptor{
+	rules := []envoy.EnvoyDescriptor{
 		{Key: "remote_address", Policy: "per-ip"},
 		{Key: "beta", Policy: "shadowed", ShadowMode: true},
 		{Key: "client", Policy: "bucket"},
 	}
-	return fileServer(t, EnvoyConfig{Domains: []EnvoyDomain{
+	return fileServer(t, envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{
 		{Domain: "edge", AllOrNothing: true, Descriptors: rules},
 		{Domain: "plain", Descriptors: rules},
 	}}, policies...)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // Bounds and defaults of Config.
@@ -73,13 +74,13 @@ type Config struct {
 	// Envoy configures Envoy's rate limit service; the zero value leaves it
 	// unserved. Validate checks its shape; NewHandler also resolves its
 	// policies on the node. Its requests carry up to MaxBatch descriptors.
-	Envoy EnvoyConfig
+	Envoy envoy.EnvoyConfig
 	// EnvoyRules, when set, is where Envoy's rate limit service reads its
 	// rules, and the service is served whatever they hold: the caller
 	// compiled them (CompileEnvoyRules) and may Swap in new ones at any
 	// time, e.g. on hot reload. Envoy is then only validated. nil means
 	// NewHandler compiles Envoy itself.
-	EnvoyRules *EnvoySwitch
+	EnvoyRules *envoy.EnvoySwitch
 	// Telemetry is where the wire sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry
@@ -146,7 +147,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("allowed hosts: %w: %w", ErrInvalidConfig, err)
 		}
 	}
-	if _, err := compileRLS(c.Envoy, nil); err != nil {
+	if err := c.Envoy.ValidateShape(); err != nil {
 		return err
 	}
 	return nil

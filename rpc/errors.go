@@ -14,6 +14,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // Errors of this package. Each is wrapped with the field it concerns; code
@@ -67,7 +68,7 @@ func code(ctx context.Context, err error) connect.Code {
 		return connect.CodePermissionDenied
 	case errors.Is(err, errAdminTokenMissing):
 		return connect.CodeUnauthenticated
-	case errors.Is(err, node.ErrUnknownPolicy), errors.Is(err, errUnknownDomain):
+	case errors.Is(err, node.ErrUnknownPolicy), errors.Is(err, envoy.ErrUnknownDomain):
 		return connect.CodeNotFound
 	case errors.Is(err, node.ErrSlotNotHeld), errors.Is(err, node.ErrLeaseNotHeld):
 		// The slot is an entity that no longer exists, as etcd answers a

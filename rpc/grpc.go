@@ -18,6 +18,7 @@ import (
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+	"github.com/quotad/quotad/rpc/envoy"
 	"github.com/quotad/quotad/rpc/guard"
 )
 
@@ -143,12 +144,12 @@ func (f grpcFront) quotaService(svc *service) *grpc.ServiceDesc {
 
 // rateLimitService is Envoy's envoy.service.ratelimit.v3.RateLimitService
 // on grpc-go, over rls.
-func (f grpcFront) rateLimitService(rls *rlsService) *grpc.ServiceDesc {
+func (f grpcFront) rateLimitService(rls *envoy.Service) *grpc.ServiceDesc {
 	return &grpc.ServiceDesc{
 		ServiceName: ratelimitv3connect.RateLimitServiceName,
 		HandlerType: (*any)(nil),
 		Methods: []grpc.MethodDesc{
-			grpcUnary[rlsv3.RateLimitRequest](f, ratelimitv3connect.RateLimitServiceShouldRateLimitProcedure, rls.shouldRateLimit),
+			grpcUnary[rlsv3.RateLimitRequest](f, ratelimitv3connect.RateLimitServiceShouldRateLimitProcedure, rls.ShouldRateLimit),
 		},
 		Metadata: "envoy/service/ratelimit/v3/rls.proto",
 	}

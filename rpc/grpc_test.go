@@ -30,6 +30,7 @@ import (
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // Tests of the gRPC front end with grpc-go's own client, as most gRPC
@@ -49,7 +50,7 @@ func grpcConn(t *testing.T, ts *testServer) *grpc.ClientConn {
 // The hand-written service descriptions are the proto files' services:
 // every method, unary, with the proto's request type.
 func TestGRPCMethodsMatchProto(t *testing.T) {
-	h := &Handler{svc: &service{}, rls: &rlsService{}}
+	h := &Handler{svc: &service{}, rls: &envoy.Service{}}
 	f := grpcFront{log: nil}
 	for _, sd := range []*grpc.ServiceDesc{f.quotaService(h.svc), f.rateLimitService(h.rls)} {
 		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(sd.ServiceName))

@@ -16,6 +16,7 @@ import (
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 	"github.com/quotad/quotad/rpc/console"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // NewHandler returns the API of node n as one http.Handler:
@@ -108,13 +109,13 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	// the mux prefers the exact path to the service's prefix.
 	_, batches := quotadv1connect.NewQuotaServiceHandler(svc, common, batchLimits, rpcInterceptors)
 	mux.Handle(quotadv1connect.QuotaServiceCheckBatchProcedure, batches)
-	rls, envoyServices, err := mountRLS(mux, n, cfg, common, batchLimits, rpcInterceptors)
+	rls, envoyRules, envoyServices, err := mountRLS(mux, n, cfg, common, batchLimits, rpcInterceptors)
 	if err != nil {
 		return nil, err
 	}
 	reflected := append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)
 	handler := &Handler{
-		svc: svc, rls: rls, health: h, reflected: reflected,
+		svc: svc, rls: rls, envoyRules: envoyRules, health: h, reflected: reflected,
 		tel: tel, log: log, maxRequestBytes: cfg.MaxRequestBytes, admin: admin,
 	}
 	handler.version.Store(&cfg.ConfigVersion)
@@ -145,8 +146,10 @@ type Handler struct {
 	mux http.Handler
 	// The service core, shared with the gRPC front end.
 	svc *service
-	// rls is Envoy's rate limit service; nil when it is not served.
-	rls *rlsService
+	// rls is Envoy's rate limit service, and envoyRules the rules it
+	// decides by; both nil when it is not served.
+	rls        *envoy.Service
+	envoyRules *envoy.EnvoySwitch
 	// health and reflected (the services reflection lists) are shared too.
 	health          *Health
 	reflected       []string
@@ -185,7 +188,7 @@ type Rules struct {
 	// rate limit service is not served (NewHandler's Config configured no
 	// domain and no DropIn), they must serve nothing either: serving it
 	// takes a restart.
-	Envoy *EnvoyRules
+	Envoy *envoy.EnvoyRules
 	// Version is shown by GET /cluster.
 	Version ConfigVersion
 }
@@ -202,11 +205,11 @@ var ErrRestartRequired = errors.New("needs a restart")
 // make them.
 func (h *Handler) SetRules(r Rules) error {
 	if h.rls == nil {
-		if r.Envoy.serves() {
+		if r.Envoy.Serves() {
 			return fmt.Errorf("envoy: serving Envoy's rate limit service %w (it was not configured at start)", ErrRestartRequired)
 		}
 	} else {
-		h.rls.rules.Swap(r.Envoy)
+		h.envoyRules.Swap(r.Envoy)
 	}
 	v := r.Version
 	h.version.Store(&v)

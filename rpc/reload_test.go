@@ -20,6 +20,7 @@ import (
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 func minutePolicy(name string, limit int64) node.Policy {
@@ -27,16 +28,16 @@ func minutePolicy(name string, limit int64) node.Policy {
 }
 
 // twoRuleEnvoy limits descriptors "a" by policy pa and "b" by pb.
-func twoRuleEnvoy() EnvoyConfig {
-	return EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge", Descriptors: []EnvoyDescriptor{
+func twoRuleEnvoy() envoy.EnvoyConfig {
+	return envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{{Domain: "edge", Descriptors: []envoy.EnvoyDescriptor{
 		{Key: "a", Policy: "pa"}, {Key: "b", Policy: "pb"},
 	}}}}
 }
 
-// compiled is CompileEnvoyRules(c, policies), which must succeed.
-func compiled(t testing.TB, c EnvoyConfig, policies []node.Policy) *EnvoyRules {
+// compiled is envoy.CompileEnvoyRules(c, policies), which must succeed.
+func compiled(t testing.TB, c envoy.EnvoyConfig, policies []node.Policy) *envoy.EnvoyRules {
 	t.Helper()
-	r, err := CompileEnvoyRules(c, policies)
+	r, err := envoy.CompileEnvoyRules(c, policies)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestSetRulesReplacesEnvoyRules(t *testing.T) {
 
 	bad := twoRuleEnvoy()
 	bad.Domains[0].Descriptors[1].Policy = "nope"
-	if _, err := CompileEnvoyRules(bad, policies); !errors.Is(err, node.ErrUnknownPolicy) {
+	if _, err := envoy.CompileEnvoyRules(bad, policies); !errors.Is(err, node.ErrUnknownPolicy) {
 		t.Fatalf("rules naming an unknown policy: %v, want ErrUnknownPolicy", err)
 	}
 	if got := shouldRateLimit(t, c, req).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != 100 {

@@ -17,6 +17,7 @@ import (
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // End-to-end tests of Envoy's rate limit service: real nodes behind the
@@ -39,8 +40,8 @@ func rlsServerPolicies() []node.Policy {
 	}
 }
 
-func rlsServerConfig() EnvoyConfig {
-	return EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge", Descriptors: []EnvoyDescriptor{
+func rlsServerConfig() envoy.EnvoyConfig {
+	return envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{{Domain: "edge", Descriptors: []envoy.EnvoyDescriptor{
 		{Key: "remote_address", Policy: "per-ip"},
 		{Key: "remote_address", Value: "10.0.0.2", Unlimited: true},
 		{Key: "beta", Policy: "shadowed", ShadowMode: true},

@@ -10,6 +10,7 @@ import (
 	"github.com/quotad/quotad/node/store/memory"
 	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // config is everything quotad can be told, from defaults, then the config
@@ -65,7 +66,7 @@ type config struct {
 	Server rpc.ServerConfig
 	// Envoy configures Envoy's rate limit service; the zero value leaves it
 	// unserved.
-	Envoy rpc.EnvoyConfig
+	Envoy envoy.EnvoyConfig
 	// EnvoyDir is a directory of envoyproxy/ratelimit config files whose
 	// domains Envoy's rate limit service serves beside Envoy's, reloaded
 	// when they change; empty means none.

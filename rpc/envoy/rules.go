@@ -1,4 +1,4 @@
-package rpc
+package envoy
 
 import (
 	"sync/atomic"
@@ -37,9 +37,9 @@ func (r *EnvoyRules) Domains() []string {
 	return append([]string(nil), r.table.names...)
 }
 
-// serves reports whether r decides anything: it configures a domain, or is
+// Serves reports whether r decides anything: it configures a domain, or is
 // DropIn (every domain is then served). nil serves nothing.
-func (r *EnvoyRules) serves() bool {
+func (r *EnvoyRules) Serves() bool {
 	return r != nil && (len(r.table.domains) > 0 || r.table.dropIn)
 }
 

@@ -1,4 +1,4 @@
-package rpc
+package envoy
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
-	"github.com/quotad/quotad/node/store/memory"
 )
 
 // Every configuration mistake is refused, naming the field as the config
@@ -82,29 +81,23 @@ func TestEnvoyConfigValidate(t *testing.T) {
 	}
 }
 
-// Config.Validate checks the rules' shape without knowing the policies;
-// NewHandler then refuses rules naming a policy the node lacks.
-func TestEnvoyConfigInHandler(t *testing.T) {
-	bad := one("edge", EnvoyDescriptor{Key: "k", Unlimited: true, Policy: "x"})
-	if err := (Config{Envoy: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "exclude each other") {
-		t.Fatalf("Config.Validate: %v, want the rule refused", err)
-	}
-	unknown := one("edge", EnvoyDescriptor{Key: "k", Policy: "nope"})
-	if err := (Config{Envoy: unknown}).Validate(); err != nil {
-		t.Fatalf("Config.Validate cannot know the policies, yet: %v", err)
-	}
-	n, err := node.New(node.Config{Policies: rlsPolicies()}, memory.New(nil, 0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	_, err = NewHandler(n, Config{Envoy: unknown}, nil)
-	if !errors.Is(err, node.ErrUnknownPolicy) || !strings.Contains(err.Error(), `envoy.domains[0].descriptors[0].policy`) {
-		t.Fatalf("NewHandler: %v, want the unknown policy named", err)
-	}
-}
-
 // one is a config of one domain with one rule.
 func one(domain string, d EnvoyDescriptor) EnvoyConfig {
 	return EnvoyConfig{Domains: []EnvoyDomain{{Domain: domain, Descriptors: []EnvoyDescriptor{d}}}}
+}
+
+// Envoy's rate limit service cannot release slots, so a rule naming a
+// concurrency policy is refused, in quotad's schema and as an
+// envoyproxy/ratelimit file's quotad_policy.
+func TestEnvoyRefusesConcurrencyPolicies(t *testing.T) {
+	jobs := []node.Policy{{Name: "jobs", Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Limit: 5, Period: time.Minute}}}
+	err := one("edge", EnvoyDescriptor{Key: "k", Policy: "jobs"}).Validate(jobs)
+	if err == nil || !strings.Contains(err.Error(), `envoy.domains[0].descriptors[0].policy: invalid rpc config: policy "jobs" is a concurrency limit, which needs its slots released (quotad's ReleaseSlot); Envoy's rate limit protocol cannot`) {
+		t.Errorf("quotad's schema: got %v", err)
+	}
+	file := EnvoyConfig{Domains: []EnvoyDomain{fileDomain("a.yaml", "edge", EnvoyDescriptor{Key: "k", Line: 3, RateLimit: &EnvoyRateLimit{Policy: "jobs"}})}}
+	err = file.Validate(jobs)
+	if err == nil || !strings.Contains(err.Error(), `a.yaml: line 3: descriptors[0].rate_limit.quotad_policy: invalid rpc config: policy "jobs" is a concurrency limit`) {
+		t.Errorf("a file: got %v", err)
+	}
 }

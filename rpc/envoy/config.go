@@ -1,6 +1,7 @@
-package rpc
+package envoy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -10,6 +11,10 @@ import (
 	"github.com/quotad/quotad/node"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 )
+
+// ErrInvalidConfig is wrapped by every error EnvoyConfig.Validate and
+// CompileEnvoyRules return.
+var ErrInvalidConfig = errors.New("invalid rpc config")
 
 // DefaultNearLimitRatio is EnvoyConfig.NearLimitRatio's default, as
 // envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
@@ -168,6 +173,13 @@ var envoyUnits = map[string]struct {
 // node.ErrUnknownPolicy for a policy that is not among policies.
 func (c EnvoyConfig) Validate(policies []node.Policy) error {
 	_, err := compileRLS(c, lookupIn(policies))
+	return err
+}
+
+// ValidateShape is Validate without the policies: it reports the first
+// problem with c that does not depend on which policies are configured.
+func (c EnvoyConfig) ValidateShape() error {
+	_, err := compileRLS(c, nil)
 	return err
 }
 

@@ -1,61 +1,49 @@
-package rpc
+package envoy
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
-	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 )
 
 // This file serves Envoy's rate limit service: ShouldRateLimit decides each
 // descriptor of a request with the rule its entries match (rls_match.go) and
 // the node's Check.
 
-// errUnknownDomain: the request names a domain that is not configured.
-var errUnknownDomain = errors.New("unknown domain")
+// ErrUnknownDomain is wrapped by the error of a request that names a
+// domain that is not configured.
+var ErrUnknownDomain = errors.New("unknown domain")
 
-// mountRLS serves Envoy's rate limit service on mux when cfg configures it,
-// with the handler options opts, and returns the names of the services it
-// mounted (for reflection), and the service, which Handler.SetRules gives
-// new rules: none, and nil, when there is no cfg.EnvoyRules and cfg.Envoy
-// has no domains and is not DropIn. cfg is defaulted and validated.
-func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) (*rlsService, []string, error) {
-	rules := cfg.EnvoyRules
-	if rules == nil {
-		if len(cfg.Envoy.Domains) == 0 && !cfg.Envoy.DropIn {
-			return nil, nil, nil
-		}
-		t, err := compileRLS(cfg.Envoy, n.Policy)
-		if err != nil {
-			return nil, nil, err
-		}
-		rules = NewEnvoySwitch(&EnvoyRules{table: t})
-	}
-	stats, err := newRLSStats(cfg.Telemetry.MeterProvider)
+// errInvalidRequest: the request is malformed.
+var errInvalidRequest = algorithms.NewInputError("invalid request")
+
+// NewService returns Envoy's rate limit service on node n, deciding with
+// the rules rules holds, requests of up to maxDescriptors descriptors, its
+// statistics sent to mp (nil: none).
+func NewService(n *node.Node, rules *EnvoySwitch, maxDescriptors int, mp metric.MeterProvider) (*Service, error) {
+	stats, err := newRLSStats(mp)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	svc := &rlsService{node: n, rules: rules, maxDescriptors: cfg.MaxBatch, stats: stats, now: time.Now}
-	mux.Handle(ratelimitv3connect.NewRateLimitServiceHandler(svc, opts...))
-	return svc, []string{ratelimitv3connect.RateLimitServiceName}, nil
+	return &Service{node: n, rules: rules, maxDescriptors: maxDescriptors, stats: stats, now: time.Now}, nil
 }
 
-// rlsService implements envoy.service.ratelimit.v3.RateLimitService on a
+// Service implements envoy.service.ratelimit.v3.RateLimitService on a
 // node. Its methods return plain domain errors; errorInterceptor gives them
 // their codes. It is safe for concurrent use.
-type rlsService struct {
+type Service struct {
 	node *node.Node
 	// rules are read once per request; Handler.SetRules swaps in new ones.
 	rules *EnvoySwitch
@@ -65,8 +53,6 @@ type rlsService struct {
 	// now is the clock of blocked rules' windows.
 	now func() time.Time
 }
-
-var _ ratelimitv3connect.RateLimitServiceHandler = (*rlsService)(nil)
 
 // rlsCheck is what deciding one descriptor takes. Every descriptor of a
 // request is planned before any is decided, so that a malformed descriptor
@@ -92,16 +78,7 @@ type rlsCheck struct {
 // descriptor is decided, even after one is over its limit, and spends its
 // hits if it fits, as in envoyproxy/ratelimit. The whole request is decided
 // by one set of rules, even while a new one is swapped in.
-func (s *rlsService) ShouldRateLimit(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
-	res, err := s.shouldRateLimit(ctx, req.Msg)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(res), nil
-}
-
-// shouldRateLimit is ShouldRateLimit's core, which both front ends call.
-func (s *rlsService) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	t := &s.rules.Rules().table
 	checks, err := s.plan(ctx, t, req)
 	if err != nil {
@@ -138,7 +115,7 @@ func (s *rlsService) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 }
 
 // plan validates req and plans each of its descriptors with the rules t.
-func (s *rlsService) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimitRequest) ([]rlsCheck, error) {
+func (s *Service) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimitRequest) ([]rlsCheck, error) {
 	domain := req.GetDomain()
 	if domain == "" {
 		return nil, fmt.Errorf("domain: %w: must not be empty", errInvalidRequest)
@@ -150,7 +127,7 @@ func (s *rlsService) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimit
 	root, ok := t.domains[domain]
 	if !ok {
 		if !t.dropIn {
-			return nil, fmt.Errorf("domain: %w %q: not configured on this server (configured: %s)", errUnknownDomain, domain, strings.Join(t.names, ", "))
+			return nil, fmt.Errorf("domain: %w %q: not configured on this server (configured: %s)", ErrUnknownDomain, domain, strings.Join(t.names, ", "))
 		}
 		// As envoyproxy/ratelimit: no rule applies to anything (root is
 		// nil), but the descriptors must still be well formed.
@@ -237,7 +214,7 @@ func planDescriptor(root *rlsLevel, domain string, d *rlscommonv3.RateLimitDescr
 
 // decide checks one planned descriptor with the node, and counts it in the
 // statistics; t is the rules it was planned with.
-func (s *rlsService) decide(ctx context.Context, t *rlsTable, c rlsCheck) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+func (s *Service) decide(ctx context.Context, t *rlsTable, c rlsCheck) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	r := c.rule
 	switch {
 	case r == nil:
@@ -264,7 +241,7 @@ func (s *rlsService) decide(ctx context.Context, t *rlsTable, c rlsCheck) (*rlsv
 // counts it in the statistics; over says whether c is over its limit, spent
 // whether its cost was spent (neither: it fitted, but an all_or_nothing
 // request spent nothing).
-func (s *rlsService) answer(ctx context.Context, t *rlsTable, c rlsCheck, res node.Result, over, spent bool) *rlsv3.RateLimitResponse_DescriptorStatus {
+func (s *Service) answer(ctx context.Context, t *rlsTable, c rlsCheck, res node.Result, over, spent bool) *rlsv3.RateLimitResponse_DescriptorStatus {
 	limit, remaining := uint64(max(res.Limit, 0)), uint64(max(res.Remaining, 0))
 	o := rlsOutcome{hits: c.hits, limit: limit, over: over, unspent: !over && !spent}
 	// The counter before the hits: a denial spent nothing, an admission
@@ -286,7 +263,7 @@ func (s *rlsService) answer(ctx context.Context, t *rlsTable, c rlsCheck, res no
 // or with those of other descriptors of the same counter, exceed what its
 // limit can ever admit, makes the request over the limit before anything
 // is spent: the others are then only read (a check of cost 0).
-func (s *rlsService) decideAll(ctx context.Context, t *rlsTable, checks []rlsCheck, sts []*rlsv3.RateLimitResponse_DescriptorStatus) error {
+func (s *Service) decideAll(ctx context.Context, t *rlsTable, checks []rlsCheck, sts []*rlsv3.RateLimitResponse_DescriptorStatus) error {
 	type counter struct {
 		p   node.Policy
 		key string
@@ -354,7 +331,7 @@ func (s *rlsService) decideAll(ctx context.Context, t *rlsTable, checks []rlsChe
 
 // status is the answer for a descriptor of rule r: OVER_LIMIT when over,
 // unless r is in shadow mode.
-func (s *rlsService) status(r *rlsRule, over bool, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
+func (s *Service) status(r *rlsRule, over bool, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
 	code := rlsv3.RateLimitResponse_OK
 	if over && !r.shadow {
 		code = rlsv3.RateLimitResponse_OVER_LIMIT

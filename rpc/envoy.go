@@ -1,0 +1,53 @@
+package rpc
+
+import (
+	"context"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	"github.com/quotad/quotad/node"
+	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
+	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
+	"github.com/quotad/quotad/rpc/envoy"
+)
+
+// mountRLS serves Envoy's rate limit service on mux when cfg configures it,
+// with the handler options opts, and returns the names of the services it
+// mounted (for reflection), the service, and the switch Handler.SetRules
+// gives new rules: none, and nil, when there is no cfg.EnvoyRules and
+// cfg.Envoy has no domains and is not DropIn. cfg is defaulted and
+// validated.
+func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) (*envoy.Service, *envoy.EnvoySwitch, []string, error) {
+	rules := cfg.EnvoyRules
+	if rules == nil {
+		if len(cfg.Envoy.Domains) == 0 && !cfg.Envoy.DropIn {
+			return nil, nil, nil, nil
+		}
+		r, err := envoy.CompileEnvoyRules(cfg.Envoy, n.Policies())
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		rules = envoy.NewEnvoySwitch(r)
+	}
+	svc, err := envoy.NewService(n, rules, cfg.MaxBatch, cfg.Telemetry.MeterProvider)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mux.Handle(ratelimitv3connect.NewRateLimitServiceHandler(rlsHandler{svc}, opts...))
+	return svc, rules, []string{ratelimitv3connect.RateLimitServiceName}, nil
+}
+
+// rlsHandler is Envoy's rate limit service on connect-go.
+type rlsHandler struct{ svc *envoy.Service }
+
+var _ ratelimitv3connect.RateLimitServiceHandler = rlsHandler{}
+
+// ShouldRateLimit implements RateLimitService.ShouldRateLimit.
+func (h rlsHandler) ShouldRateLimit(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
+	res, err := h.svc.ShouldRateLimit(ctx, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
