@@ -121,12 +121,12 @@ func allOrNothingRLS(t *testing.T) (ratelimitv3connect.RateLimitServiceClient, *
 		{Name: "shadowed", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1, Period: algorithms.MaxPeriod}},
 		{Name: "bucket", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 2, Burst: 4, Period: algorithms.MaxPeriod}},
 	}
-	rules := []envoy.EnvoyDescriptor{
+	rules := []envoy.Descriptor{
 		{Key: "remote_address", Policy: "per-ip"},
 		{Key: "beta", Policy: "shadowed", ShadowMode: true},
 		{Key: "client", Policy: "bucket"},
 	}
-	return fileServer(t, envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{
+	return fileServer(t, envoy.Config{Domains: []envoy.Domain{
 		{Domain: "edge", AllOrNothing: true, Descriptors: rules},
 		{Domain: "plain", Descriptors: rules},
 	}}, policies...)

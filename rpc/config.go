@@ -74,13 +74,13 @@ type Config struct {
 	// Envoy configures Envoy's rate limit service; the zero value leaves it
 	// unserved. Validate checks its shape; NewHandler also resolves its
 	// policies on the node. Its requests carry up to MaxBatch descriptors.
-	Envoy envoy.EnvoyConfig
+	Envoy envoy.Config
 	// EnvoyRules, when set, is where Envoy's rate limit service reads its
 	// rules, and the service is served whatever they hold: the caller
-	// compiled them (CompileEnvoyRules) and may Swap in new ones at any
+	// compiled them (envoy.Compile) and may Swap in new ones at any
 	// time, e.g. on hot reload. Envoy is then only validated. nil means
 	// NewHandler compiles Envoy itself.
-	EnvoyRules *envoy.EnvoySwitch
+	EnvoyRules *envoy.Switch
 	// Telemetry is where the wire sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry

@@ -18,17 +18,17 @@ import (
 // gives new rules: none, and nil, when there is no cfg.EnvoyRules and
 // cfg.Envoy has no domains and is not DropIn. cfg is defaulted and
 // validated.
-func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) (*envoy.Service, *envoy.EnvoySwitch, []string, error) {
+func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) (*envoy.Service, *envoy.Switch, []string, error) {
 	rules := cfg.EnvoyRules
 	if rules == nil {
 		if len(cfg.Envoy.Domains) == 0 && !cfg.Envoy.DropIn {
 			return nil, nil, nil, nil
 		}
-		r, err := envoy.CompileEnvoyRules(cfg.Envoy, n.Policies())
+		r, err := envoy.Compile(cfg.Envoy, n.Policies())
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		rules = envoy.NewEnvoySwitch(r)
+		rules = envoy.NewSwitch(r)
 	}
 	svc, err := envoy.NewService(n, rules, cfg.MaxBatch, cfg.Telemetry.MeterProvider)
 	if err != nil {

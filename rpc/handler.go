@@ -149,7 +149,7 @@ type Handler struct {
 	// rls is Envoy's rate limit service, and envoyRules the rules it
 	// decides by; both nil when it is not served.
 	rls        *envoy.Service
-	envoyRules *envoy.EnvoySwitch
+	envoyRules *envoy.Switch
 	// health and reflected (the services reflection lists) are shared too.
 	health          *Health
 	reflected       []string
@@ -182,13 +182,13 @@ type ConfigVersion struct {
 // Rules are what a server can change while it serves: Envoy's rules and
 // the version of the configuration they came from.
 type Rules struct {
-	// Envoy is Envoy's rules, compiled by CompileEnvoyRules against the
+	// Envoy is Envoy's rules, compiled by envoy.Compile against the
 	// policies the node runs (node.SetPolicies): the rules keep their own
 	// copy of each. nil means none: every domain is unknown. While Envoy's
 	// rate limit service is not served (NewHandler's Config configured no
 	// domain and no DropIn), they must serve nothing either: serving it
 	// takes a restart.
-	Envoy *envoy.EnvoyRules
+	Envoy *envoy.Rules
 	// Version is shown by GET /cluster.
 	Version ConfigVersion
 }
@@ -197,7 +197,7 @@ type Rules struct {
 // a service that is not mounted.
 var ErrRestartRequired = errors.New("needs a restart")
 
-// SetRules replaces the Envoy rules with one EnvoySwitch.Swap, the same
+// SetRules replaces the Envoy rules with one envoy.Switch.Swap, the same
 // switch Config.EnvoyRules names when set: each ShouldRateLimit request is
 // decided wholly by the old rules or wholly by the new ones. On error
 // nothing changes. Safe for concurrent use with requests; calls are not

@@ -28,16 +28,16 @@ func minutePolicy(name string, limit int64) node.Policy {
 }
 
 // twoRuleEnvoy limits descriptors "a" by policy pa and "b" by pb.
-func twoRuleEnvoy() envoy.EnvoyConfig {
-	return envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{{Domain: "edge", Descriptors: []envoy.EnvoyDescriptor{
+func twoRuleEnvoy() envoy.Config {
+	return envoy.Config{Domains: []envoy.Domain{{Domain: "edge", Descriptors: []envoy.Descriptor{
 		{Key: "a", Policy: "pa"}, {Key: "b", Policy: "pb"},
 	}}}}
 }
 
-// compiled is envoy.CompileEnvoyRules(c, policies), which must succeed.
-func compiled(t testing.TB, c envoy.EnvoyConfig, policies []node.Policy) *envoy.EnvoyRules {
+// compiled is envoy.Compile(c, policies), which must succeed.
+func compiled(t testing.TB, c envoy.Config, policies []node.Policy) *envoy.Rules {
 	t.Helper()
-	r, err := envoy.CompileEnvoyRules(c, policies)
+	r, err := envoy.Compile(c, policies)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestSetRulesReplacesEnvoyRules(t *testing.T) {
 
 	bad := twoRuleEnvoy()
 	bad.Domains[0].Descriptors[1].Policy = "nope"
-	if _, err := envoy.CompileEnvoyRules(bad, policies); !errors.Is(err, node.ErrUnknownPolicy) {
+	if _, err := envoy.Compile(bad, policies); !errors.Is(err, node.ErrUnknownPolicy) {
 		t.Fatalf("rules naming an unknown policy: %v, want ErrUnknownPolicy", err)
 	}
 	if got := shouldRateLimit(t, c, req).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != 100 {

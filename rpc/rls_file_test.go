@@ -23,23 +23,23 @@ import (
 	"github.com/quotad/quotad/rpc/envoy"
 )
 
-// Rules of envoyproxy/ratelimit's schema (envoy.EnvoyDomain.File set) served
+// Rules of envoyproxy/ratelimit's schema (envoy.Domain.File set) served
 // end to end.
 
 func rpu(n uint32) *uint32 { return &n }
 
 // perUnit is a rate_limit block of n requests per unit.
-func perUnit(n uint32, unit string) *envoy.EnvoyRateLimit {
-	return &envoy.EnvoyRateLimit{Unit: unit, RequestsPerUnit: rpu(n)}
+func perUnit(n uint32, unit string) *envoy.RateLimit {
+	return &envoy.RateLimit{Unit: unit, RequestsPerUnit: rpu(n)}
 }
 
-func fileDomain(file, domain string, ds ...envoy.EnvoyDescriptor) envoy.EnvoyDomain {
-	return envoy.EnvoyDomain{Domain: domain, File: file, Descriptors: ds}
+func fileDomain(file, domain string, ds ...envoy.Descriptor) envoy.Domain {
+	return envoy.Domain{Domain: domain, File: file, Descriptors: ds}
 }
 
 // one is a config of one domain with one rule.
-func one(domain string, d envoy.EnvoyDescriptor) envoy.EnvoyConfig {
-	return envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{{Domain: domain, Descriptors: []envoy.EnvoyDescriptor{d}}}}
+func one(domain string, d envoy.Descriptor) envoy.Config {
+	return envoy.Config{Domains: []envoy.Domain{{Domain: domain, Descriptors: []envoy.Descriptor{d}}}}
 }
 
 // maxRLSDetails is envoy's cap on a detailed_metric rule's labels.
@@ -48,11 +48,11 @@ const maxRLSDetails = 100
 // Config.Validate checks the rules' shape without knowing the policies;
 // NewHandler then refuses rules naming a policy the node lacks.
 func TestEnvoyConfigInHandler(t *testing.T) {
-	bad := one("edge", envoy.EnvoyDescriptor{Key: "k", Unlimited: true, Policy: "x"})
+	bad := one("edge", envoy.Descriptor{Key: "k", Unlimited: true, Policy: "x"})
 	if err := (Config{Envoy: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "exclude each other") {
 		t.Fatalf("Config.Validate: %v, want the rule refused", err)
 	}
-	unknown := one("edge", envoy.EnvoyDescriptor{Key: "k", Policy: "nope"})
+	unknown := one("edge", envoy.Descriptor{Key: "k", Policy: "nope"})
 	if err := (Config{Envoy: unknown}).Validate(); err != nil {
 		t.Fatalf("Config.Validate cannot know the policies, yet: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestEnvoyConfigInHandler(t *testing.T) {
 
 // fileServer serves rules of envoyproxy/ratelimit's schema on the memory
 // store, with metrics read by the returned reader.
-func fileServer(t *testing.T, cfg envoy.EnvoyConfig, policies ...node.Policy) (ratelimitv3connect.RateLimitServiceClient, *sdkmetric.ManualReader) {
+func fileServer(t *testing.T, cfg envoy.Config, policies ...node.Policy) (ratelimitv3connect.RateLimitServiceClient, *sdkmetric.ManualReader) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -118,15 +118,15 @@ func envoyCounts(t *testing.T, reader *sdkmetric.ManualReader) map[string]map[st
 // Blocked rules (requests_per_unit 0), named limits, units and shadow mode
 // as envoyproxy/ratelimit answers them, with its statistics.
 func TestRLSFileDecisions(t *testing.T) {
-	c, reader := fileServer(t, envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{fileDomain("edge.yaml", "edge",
+	c, reader := fileServer(t, envoy.Config{Domains: []envoy.Domain{fileDomain("edge.yaml", "edge",
 		// Years, so that no window ends while the test runs.
-		envoy.EnvoyDescriptor{Key: "remote_address", RateLimit: perUnit(10, "year")},
-		envoy.EnvoyDescriptor{Key: "remote_address", Value: "50.0.0.5", RateLimit: &envoy.EnvoyRateLimit{Unit: "second", RequestsPerUnit: rpu(0), Name: "banned"}},
-		envoy.EnvoyDescriptor{Key: "weekly", RateLimit: &envoy.EnvoyRateLimit{Unit: "week", RequestsPerUnit: rpu(2), Name: "per-week"}},
-		envoy.EnvoyDescriptor{Key: "beta", ShadowMode: true, RateLimit: perUnit(1, "year")},
-		envoy.EnvoyDescriptor{Key: "tenant", DetailedMetric: true, RateLimit: perUnit(1, "minute")},
-		envoy.EnvoyDescriptor{Key: "bucket", RateLimit: &envoy.EnvoyRateLimit{Policy: "bucket"}},
-		envoy.EnvoyDescriptor{Key: "free", RateLimit: &envoy.EnvoyRateLimit{Unlimited: true}},
+		envoy.Descriptor{Key: "remote_address", RateLimit: perUnit(10, "year")},
+		envoy.Descriptor{Key: "remote_address", Value: "50.0.0.5", RateLimit: &envoy.RateLimit{Unit: "second", RequestsPerUnit: rpu(0), Name: "banned"}},
+		envoy.Descriptor{Key: "weekly", RateLimit: &envoy.RateLimit{Unit: "week", RequestsPerUnit: rpu(2), Name: "per-week"}},
+		envoy.Descriptor{Key: "beta", ShadowMode: true, RateLimit: perUnit(1, "year")},
+		envoy.Descriptor{Key: "tenant", DetailedMetric: true, RateLimit: perUnit(1, "minute")},
+		envoy.Descriptor{Key: "bucket", RateLimit: &envoy.RateLimit{Policy: "bucket"}},
+		envoy.Descriptor{Key: "free", RateLimit: &envoy.RateLimit{Unlimited: true}},
 	)}}, rlsServerPolicies()...)
 
 	// Ten a year: hits within; the last two past the near-limit ratio
@@ -216,12 +216,12 @@ func TestRLSFileDecisions(t *testing.T) {
 // replaces: when one request's descriptors match a limit and one that
 // replaces it, only the replacing one is decided and counted.
 func TestRLSFileReplaces(t *testing.T) {
-	c, reader := fileServer(t, envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{fileDomain("r.yaml", "example7",
-		envoy.EnvoyDescriptor{Key: "key_1", Value: "value_1", Descriptors: []envoy.EnvoyDescriptor{
-			{Key: "user", Value: "bkthomps", RateLimit: &envoy.EnvoyRateLimit{Name: "specific_limit", Unit: "second", RequestsPerUnit: rpu(5)}},
+	c, reader := fileServer(t, envoy.Config{Domains: []envoy.Domain{fileDomain("r.yaml", "example7",
+		envoy.Descriptor{Key: "key_1", Value: "value_1", Descriptors: []envoy.Descriptor{
+			{Key: "user", Value: "bkthomps", RateLimit: &envoy.RateLimit{Name: "specific_limit", Unit: "second", RequestsPerUnit: rpu(5)}},
 		}},
-		envoy.EnvoyDescriptor{Key: "key_2", Value: "value_2", Descriptors: []envoy.EnvoyDescriptor{
-			{Key: "user", Value: "bkthomps", RateLimit: &envoy.EnvoyRateLimit{Replaces: []string{"specific_limit"}, Unit: "second", RequestsPerUnit: rpu(10)}},
+		envoy.Descriptor{Key: "key_2", Value: "value_2", Descriptors: []envoy.Descriptor{
+			{Key: "user", Value: "bkthomps", RateLimit: &envoy.RateLimit{Replaces: []string{"specific_limit"}, Unit: "second", RequestsPerUnit: rpu(10)}},
 		}},
 	)}})
 	one := desc("key_1", "value_1", "user", "bkthomps")
@@ -245,8 +245,8 @@ func TestRLSFileReplaces(t *testing.T) {
 // The global shadow mode answers overall OK and leaves the statuses; drop-in
 // mode answers OK for an unknown domain.
 func TestRLSGlobalShadowAndDropIn(t *testing.T) {
-	c, reader := fileServer(t, envoy.EnvoyConfig{ShadowMode: true, DropIn: true, Domains: []envoy.EnvoyDomain{fileDomain("e.yaml", "edge",
-		envoy.EnvoyDescriptor{Key: "k", RateLimit: perUnit(1, "hour")},
+	c, reader := fileServer(t, envoy.Config{ShadowMode: true, DropIn: true, Domains: []envoy.Domain{fileDomain("e.yaml", "edge",
+		envoy.Descriptor{Key: "k", RateLimit: perUnit(1, "hour")},
 	)}})
 	shouldRateLimit(t, c, request("edge", desc("k", "v")))
 	res := shouldRateLimit(t, c, request("edge", desc("k", "v")))
@@ -268,7 +268,7 @@ func TestRLSGlobalShadowAndDropIn(t *testing.T) {
 	}
 
 	// Drop-in mode serves even without domains.
-	empty, _ := fileServer(t, envoy.EnvoyConfig{DropIn: true})
+	empty, _ := fileServer(t, envoy.Config{DropIn: true})
 	res = shouldRateLimit(t, empty, request("edge", desc("k", "v")))
 	wantStatus(t, "no domains", res.GetStatuses()[0], rlsOK, "", 0, "", 0, 0)
 }
@@ -277,10 +277,10 @@ func TestRLSGlobalShadowAndDropIn(t *testing.T) {
 // after: with swaps racing requests, both descriptors of every answer
 // always name the same rule set.
 func TestEnvoySwitchIsAtomic(t *testing.T) {
-	compile := func(name string) *envoy.EnvoyRules {
-		lim := &envoy.EnvoyRateLimit{Unit: "hour", RequestsPerUnit: rpu(1 << 30), Name: name}
-		r, err := envoy.CompileEnvoyRules(envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{fileDomain("s.yaml", "edge",
-			envoy.EnvoyDescriptor{Key: "a", RateLimit: lim}, envoy.EnvoyDescriptor{Key: "b", RateLimit: lim},
+	compile := func(name string) *envoy.Rules {
+		lim := &envoy.RateLimit{Unit: "hour", RequestsPerUnit: rpu(1 << 30), Name: name}
+		r, err := envoy.Compile(envoy.Config{Domains: []envoy.Domain{fileDomain("s.yaml", "edge",
+			envoy.Descriptor{Key: "a", RateLimit: lim}, envoy.Descriptor{Key: "b", RateLimit: lim},
 		)}}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -288,7 +288,7 @@ func TestEnvoySwitchIsAtomic(t *testing.T) {
 		return r
 	}
 	old, next := compile("old"), compile("new")
-	sw := envoy.NewEnvoySwitch(old)
+	sw := envoy.NewSwitch(old)
 	ts := startServer(t, memory.New(nil, 0), Config{EnvoyRules: sw})
 	c := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 

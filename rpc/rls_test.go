@@ -40,8 +40,8 @@ func rlsServerPolicies() []node.Policy {
 	}
 }
 
-func rlsServerConfig() envoy.EnvoyConfig {
-	return envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{{Domain: "edge", Descriptors: []envoy.EnvoyDescriptor{
+func rlsServerConfig() envoy.Config {
+	return envoy.Config{Domains: []envoy.Domain{{Domain: "edge", Descriptors: []envoy.Descriptor{
 		{Key: "remote_address", Policy: "per-ip"},
 		{Key: "remote_address", Value: "10.0.0.2", Unlimited: true},
 		{Key: "beta", Policy: "shadowed", ShadowMode: true},

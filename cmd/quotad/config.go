@@ -66,7 +66,7 @@ type config struct {
 	Server rpc.ServerConfig
 	// Envoy configures Envoy's rate limit service; the zero value leaves it
 	// unserved.
-	Envoy envoy.EnvoyConfig
+	Envoy envoy.Config
 	// EnvoyDir is a directory of envoyproxy/ratelimit config files whose
 	// domains Envoy's rate limit service serves beside Envoy's, reloaded
 	// when they change; empty means none.

@@ -19,7 +19,7 @@ import (
 
 // This file loads a directory of envoyproxy/ratelimit config files
 // (--envoy-config-dir), unchanged: each *.yaml or *.yml file is one domain
-// in that project's format, which envoy.EnvoyDomain (File set) carries. The
+// in that project's format, which envoy.Domain (File set) carries. The
 // YAML is walked by hand rather than decoded into structs, so that every
 // error names the file, the line and the descriptor path, and every key the
 // format does not have, or quotad does not support, is refused by name.
@@ -69,13 +69,13 @@ func readEnvoyFiles(dir string) ([]envoyFile, error) {
 // function of its arguments; hot reload (reload.go) calls it with the new
 // configuration, then rpc.Handler.SetRules. nil rules (and
 // no error) mean Envoy's rate limit service is not configured.
-func (c config) envoyRules(files []envoyFile) (*envoy.EnvoyRules, error) {
+func (c config) envoyRules(files []envoyFile) (*envoy.Rules, error) {
 	ec := c.Envoy
 	if c.EnvoyDir == "" {
 		if len(ec.Domains) == 0 {
 			return nil, nil
 		}
-		rules, err := envoy.CompileEnvoyRules(ec, c.Policies)
+		rules, err := envoy.Compile(ec, c.Policies)
 		if err != nil {
 			return nil, fmt.Errorf("envoy: %w", err)
 		}
@@ -90,7 +90,7 @@ func (c config) envoyRules(files []envoyFile) (*envoy.EnvoyRules, error) {
 		}
 		ec.Domains = append(ec.Domains, d)
 	}
-	rules, err := envoy.CompileEnvoyRules(ec, c.Policies)
+	rules, err := envoy.Compile(ec, c.Policies)
 	if err != nil {
 		return nil, fmt.Errorf("envoy config dir %s: %w", c.EnvoyDir, err)
 	}
@@ -126,10 +126,10 @@ func (w envoyWalker) errorf(n *yaml.Node, path, format string, args ...any) erro
 
 // parseEnvoyFile parses f as an envoyproxy/ratelimit config file: one
 // domain and its descriptors. It checks the YAML's shape and keys; the
-// rules' meaning is envoy.CompileEnvoyRules's to check.
-func parseEnvoyFile(f envoyFile) (envoy.EnvoyDomain, error) {
+// rules' meaning is envoy.Compile's to check.
+func parseEnvoyFile(f envoyFile) (envoy.Domain, error) {
 	w := envoyWalker{file: f.name}
-	d := envoy.EnvoyDomain{File: f.name}
+	d := envoy.Domain{File: f.name}
 	dec := yaml.NewDecoder(bytes.NewReader(f.raw))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -160,18 +160,18 @@ func parseEnvoyFile(f envoyFile) (envoy.EnvoyDomain, error) {
 }
 
 // descriptors parses a list of descriptors at path.
-func (w envoyWalker) descriptors(n *yaml.Node, path string) ([]envoy.EnvoyDescriptor, error) {
+func (w envoyWalker) descriptors(n *yaml.Node, path string) ([]envoy.Descriptor, error) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil, nil
 	}
 	if n.Kind != yaml.SequenceNode {
 		return nil, w.errorf(n, path, "want a list of descriptors")
 	}
-	ds := make([]envoy.EnvoyDescriptor, len(n.Content))
+	ds := make([]envoy.Descriptor, len(n.Content))
 	for i, item := range n.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		item = resolve(item)
-		d := envoy.EnvoyDescriptor{Line: item.Line}
+		d := envoy.Descriptor{Line: item.Line}
 		err := w.mapping(item, p, envoyDescriptorKeys, func(key string, v *yaml.Node) error {
 			var err error
 			switch key {
@@ -199,11 +199,11 @@ func (w envoyWalker) descriptors(n *yaml.Node, path string) ([]envoy.EnvoyDescri
 }
 
 // rateLimit parses a rate_limit block at path; null means none.
-func (w envoyWalker) rateLimit(n *yaml.Node, path string) (*envoy.EnvoyRateLimit, error) {
+func (w envoyWalker) rateLimit(n *yaml.Node, path string) (*envoy.RateLimit, error) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil, nil
 	}
-	rl := &envoy.EnvoyRateLimit{}
+	rl := &envoy.RateLimit{}
 	err := w.mapping(n, path, envoyRateLimitKeys, func(key string, v *yaml.Node) error {
 		var err error
 		switch key {
@@ -328,7 +328,7 @@ func resolve(n *yaml.Node) *yaml.Node {
 // loadEnvoy reads and compiles the Envoy rules of c (config.envoyRules),
 // and returns the switch Envoy's rate limit service is to read them from
 // (nil when it is not configured) and the directory's files it read.
-func loadEnvoy(c config) (*envoy.EnvoySwitch, []envoyFile, error) {
+func loadEnvoy(c config) (*envoy.Switch, []envoyFile, error) {
 	var files []envoyFile
 	if c.EnvoyDir != "" {
 		var err error
@@ -340,12 +340,12 @@ func loadEnvoy(c config) (*envoy.EnvoySwitch, []envoyFile, error) {
 	if err != nil || rules == nil {
 		return nil, files, err
 	}
-	return envoy.NewEnvoySwitch(rules), files, nil
+	return envoy.NewSwitch(rules), files, nil
 }
 
 // describeEnvoy says what Envoy's rate limit service serves, for the
 // startup banner; "" when it is not configured.
-func describeEnvoy(c config, sw *envoy.EnvoySwitch) string {
+func describeEnvoy(c config, sw *envoy.Switch) string {
 	if sw == nil {
 		return ""
 	}

@@ -65,14 +65,14 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := envoy.EnvoyDomain{Domain: "messaging", File: "messaging.yaml", Descriptors: []envoy.EnvoyDescriptor{
-		{Key: "message_type", Value: "marketing", Line: 4, Descriptors: []envoy.EnvoyDescriptor{
-			{Key: "to_number", Line: 7, RateLimit: &envoy.EnvoyRateLimit{Unit: "day", RequestsPerUnit: u32(5)}},
+	want := envoy.Domain{Domain: "messaging", File: "messaging.yaml", Descriptors: []envoy.Descriptor{
+		{Key: "message_type", Value: "marketing", Line: 4, Descriptors: []envoy.Descriptor{
+			{Key: "to_number", Line: 7, RateLimit: &envoy.RateLimit{Unit: "day", RequestsPerUnit: u32(5)}},
 		}},
-		{Key: "to_number", Line: 11, DetailedMetric: true, RateLimit: &envoy.EnvoyRateLimit{Unit: "DAY", RequestsPerUnit: u32(100), Name: "per-number"}},
-		{Key: "id", Value: "500", Line: 14, ShadowMode: true, RateLimit: &envoy.EnvoyRateLimit{Replaces: []string{"per-number"}, Unit: "second", RequestsPerUnit: u32(0)}},
-		{Key: "ldap", Line: 22, RateLimit: &envoy.EnvoyRateLimit{Unlimited: true}},
-		{Key: "bucket", Value: "v*", Line: 25, RateLimit: &envoy.EnvoyRateLimit{Policy: "per-ip"}},
+		{Key: "to_number", Line: 11, DetailedMetric: true, RateLimit: &envoy.RateLimit{Unit: "DAY", RequestsPerUnit: u32(100), Name: "per-number"}},
+		{Key: "id", Value: "500", Line: 14, ShadowMode: true, RateLimit: &envoy.RateLimit{Replaces: []string{"per-number"}, Unit: "second", RequestsPerUnit: u32(0)}},
+		{Key: "ldap", Line: 22, RateLimit: &envoy.RateLimit{Unlimited: true}},
+		{Key: "bucket", Value: "v*", Line: 25, RateLimit: &envoy.RateLimit{Policy: "per-ip"}},
 		{Key: "whitelisted", Line: 29},
 	}}
 	if !reflect.DeepEqual(got, want) {
@@ -195,7 +195,7 @@ func TestReadEnvoyFiles(t *testing.T) {
 	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `e.yaml: domain: invalid rpc config: "b" is configured twice (also in b.yml)`) {
 		t.Errorf("a domain in two files: %v", err)
 	}
-	c.Envoy.Domains = []envoy.EnvoyDomain{{Domain: "a", Descriptors: []envoy.EnvoyDescriptor{{Key: "k", Unlimited: true}}}}
+	c.Envoy.Domains = []envoy.Domain{{Domain: "a", Descriptors: []envoy.Descriptor{{Key: "k", Unlimited: true}}}}
 	files = files[:1]
 	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `a.yaml: domain: invalid rpc config: "a" is configured twice (also in envoy.domains[0] of the config file)`) {
 		t.Errorf("a domain in the config file and a file: %v", err)

@@ -21,7 +21,7 @@ policies:
     period: 1m
 `
 
-// The envoy section becomes envoy.EnvoyConfig, nesting and all.
+// The envoy section becomes envoy.Config, nesting and all.
 func TestEnvoyConfigFile(t *testing.T) {
 	path := writeFile(t, "q.yaml", envoyPolicies+`
 envoy:
@@ -48,14 +48,14 @@ envoy:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := envoy.EnvoyConfig{Domains: []envoy.EnvoyDomain{
-		{Domain: "edge", Descriptors: []envoy.EnvoyDescriptor{
-			{Key: "remote_address", Policy: "per-ip", Descriptors: []envoy.EnvoyDescriptor{
+	want := envoy.Config{Domains: []envoy.Domain{
+		{Domain: "edge", Descriptors: []envoy.Descriptor{
+			{Key: "remote_address", Policy: "per-ip", Descriptors: []envoy.Descriptor{
 				{Key: "path", Value: "/login", Policy: "login", ShadowMode: true},
 			}},
 			{Key: "remote_address", Value: "10.0.0.2", Unlimited: true},
 		}},
-		{Domain: "internal", AllOrNothing: true, Descriptors: []envoy.EnvoyDescriptor{{Key: "tenant", Policy: "per-ip"}}},
+		{Domain: "internal", AllOrNothing: true, Descriptors: []envoy.Descriptor{{Key: "tenant", Policy: "per-ip"}}},
 	}}
 	if !reflect.DeepEqual(c.Envoy, want) {
 		t.Fatalf("envoy config\n got %+v\nwant %+v", c.Envoy, want)

@@ -40,7 +40,7 @@ const configPollInterval = time.Second
 // files, compiled with the new policies by config.envoyRules) and then
 // applies, in one goroutine and one step each, what can change without a
 // restart: the policies (node.SetPolicies), Envoy's rules (one
-// envoy.EnvoySwitch swap, through rpc.Handler.SetRules) and the log level. A
+// envoy.Switch swap, through rpc.Handler.SetRules) and the log level. A
 // configuration that does not load, file or directory, is not applied at
 // all. Settings that need a restart are reported and keep their running
 // values.

@@ -12,31 +12,31 @@ import (
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 )
 
-// ErrInvalidConfig is wrapped by every error EnvoyConfig.Validate and
-// CompileEnvoyRules return.
+// ErrInvalidConfig is wrapped by every error Config.Validate and
+// Compile return.
 var ErrInvalidConfig = errors.New("invalid rpc config")
 
-// DefaultNearLimitRatio is EnvoyConfig.NearLimitRatio's default, as
+// DefaultNearLimitRatio is Config.NearLimitRatio's default, as
 // envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
 const DefaultNearLimitRatio = 0.8
 
-// EnvoyNamespace is the policy name under which rules with their own
+// Namespace is the policy name under which rules with their own
 // requests_per_unit (envoyproxy/ratelimit's files) count: their counters
 // are the keys domain|key=value|... of the policy "envoy", so
 // QuotaService.Reset can clear one.
-const EnvoyNamespace = "envoy"
+const Namespace = "envoy"
 
-// EnvoyConfig configures Envoy's rate limit service
+// Config configures Envoy's rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService). Its rules come in two
 // schemas: quotad's (the config file's envoy section, whose rules name
 // configured policies) and envoyproxy/ratelimit's (its config files,
 // unchanged: rules carry rate_limit blocks). The zero value configures
 // nothing, and the service is then not served. It is a value: Validate and
-// CompileEnvoyRules only read it.
-type EnvoyConfig struct {
+// Compile only read it.
+type Config struct {
 	// Domains are the configured domains, of either schema; names are
 	// unique across both.
-	Domains []EnvoyDomain
+	Domains []Domain
 	// DropIn answers as envoyproxy/ratelimit does where quotad's own choices
 	// differ: the service is served even while no domain is configured (a
 	// rule directory may start empty), and a request naming a domain that is
@@ -54,9 +54,9 @@ type EnvoyConfig struct {
 	NearLimitRatio float64
 }
 
-// EnvoyDomain is the rule tree of one domain, the namespace Envoy names in
+// Domain is the rule tree of one domain, the namespace Envoy names in
 // every request (the ratelimit filter's domain).
-type EnvoyDomain struct {
+type Domain struct {
 	// Domain is the name, non-empty.
 	Domain string
 	// File is the envoyproxy/ratelimit config file the domain comes from,
@@ -67,7 +67,7 @@ type EnvoyDomain struct {
 	File string
 	// Descriptors are the rules for a descriptor's first entry. Among them,
 	// (Key, Value) pairs are unique. quotad's schema requires at least one.
-	Descriptors []EnvoyDescriptor
+	Descriptors []Descriptor
 	// AllOrNothing (quotad's schema only) decides the limited descriptors
 	// of a request as one (node.CheckAll): either every one is within its
 	// limit and spends its hits, or none spends. Off by default, as
@@ -77,7 +77,7 @@ type EnvoyDomain struct {
 	AllOrNothing bool
 }
 
-// EnvoyDescriptor is one rule: it matches a descriptor entry, and says what
+// Descriptor is one rule: it matches a descriptor entry, and says what
 // limits a descriptor whose last entry it matches, and which rules match the
 // entries after it.
 //
@@ -85,7 +85,7 @@ type EnvoyDomain struct {
 // valid; a rule with none of them would never apply to anything and is
 // refused. In envoyproxy/ratelimit's, a rule with neither RateLimit nor
 // Descriptors is valid and limits nothing (that project's "whitelisted").
-type EnvoyDescriptor struct {
+type Descriptor struct {
 	// Key must equal the entry's key; non-empty.
 	Key string
 	// Value must equal the entry's value. Empty means any value: the rule
@@ -105,7 +105,7 @@ type EnvoyDescriptor struct {
 	Unlimited bool
 	// RateLimit (envoyproxy/ratelimit's schema) is the rule's rate_limit
 	// block; nil means descriptors ending here are not limited.
-	RateLimit *EnvoyRateLimit
+	RateLimit *RateLimit
 	// ShadowMode means descriptors ending here are decided and counted, but
 	// always answered OK: a way to try a limit before enforcing it. quotad's
 	// schema requires a Policy with it; envoyproxy/ratelimit's takes it
@@ -119,13 +119,13 @@ type EnvoyDescriptor struct {
 	// unknown.
 	Line int
 	// Descriptors are the rules for the next entry.
-	Descriptors []EnvoyDescriptor
+	Descriptors []Descriptor
 }
 
-// EnvoyRateLimit is envoyproxy/ratelimit's rate_limit block: requests per
+// RateLimit is envoyproxy/ratelimit's rate_limit block: requests per
 // unit of time, counted in fixed windows aligned to the Unix epoch, or no
 // limit at all, or (quotad's extension) a configured policy.
-type EnvoyRateLimit struct {
+type RateLimit struct {
 	// Unit is second, minute, hour, day, week (7 days), month (30 days) or
 	// year (365 days), in any letter case. Required unless Unlimited or
 	// Policy is set; refused with Unlimited.
@@ -150,9 +150,9 @@ type EnvoyRateLimit struct {
 	Policy string
 }
 
-// envoyUnits are the units envoyproxy/ratelimit accepts, as it spells them
+// fileUnits are the units envoyproxy/ratelimit accepts, as it spells them
 // (in upper case) and as long as it counts them.
-var envoyUnits = map[string]struct {
+var fileUnits = map[string]struct {
 	period time.Duration
 	unit   rlsv3.RateLimitResponse_RateLimit_Unit
 }{
@@ -171,15 +171,15 @@ var envoyUnits = map[string]struct {
 // (edge.yaml: line 7: descriptors[0].rate_limit.unit), when policies are
 // the configured policies. Its errors wrap ErrInvalidConfig, and
 // node.ErrUnknownPolicy for a policy that is not among policies.
-func (c EnvoyConfig) Validate(policies []node.Policy) error {
-	_, err := compileRLS(c, lookupIn(policies))
+func (c Config) Validate(policies []node.Policy) error {
+	_, err := compileTable(c, lookupIn(policies))
 	return err
 }
 
 // ValidateShape is Validate without the policies: it reports the first
 // problem with c that does not depend on which policies are configured.
-func (c EnvoyConfig) ValidateShape() error {
-	_, err := compileRLS(c, nil)
+func (c Config) ValidateShape() error {
+	_, err := compileTable(c, nil)
 	return err
 }
 
@@ -198,15 +198,15 @@ func lookupIn(ps []node.Policy) policyLookup {
 	}
 }
 
-// rlsPath is where a rule or field is, as errors name it: the
+// fieldPath is where a rule or field is, as errors name it: the
 // envoyproxy/ratelimit file and line when there is one, and the field path.
-type rlsPath struct {
+type fieldPath struct {
 	file string
 	line int
 	path string
 }
 
-func (p rlsPath) String() string {
+func (p fieldPath) String() string {
 	s := p.path
 	if p.line > 0 {
 		s = fmt.Sprintf("line %d: %s", p.line, s)
@@ -218,39 +218,39 @@ func (p rlsPath) String() string {
 }
 
 // field is the path of a field below p.
-func (p rlsPath) field(name string) rlsPath {
+func (p fieldPath) field(name string) fieldPath {
 	if p.path != "" {
 		name = p.path + "." + name
 	}
-	return rlsPath{file: p.file, line: p.line, path: name}
+	return fieldPath{file: p.file, line: p.line, path: name}
 }
 
 // ruleKey is envoyproxy/ratelimit's name for a rule in its statistics:
 // key, or key_value when the rule has a value.
-func ruleKey(d EnvoyDescriptor) string {
+func ruleKey(d Descriptor) string {
 	if d.Value == "" {
 		return d.Key
 	}
 	return d.Key + "_" + d.Value
 }
 
-// rlsCompiler holds what compiling one domain needs.
-type rlsCompiler struct {
+// compiler holds what compiling one domain needs.
+type compiler struct {
 	lookup policyLookup
 	domain string
-	// file is the domain's EnvoyDomain.File: the schema.
+	// file is the domain's Domain.File: the schema.
 	file string
 }
 
-// compileRLS validates c and builds its rule tree, resolving policies with
+// compileTable validates c and builds its rule tree, resolving policies with
 // lookup.
-func compileRLS(c EnvoyConfig, lookup policyLookup) (rlsTable, error) {
-	t := rlsTable{
-		domains: make(map[string]*rlsLevel, len(c.Domains)), dropIn: c.DropIn,
+func compileTable(c Config, lookup policyLookup) (ruleTable, error) {
+	t := ruleTable{
+		domains: make(map[string]*ruleLevel, len(c.Domains)), dropIn: c.DropIn,
 		shadow: c.ShadowMode, nearRatio: c.NearLimitRatio,
 	}
 	if r := c.NearLimitRatio; !(r >= 0 && r <= 1) {
-		return rlsTable{}, fmt.Errorf("envoy near limit ratio: %w: %g is not in (0, 1]", ErrInvalidConfig, r)
+		return ruleTable{}, fmt.Errorf("envoy near limit ratio: %w: %g is not in (0, 1]", ErrInvalidConfig, r)
 	}
 	if t.nearRatio == 0 {
 		t.nearRatio = DefaultNearLimitRatio
@@ -258,23 +258,23 @@ func compileRLS(c EnvoyConfig, lookup policyLookup) (rlsTable, error) {
 	// where says where each domain was configured, for duplicates.
 	where := make(map[string]string, len(c.Domains))
 	for i, d := range c.Domains {
-		base := rlsPath{path: fmt.Sprintf("envoy.domains[%d]", i)}
+		base := fieldPath{path: fmt.Sprintf("envoy.domains[%d]", i)}
 		here := base.path + " of the config file"
 		if d.File != "" {
-			base = rlsPath{file: d.File}
+			base = fieldPath{file: d.File}
 			here = d.File
 		}
 		if d.Domain == "" {
-			return rlsTable{}, fmt.Errorf("%s: %w: must not be empty", base.field("domain"), ErrInvalidConfig)
+			return ruleTable{}, fmt.Errorf("%s: %w: must not be empty", base.field("domain"), ErrInvalidConfig)
 		}
 		if first, dup := where[d.Domain]; dup {
-			return rlsTable{}, fmt.Errorf("%s: %w: %q is configured twice (also in %s)", base.field("domain"), ErrInvalidConfig, d.Domain, first)
+			return ruleTable{}, fmt.Errorf("%s: %w: %q is configured twice (also in %s)", base.field("domain"), ErrInvalidConfig, d.Domain, first)
 		}
 		if len(d.Descriptors) == 0 && d.File == "" {
-			return rlsTable{}, fmt.Errorf("%s: %w: domain %q has none", base.field("descriptors"), ErrInvalidConfig, d.Domain)
+			return ruleTable{}, fmt.Errorf("%s: %w: domain %q has none", base.field("descriptors"), ErrInvalidConfig, d.Domain)
 		}
 		if d.AllOrNothing && d.File != "" {
-			return rlsTable{}, fmt.Errorf("%s: %w: all_or_nothing belongs to quotad's config file; envoyproxy/ratelimit's files decide each descriptor on its own", base.field("all_or_nothing"), ErrInvalidConfig)
+			return ruleTable{}, fmt.Errorf("%s: %w: all_or_nothing belongs to quotad's config file; envoyproxy/ratelimit's files decide each descriptor on its own", base.field("all_or_nothing"), ErrInvalidConfig)
 		}
 		if d.AllOrNothing {
 			if t.allOrNothing == nil {
@@ -282,10 +282,10 @@ func compileRLS(c EnvoyConfig, lookup policyLookup) (rlsTable, error) {
 			}
 			t.allOrNothing[d.Domain] = true
 		}
-		cc := rlsCompiler{lookup: lookup, domain: d.Domain, file: d.File}
+		cc := compiler{lookup: lookup, domain: d.Domain, file: d.File}
 		lvl, err := cc.level(d.Descriptors, base, "")
 		if err != nil {
-			return rlsTable{}, err
+			return ruleTable{}, err
 		}
 		t.domains[d.Domain] = lvl
 		t.names = append(t.names, d.Domain)
@@ -296,8 +296,8 @@ func compileRLS(c EnvoyConfig, lookup policyLookup) (rlsTable, error) {
 
 // level compiles the rules ds, whose parent is at parent; statKey is the
 // parent's statistics name, "" at the top.
-func (cc rlsCompiler) level(ds []EnvoyDescriptor, parent rlsPath, statKey string) (*rlsLevel, error) {
-	lvl := &rlsLevel{exact: map[rlsEntry]*rlsNode{}, defaults: map[string]*rlsNode{}}
+func (cc compiler) level(ds []Descriptor, parent fieldPath, statKey string) (*ruleLevel, error) {
+	lvl := &ruleLevel{exact: map[entry]*ruleNode{}, defaults: map[string]*ruleNode{}}
 	for i, d := range ds {
 		path := parent.field(fmt.Sprintf("descriptors[%d]", i))
 		if d.Line > 0 {
@@ -327,9 +327,9 @@ func (cc rlsCompiler) level(ds []EnvoyDescriptor, parent rlsPath, statKey string
 					return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
 				}
 			}
-			lvl.prefixes = append(lvl.prefixes, rlsPrefix{key: d.Key, prefix: prefix, node: n})
+			lvl.prefixes = append(lvl.prefixes, prefixRule{key: d.Key, prefix: prefix, node: n})
 		default:
-			e := rlsEntry{d.Key, d.Value}
+			e := entry{d.Key, d.Value}
 			if _, dup := lvl.exact[e]; dup {
 				return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
 			}
@@ -341,22 +341,22 @@ func (cc rlsCompiler) level(ds []EnvoyDescriptor, parent rlsPath, statKey string
 
 // node compiles one rule, at path with statistics name statKey, and the
 // rules below it.
-func (cc rlsCompiler) node(d EnvoyDescriptor, path rlsPath, statKey string) (*rlsNode, error) {
+func (cc compiler) node(d Descriptor, path fieldPath, statKey string) (*ruleNode, error) {
 	var (
-		rule *rlsRule
-		err  error
+		r   *rule
+		err error
 	)
 	if cc.file == "" {
-		rule, err = cc.quotadRule(d, path)
+		r, err = cc.quotadRule(d, path)
 	} else {
-		rule, err = cc.fileRule(d, path)
+		r, err = cc.fileRule(d, path)
 	}
 	if err != nil {
 		return nil, err
 	}
-	n := &rlsNode{rule: rule}
-	if rule != nil {
-		rule.stat = newRLSStatKey(cc.domain, statKey, d.DetailedMetric)
+	n := &ruleNode{rule: r}
+	if r != nil {
+		r.stat = newRuleStat(cc.domain, statKey, d.DetailedMetric)
 	}
 	if len(d.Descriptors) > 0 {
 		next, err := cc.level(d.Descriptors, path, statKey)
@@ -370,7 +370,7 @@ func (cc rlsCompiler) node(d EnvoyDescriptor, path rlsPath, statKey string) (*rl
 
 // quotadRule compiles the limit of a rule of quotad's schema; nil when the
 // rule only nests.
-func (cc rlsCompiler) quotadRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, error) {
+func (cc compiler) quotadRule(d Descriptor, path fieldPath) (*rule, error) {
 	switch {
 	case d.RateLimit != nil:
 		return nil, fmt.Errorf("%s: %w: rate_limit belongs to envoyproxy/ratelimit's files; name a policy", path.field("rate_limit"), ErrInvalidConfig)
@@ -383,20 +383,20 @@ func (cc rlsCompiler) quotadRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, err
 	case d.Policy == "" && !d.Unlimited && len(d.Descriptors) == 0:
 		return nil, fmt.Errorf("%s: %w: rule %s applies to nothing: set policy, unlimited or descriptors", path, ErrInvalidConfig, d.Key)
 	case d.Unlimited:
-		return &rlsRule{unlimited: true}, nil
+		return &rule{unlimited: true}, nil
 	case d.Policy != "":
-		p, err := resolveRLSPolicy(d.Policy, cc.lookup)
+		p, err := resolvePolicy(d.Policy, cc.lookup)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path.field("policy"), err)
 		}
-		return &rlsRule{policy: p, shadow: d.ShadowMode, limit: policyLimit(p, p.Name)}, nil
+		return &rule{policy: p, shadow: d.ShadowMode, limit: policyLimit(p, p.Name)}, nil
 	}
 	return nil, nil
 }
 
 // fileRule compiles the limit of a rule of envoyproxy/ratelimit's schema;
 // nil when it has none.
-func (cc rlsCompiler) fileRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, error) {
+func (cc compiler) fileRule(d Descriptor, path fieldPath) (*rule, error) {
 	if d.Policy != "" || d.Unlimited {
 		return nil, fmt.Errorf("%s: %w: policy and unlimited belong to quotad's config file; use rate_limit", path, ErrInvalidConfig)
 	}
@@ -413,13 +413,13 @@ func (cc rlsCompiler) fileRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, error
 			return nil, fmt.Errorf("%s: %w: limit %q cannot replace itself", rp.field(fmt.Sprintf("replaces[%d].name", i)), ErrInvalidConfig, name)
 		}
 	}
-	r := &rlsRule{shadow: d.ShadowMode, name: rl.Name, replaces: rl.Replaces}
+	r := &rule{shadow: d.ShadowMode, name: rl.Name, replaces: rl.Replaces}
 	switch {
 	case rl.Policy != "":
 		if rl.Unit != "" || rl.RequestsPerUnit != nil || rl.Unlimited {
 			return nil, fmt.Errorf("%s: %w: quotad_policy %q says how to limit; it excludes unit, requests_per_unit and unlimited", rp, ErrInvalidConfig, rl.Policy)
 		}
-		p, err := resolveRLSPolicy(rl.Policy, cc.lookup)
+		p, err := resolvePolicy(rl.Policy, cc.lookup)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", rp.field("quotad_policy"), err)
 		}
@@ -434,7 +434,7 @@ func (cc rlsCompiler) fileRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, error
 		}
 		r.unlimited = true
 	default:
-		u, ok := envoyUnits[strings.ToUpper(rl.Unit)]
+		u, ok := fileUnits[strings.ToUpper(rl.Unit)]
 		if !ok {
 			return nil, fmt.Errorf("%s: %w: %q is not a unit: write second, minute, hour, day, week, month or year", rp.field("unit"), ErrInvalidConfig, rl.Unit)
 		}
@@ -442,7 +442,7 @@ func (cc rlsCompiler) fileRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, error
 		if rl.RequestsPerUnit != nil {
 			rpu = *rl.RequestsPerUnit
 		}
-		r.limit = rlsLimit{name: rl.Name, requestsPerUnit: rpu, unit: u.unit}
+		r.limit = currentLimit{name: rl.Name, requestsPerUnit: rpu, unit: u.unit}
 		r.period = u.period
 		if rpu == 0 {
 			// No window admits anything: decided without the store.
@@ -452,7 +452,7 @@ func (cc rlsCompiler) fileRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, error
 		// Built once, here, so that checks trust it (node.NewPolicy). Any
 		// requests_per_unit in a unit is a valid fixed window; an error
 		// would be a bug, reported as the rule's.
-		p, err := node.NewPolicy(node.Policy{Name: EnvoyNamespace, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: int64(rpu), Period: u.period}})
+		p, err := node.NewPolicy(node.Policy{Name: Namespace, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: int64(rpu), Period: u.period}})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w: %w", rp.field("requests_per_unit"), ErrInvalidConfig, err)
 		}
@@ -461,9 +461,9 @@ func (cc rlsCompiler) fileRule(d EnvoyDescriptor, path rlsPath) (*rlsRule, error
 	return r, nil
 }
 
-// resolveRLSPolicy finds a rule's policy. A nil lookup resolves nothing:
+// resolvePolicy finds a rule's policy. A nil lookup resolves nothing:
 // it is for checking the rules' shape alone (Config.Validate).
-func resolveRLSPolicy(name string, lookup policyLookup) (node.Policy, error) {
+func resolvePolicy(name string, lookup policyLookup) (node.Policy, error) {
 	if lookup == nil {
 		return node.Policy{Name: name}, nil
 	}

@@ -13,51 +13,51 @@ import (
 
 // Every configuration mistake is refused, naming the field as the config
 // file spells it.
-func TestEnvoyConfigValidate(t *testing.T) {
+func TestConfigValidate(t *testing.T) {
 	huge := node.Policy{Name: "huge", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: math.MaxUint32 + 1, Period: time.Minute}}
 	hugeBurst := node.Policy{Name: "huge-burst", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Burst: math.MaxUint32 + 1, Period: time.Minute}}
-	policies := append(rlsPolicies(), huge, hugeBurst)
+	policies := append(matchPolicies(), huge, hugeBurst)
 	for _, tc := range []struct {
 		name          string
-		cfg           EnvoyConfig
+		cfg           Config
 		want          string // in the message
 		unknownPolicy bool
 	}{
-		{"empty domain", EnvoyConfig{Domains: []EnvoyDomain{{Descriptors: []EnvoyDescriptor{{Key: "k", Policy: "per-ip"}}}}},
+		{"empty domain", Config{Domains: []Domain{{Descriptors: []Descriptor{{Key: "k", Policy: "per-ip"}}}}},
 			"envoy.domains[0].domain: invalid rpc config: must not be empty", false},
-		{"duplicate domain", EnvoyConfig{Domains: []EnvoyDomain{
-			{Domain: "edge", Descriptors: []EnvoyDescriptor{{Key: "k", Policy: "per-ip"}}},
-			{Domain: "edge", Descriptors: []EnvoyDescriptor{{Key: "k", Policy: "per-ip"}}},
+		{"duplicate domain", Config{Domains: []Domain{
+			{Domain: "edge", Descriptors: []Descriptor{{Key: "k", Policy: "per-ip"}}},
+			{Domain: "edge", Descriptors: []Descriptor{{Key: "k", Policy: "per-ip"}}},
 		}}, `envoy.domains[1].domain: invalid rpc config: "edge" is configured twice`, false},
-		{"domain without rules", EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge"}}},
+		{"domain without rules", Config{Domains: []Domain{{Domain: "edge"}}},
 			`envoy.domains[0].descriptors: invalid rpc config: domain "edge" has none`, false},
-		{"empty key", one("edge", EnvoyDescriptor{Policy: "per-ip"}),
+		{"empty key", one("edge", Descriptor{Policy: "per-ip"}),
 			"envoy.domains[0].descriptors[0].key: invalid rpc config: must not be empty", false},
-		{"duplicate value", EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge", Descriptors: []EnvoyDescriptor{
+		{"duplicate value", Config{Domains: []Domain{{Domain: "edge", Descriptors: []Descriptor{
 			{Key: "k", Value: "v", Policy: "per-ip"}, {Key: "k", Value: "w", Policy: "per-ip"}, {Key: "k", Value: "v", Policy: "login"},
 		}}}}, "envoy.domains[0].descriptors[2]: invalid rpc config: a rule for k=v comes twice at this level", false},
-		{"duplicate default", EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge", Descriptors: []EnvoyDescriptor{
+		{"duplicate default", Config{Domains: []Domain{{Domain: "edge", Descriptors: []Descriptor{
 			{Key: "k", Policy: "per-ip"}, {Key: "k", Policy: "login"},
 		}}}}, `envoy.domains[0].descriptors[1]: invalid rpc config: a rule for key "k" with no value comes twice at this level`, false},
-		{"policy and unlimited", one("edge", EnvoyDescriptor{Key: "k", Policy: "per-ip", Unlimited: true}),
+		{"policy and unlimited", one("edge", Descriptor{Key: "k", Policy: "per-ip", Unlimited: true}),
 			`envoy.domains[0].descriptors[0]: invalid rpc config: policy "per-ip" and unlimited exclude each other`, false},
-		{"shadow without policy", one("edge", EnvoyDescriptor{Key: "k", ShadowMode: true, Unlimited: true}),
+		{"shadow without policy", one("edge", Descriptor{Key: "k", ShadowMode: true, Unlimited: true}),
 			"envoy.domains[0].descriptors[0].shadow_mode: invalid rpc config: needs a policy", false},
-		{"rule that applies to nothing", one("edge", EnvoyDescriptor{Key: "k", Value: "v"}),
+		{"rule that applies to nothing", one("edge", Descriptor{Key: "k", Value: "v"}),
 			"envoy.domains[0].descriptors[0]: invalid rpc config: rule k applies to nothing", false},
-		{"unknown policy", one("edge", EnvoyDescriptor{Key: "k", Policy: "per-ipp"}),
+		{"unknown policy", one("edge", Descriptor{Key: "k", Policy: "per-ipp"}),
 			`envoy.domains[0].descriptors[0].policy: invalid rpc config: unknown policy "per-ipp"`, true},
-		{"unknown policy, nested", EnvoyConfig{Domains: []EnvoyDomain{
-			{Domain: "edge", Descriptors: []EnvoyDescriptor{{Key: "k", Policy: "per-ip"}}},
-			{Domain: "api", Descriptors: []EnvoyDescriptor{{Key: "a", Descriptors: []EnvoyDescriptor{{Key: "b", Policy: "per-ip"}, {Key: "c", Policy: "nope"}}}}},
+		{"unknown policy, nested", Config{Domains: []Domain{
+			{Domain: "edge", Descriptors: []Descriptor{{Key: "k", Policy: "per-ip"}}},
+			{Domain: "api", Descriptors: []Descriptor{{Key: "a", Descriptors: []Descriptor{{Key: "b", Policy: "per-ip"}, {Key: "c", Policy: "nope"}}}}},
 		}}, `envoy.domains[1].descriptors[0].descriptors[1].policy: invalid rpc config: unknown policy "nope"`, true},
-		{"error deep in a nested rule", one("edge", EnvoyDescriptor{Key: "a", Descriptors: []EnvoyDescriptor{{Key: "b", Descriptors: []EnvoyDescriptor{{Key: ""}}}}}),
+		{"error deep in a nested rule", one("edge", Descriptor{Key: "a", Descriptors: []Descriptor{{Key: "b", Descriptors: []Descriptor{{Key: ""}}}}}),
 			"envoy.domains[0].descriptors[0].descriptors[0].descriptors[0].key: invalid rpc config: must not be empty", false},
-		{"limit too large for Envoy", one("edge", EnvoyDescriptor{Key: "k", Policy: "huge"}),
+		{"limit too large for Envoy", one("edge", Descriptor{Key: "k", Policy: "huge"}),
 			`envoy.domains[0].descriptors[0].policy: invalid rpc config: policy "huge": limit 4294967296 (burst 0) exceeds 4294967295`, false},
-		{"burst too large for Envoy", one("edge", EnvoyDescriptor{Key: "k", Policy: "huge-burst"}),
+		{"burst too large for Envoy", one("edge", Descriptor{Key: "k", Policy: "huge-burst"}),
 			`policy "huge-burst": limit 10 (burst 4294967296) exceeds 4294967295`, false},
-		{"all_or_nothing on a file's domain", EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge", File: "edge.yaml", AllOrNothing: true}}},
+		{"all_or_nothing on a file's domain", Config{Domains: []Domain{{Domain: "edge", File: "edge.yaml", AllOrNothing: true}}},
 			"edge.yaml: all_or_nothing: invalid rpc config: all_or_nothing belongs to quotad's config file", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,29 +73,29 @@ func TestEnvoyConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	if err := rlsTestConfig().Validate(policies); err != nil {
+	if err := matchConfig().Validate(policies); err != nil {
 		t.Fatalf("the matching tests' config: %v", err)
 	}
-	if err := (EnvoyConfig{}).Validate(nil); err != nil {
+	if err := (Config{}).Validate(nil); err != nil {
 		t.Fatalf("the zero config: %v", err)
 	}
 }
 
 // one is a config of one domain with one rule.
-func one(domain string, d EnvoyDescriptor) EnvoyConfig {
-	return EnvoyConfig{Domains: []EnvoyDomain{{Domain: domain, Descriptors: []EnvoyDescriptor{d}}}}
+func one(domain string, d Descriptor) Config {
+	return Config{Domains: []Domain{{Domain: domain, Descriptors: []Descriptor{d}}}}
 }
 
 // Envoy's rate limit service cannot release slots, so a rule naming a
 // concurrency policy is refused, in quotad's schema and as an
 // envoyproxy/ratelimit file's quotad_policy.
-func TestEnvoyRefusesConcurrencyPolicies(t *testing.T) {
+func TestRefusesConcurrencyPolicies(t *testing.T) {
 	jobs := []node.Policy{{Name: "jobs", Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Limit: 5, Period: time.Minute}}}
-	err := one("edge", EnvoyDescriptor{Key: "k", Policy: "jobs"}).Validate(jobs)
+	err := one("edge", Descriptor{Key: "k", Policy: "jobs"}).Validate(jobs)
 	if err == nil || !strings.Contains(err.Error(), `envoy.domains[0].descriptors[0].policy: invalid rpc config: policy "jobs" is a concurrency limit, which needs its slots released (quotad's ReleaseSlot); Envoy's rate limit protocol cannot`) {
 		t.Errorf("quotad's schema: got %v", err)
 	}
-	file := EnvoyConfig{Domains: []EnvoyDomain{fileDomain("a.yaml", "edge", EnvoyDescriptor{Key: "k", Line: 3, RateLimit: &EnvoyRateLimit{Policy: "jobs"}})}}
+	file := Config{Domains: []Domain{fileDomain("a.yaml", "edge", Descriptor{Key: "k", Line: 3, RateLimit: &RateLimit{Policy: "jobs"}})}}
 	err = file.Validate(jobs)
 	if err == nil || !strings.Contains(err.Error(), `a.yaml: line 3: descriptors[0].rate_limit.quotad_policy: invalid rpc config: policy "jobs" is a concurrency limit`) {
 		t.Errorf("a file: got %v", err)

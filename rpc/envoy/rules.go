@@ -10,51 +10,51 @@ import (
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 )
 
-// This file is the compiled form of an EnvoyConfig, and the switch through
+// This file is the compiled form of an Config, and the switch through
 // which a running service takes a new one.
 
-// EnvoyRules is a validated, compiled EnvoyConfig: every domain's rule tree,
+// Rules is a validated, compiled Config: every domain's rule tree,
 // with its policies resolved. It is immutable, and so safe for concurrent
-// use. Build it with CompileEnvoyRules.
-type EnvoyRules struct {
-	table rlsTable
+// use. Build it with Compile.
+type Rules struct {
+	table ruleTable
 }
 
-// CompileEnvoyRules validates c and compiles it, resolving the policies its
+// Compile validates c and compiles it, resolving the policies its
 // rules name among policies (the configured ones). Its errors are
-// EnvoyConfig.Validate's. It is a pure function: hot reload calls it on the
-// new configuration, then EnvoySwitch.Swap.
-func CompileEnvoyRules(c EnvoyConfig, policies []node.Policy) (*EnvoyRules, error) {
-	t, err := compileRLS(c, lookupIn(policies))
+// Config.Validate's. It is a pure function: hot reload calls it on the
+// new configuration, then Switch.Swap.
+func Compile(c Config, policies []node.Policy) (*Rules, error) {
+	t, err := compileTable(c, lookupIn(policies))
 	if err != nil {
 		return nil, err
 	}
-	return &EnvoyRules{table: t}, nil
+	return &Rules{table: t}, nil
 }
 
 // Domains returns the configured domains' names, in configured order.
-func (r *EnvoyRules) Domains() []string {
+func (r *Rules) Domains() []string {
 	return append([]string(nil), r.table.names...)
 }
 
 // Serves reports whether r decides anything: it configures a domain, or is
 // DropIn (every domain is then served). nil serves nothing.
-func (r *EnvoyRules) Serves() bool {
+func (r *Rules) Serves() bool {
 	return r != nil && (len(r.table.domains) > 0 || r.table.dropIn)
 }
 
-// EnvoySwitch holds the rules Envoy's rate limit service decides with. Each
+// Switch holds the rules Envoy's rate limit service decides with. Each
 // request reads the rules once, so it is decided wholly by the rules before
 // a Swap or wholly by those after, never by a mix. It is safe for
 // concurrent use.
-type EnvoySwitch struct {
-	rules atomic.Pointer[EnvoyRules]
+type Switch struct {
+	rules atomic.Pointer[Rules]
 }
 
-// NewEnvoySwitch returns a switch holding r; nil means no rules (no domain
+// NewSwitch returns a switch holding r; nil means no rules (no domain
 // configured, not DropIn).
-func NewEnvoySwitch(r *EnvoyRules) *EnvoySwitch {
-	s := &EnvoySwitch{}
+func NewSwitch(r *Rules) *Switch {
+	s := &Switch{}
 	s.Swap(r)
 	return s
 }
@@ -62,61 +62,61 @@ func NewEnvoySwitch(r *EnvoyRules) *EnvoySwitch {
 // Swap makes r the rules of every request that starts from now on, and
 // returns the rules it replaces. Requests already running finish with the
 // rules they started with. nil means no rules.
-func (s *EnvoySwitch) Swap(r *EnvoyRules) *EnvoyRules {
+func (s *Switch) Swap(r *Rules) *Rules {
 	if r == nil {
-		r = &EnvoyRules{}
+		r = &Rules{}
 	}
 	return s.rules.Swap(r)
 }
 
 // Rules returns the rules in force.
-func (s *EnvoySwitch) Rules() *EnvoyRules { return s.rules.Load() }
+func (s *Switch) Rules() *Rules { return s.rules.Load() }
 
-// rlsTable is each domain's rule tree and the service's settings.
-type rlsTable struct {
-	domains map[string]*rlsLevel
+// ruleTable is each domain's rule tree and the service's settings.
+type ruleTable struct {
+	domains map[string]*ruleLevel
 	// names are the domain names in configured order, for error messages.
 	names []string
 	// allOrNothing holds the domains whose requests are decided all or
-	// nothing (EnvoyDomain.AllOrNothing).
+	// nothing (Domain.AllOrNothing).
 	allOrNothing map[string]bool
-	// dropIn, shadow and nearRatio are EnvoyConfig's DropIn, ShadowMode
+	// dropIn, shadow and nearRatio are Config's DropIn, ShadowMode
 	// and NearLimitRatio (defaulted).
 	dropIn, shadow bool
 	nearRatio      float64
 }
 
-// rlsLevel is the rules for one entry of a descriptor: those naming a
+// ruleLevel is the rules for one entry of a descriptor: those naming a
 // value, those naming a value prefix (in configured order), and the keys'
 // defaults.
-type rlsLevel struct {
-	exact    map[rlsEntry]*rlsNode
-	prefixes []rlsPrefix
-	defaults map[string]*rlsNode
+type ruleLevel struct {
+	exact    map[entry]*ruleNode
+	prefixes []prefixRule
+	defaults map[string]*ruleNode
 }
 
-type rlsEntry struct{ key, value string }
+type entry struct{ key, value string }
 
-// rlsPrefix is a rule whose value ends in '*': it matches the key's values
+// prefixRule is a rule whose value ends in '*': it matches the key's values
 // that start with prefix.
-type rlsPrefix struct {
+type prefixRule struct {
 	key, prefix string
-	node        *rlsNode
+	node        *ruleNode
 }
 
-// rlsNode is one compiled EnvoyDescriptor.
-type rlsNode struct {
+// ruleNode is one compiled Descriptor.
+type ruleNode struct {
 	// rule applies to descriptors that end here; nil means none does.
-	rule *rlsRule
+	rule *rule
 	// next matches the following entry; nil means no rule goes deeper.
-	next *rlsLevel
+	next *ruleLevel
 }
 
-// rlsRule is what limits the descriptors that end at a node. Exactly one
+// rule is what limits the descriptors that end at a node. Exactly one
 // of unlimited, blocked and a policy says how.
-type rlsRule struct {
+type rule struct {
 	// policy limits the descriptor: a configured one, or the fixed window
-	// of a rate_limit block (named EnvoyNamespace).
+	// of a rate_limit block (named Namespace).
 	policy node.Policy
 	// unlimited descriptors are never limited.
 	unlimited bool
@@ -128,17 +128,17 @@ type rlsRule struct {
 	// shadow answers OK whatever the decision.
 	shadow bool
 	// limit is the current_limit answered.
-	limit rlsLimit
+	limit currentLimit
 	// name is rate_limit.name, which other rules' replaces refer to;
 	// replaces are the names this rule replaces.
 	name     string
 	replaces []string
 	// stat names the rule in the statistics.
-	stat rlsStatKey
+	stat ruleStat
 }
 
-// rlsLimit is a DescriptorStatus's current_limit.
-type rlsLimit struct {
+// currentLimit is a DescriptorStatus's current_limit.
+type currentLimit struct {
 	name            string
 	requestsPerUnit uint32
 	unit            rlsv3.RateLimitResponse_RateLimit_Unit
@@ -146,7 +146,7 @@ type rlsLimit struct {
 	multiplier uint32
 }
 
-func (l rlsLimit) proto() *rlsv3.RateLimitResponse_RateLimit {
+func (l currentLimit) proto() *rlsv3.RateLimitResponse_RateLimit {
 	rl := &rlsv3.RateLimitResponse_RateLimit{Name: l.name, RequestsPerUnit: l.requestsPerUnit, Unit: l.unit}
 	if l.multiplier > 1 {
 		rl.UnitMultiplier = wrapperspb.UInt32(l.multiplier)
@@ -159,9 +159,9 @@ func (l rlsLimit) proto() *rlsv3.RateLimitResponse_RateLimit {
 // burst may hold more). The period is given in the longest of Envoy's units
 // that divides it, times unit_multiplier when that is more than 1 (30s is 1
 // SECOND × 30; 1h is 1 HOUR); a period that is not a whole number of
-// seconds has unit UNKNOWN. resolveRLSPolicy bounded the limit to 32 bits.
-func policyLimit(p node.Policy, name string) rlsLimit {
-	l := rlsLimit{name: name, requestsPerUnit: uint32(p.Limit.Limit)}
+// seconds has unit UNKNOWN. resolvePolicy bounded the limit to 32 bits.
+func policyLimit(p node.Policy, name string) currentLimit {
+	l := currentLimit{name: name, requestsPerUnit: uint32(p.Limit.Limit)}
 	var m *wrapperspb.UInt32Value
 	l.unit, m = unitToProto(p.Limit.Period)
 	l.multiplier = m.GetValue()

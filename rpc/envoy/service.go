@@ -32,12 +32,12 @@ var errInvalidRequest = algorithms.NewInputError("invalid request")
 // NewService returns Envoy's rate limit service on node n, deciding with
 // the rules rules holds, requests of up to maxDescriptors descriptors, its
 // statistics sent to mp (nil: none).
-func NewService(n *node.Node, rules *EnvoySwitch, maxDescriptors int, mp metric.MeterProvider) (*Service, error) {
-	stats, err := newRLSStats(mp)
+func NewService(n *node.Node, rules *Switch, maxDescriptors int, mp metric.MeterProvider) (*Service, error) {
+	st, err := newStats(mp)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{node: n, rules: rules, maxDescriptors: maxDescriptors, stats: stats, now: time.Now}, nil
+	return &Service{node: n, rules: rules, maxDescriptors: maxDescriptors, stats: st, now: time.Now}, nil
 }
 
 // Service implements envoy.service.ratelimit.v3.RateLimitService on a
@@ -46,22 +46,22 @@ func NewService(n *node.Node, rules *EnvoySwitch, maxDescriptors int, mp metric.
 type Service struct {
 	node *node.Node
 	// rules are read once per request; Handler.SetRules swaps in new ones.
-	rules *EnvoySwitch
+	rules *Switch
 	// maxDescriptors bounds the descriptors of one request, like a batch.
 	maxDescriptors int
-	stats          *rlsStats
+	stats          *stats
 	// now is the clock of blocked rules' windows.
 	now func() time.Time
 }
 
-// rlsCheck is what deciding one descriptor takes. Every descriptor of a
+// check is what deciding one descriptor takes. Every descriptor of a
 // request is planned before any is decided, so that a malformed descriptor
 // fails the request before anything is spent.
-type rlsCheck struct {
+type check struct {
 	// rule applies to the descriptor; nil when none does.
-	rule *rlsRule
+	rule *rule
 	// entries are the descriptor's, for detailed statistics.
-	entries []rlsEntry
+	entries []entry
 	// key names the descriptor's counter under rule.policy.
 	key string
 	// hits is what the descriptor asks to spend; cost is what the check
@@ -115,7 +115,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 // plan validates req and plans each of its descriptors with the rules t.
-func (s *Service) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimitRequest) ([]rlsCheck, error) {
+func (s *Service) plan(ctx context.Context, t *ruleTable, req *rlsv3.RateLimitRequest) ([]check, error) {
 	domain := req.GetDomain()
 	if domain == "" {
 		return nil, fmt.Errorf("domain: %w: must not be empty", errInvalidRequest)
@@ -135,7 +135,7 @@ func (s *Service) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimitReq
 	}
 	// A request's hits_addend of 0 means unset, that is 1.
 	hits := max(1, uint64(req.GetHitsAddend()))
-	checks := make([]rlsCheck, len(ds))
+	checks := make([]check, len(ds))
 	var replaced map[string]bool
 	for i, d := range ds {
 		c, err := planDescriptor(root, domain, d, hits)
@@ -156,7 +156,7 @@ func (s *Service) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimitReq
 	// nor counted.
 	for i, c := range checks {
 		if c.rule != nil && c.rule.name != "" && replaced[c.rule.name] {
-			checks[i] = rlsCheck{}
+			checks[i] = check{}
 		}
 	}
 	return checks, nil
@@ -165,25 +165,25 @@ func (s *Service) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimitReq
 // planDescriptor validates d and plans its check with the rules root (nil:
 // none apply). requestHits is the request's hits_addend, already defaulted.
 // Errors start with the field name, relative to the descriptor.
-func planDescriptor(root *rlsLevel, domain string, d *rlscommonv3.RateLimitDescriptor, requestHits uint64) (rlsCheck, error) {
+func planDescriptor(root *ruleLevel, domain string, d *rlscommonv3.RateLimitDescriptor, requestHits uint64) (check, error) {
 	if d.GetLimit() != nil {
-		return rlsCheck{}, fmt.Errorf("limit: %w: quotad does not take limit overrides; configure the limit in quotad's rules", errInvalidRequest)
+		return check{}, fmt.Errorf("limit: %w: quotad does not take limit overrides; configure the limit in quotad's rules", errInvalidRequest)
 	}
 	if d.GetIsNegativeHits() {
-		return rlsCheck{}, fmt.Errorf("is_negative_hits: %w: quotad does not refund hits", errInvalidRequest)
+		return check{}, fmt.Errorf("is_negative_hits: %w: quotad does not refund hits", errInvalidRequest)
 	}
 	pes := d.GetEntries()
 	if len(pes) == 0 {
-		return rlsCheck{}, fmt.Errorf("entries: %w: must not be empty", errInvalidRequest)
+		return check{}, fmt.Errorf("entries: %w: must not be empty", errInvalidRequest)
 	}
-	es := make([]rlsEntry, len(pes))
+	es := make([]entry, len(pes))
 	for j, pe := range pes {
-		e := rlsEntry{key: pe.GetKey(), value: pe.GetValue()}
+		e := entry{key: pe.GetKey(), value: pe.GetValue()}
 		if e.key == "" {
-			return rlsCheck{}, fmt.Errorf("entries[%d].key: %w: must not be empty", j, errInvalidRequest)
+			return check{}, fmt.Errorf("entries[%d].key: %w: must not be empty", j, errInvalidRequest)
 		}
 		if e.value == "" {
-			return rlsCheck{}, fmt.Errorf("entries[%d].value: %w: must not be empty", j, errInvalidRequest)
+			return check{}, fmt.Errorf("entries[%d].value: %w: must not be empty", j, errInvalidRequest)
 		}
 		es[j] = e
 	}
@@ -193,18 +193,18 @@ func planDescriptor(root *rlsLevel, domain string, d *rlscommonv3.RateLimitDescr
 		// spend.
 		hits = h.GetValue()
 	}
-	rule := root.match(es)
-	c := rlsCheck{rule: rule, entries: es, hits: hits}
-	if rule == nil || rule.unlimited || rule.blocked {
+	r := root.match(es)
+	c := check{rule: r, entries: es, hits: hits}
+	if r == nil || r.unlimited || r.blocked {
 		return c, nil
 	}
-	c.key = rlsKey(domain, es)
+	c.key = counterKey(domain, es)
 	if err := node.ValidateKey(c.key); err != nil {
-		return rlsCheck{}, fmt.Errorf("entries: the domain and entries make the rate limit's %w", err)
+		return check{}, fmt.Errorf("entries: the domain and entries make the rate limit's %w", err)
 	}
 	// A cost above the capacity can never be admitted: Envoy's protocol
 	// calls that over the limit, where quotad's own API calls it invalid.
-	if capacity := rule.policy.Limit.Capacity(); hits > uint64(capacity) {
+	if capacity := r.policy.Limit.Capacity(); hits > uint64(capacity) {
 		c.overCapacity = true
 		return c, nil
 	}
@@ -214,17 +214,17 @@ func planDescriptor(root *rlsLevel, domain string, d *rlscommonv3.RateLimitDescr
 
 // decide checks one planned descriptor with the node, and counts it in the
 // statistics; t is the rules it was planned with.
-func (s *Service) decide(ctx context.Context, t *rlsTable, c rlsCheck) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+func (s *Service) decide(ctx context.Context, t *ruleTable, c check) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	r := c.rule
 	switch {
 	case r == nil:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	case r.unlimited:
-		s.stats.record(ctx, r, c.entries, t.nearRatio, rlsOutcome{hits: c.hits})
+		s.stats.record(ctx, r, c.entries, t.nearRatio, outcome{hits: c.hits})
 		// As envoyproxy/ratelimit answers for unlimited rules.
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil
 	case r.blocked:
-		s.stats.record(ctx, r, c.entries, t.nearRatio, rlsOutcome{hits: c.hits, over: true})
+		s.stats.record(ctx, r, c.entries, t.nearRatio, outcome{hits: c.hits, over: true})
 		// The window as envoyproxy/ratelimit aligns it: to the Unix epoch.
 		p := int64(r.period)
 		return s.status(r, true, 0, time.Duration(p-s.now().UnixNano()%p)), nil
@@ -241,9 +241,9 @@ func (s *Service) decide(ctx context.Context, t *rlsTable, c rlsCheck) (*rlsv3.R
 // counts it in the statistics; over says whether c is over its limit, spent
 // whether its cost was spent (neither: it fitted, but an all_or_nothing
 // request spent nothing).
-func (s *Service) answer(ctx context.Context, t *rlsTable, c rlsCheck, res node.Result, over, spent bool) *rlsv3.RateLimitResponse_DescriptorStatus {
+func (s *Service) answer(ctx context.Context, t *ruleTable, c check, res node.Result, over, spent bool) *rlsv3.RateLimitResponse_DescriptorStatus {
 	limit, remaining := uint64(max(res.Limit, 0)), uint64(max(res.Remaining, 0))
-	o := rlsOutcome{hits: c.hits, limit: limit, over: over, unspent: !over && !spent}
+	o := outcome{hits: c.hits, limit: limit, over: over, unspent: !over && !spent}
 	// The counter before the hits: a denial spent nothing, an admission
 	// spent the cost.
 	o.before = limit - min(remaining, limit)
@@ -251,7 +251,7 @@ func (s *Service) answer(ctx context.Context, t *rlsTable, c rlsCheck, res node.
 		o.before -= min(o.before, uint64(c.cost))
 	}
 	s.stats.record(ctx, c.rule, c.entries, t.nearRatio, o)
-	// Remaining is at most the capacity, which resolveRLSPolicy bounded to
+	// Remaining is at most the capacity, which resolvePolicy bounded to
 	// 32 bits.
 	return s.status(c.rule, over, uint32(remaining), res.ResetAfter)
 }
@@ -263,7 +263,7 @@ func (s *Service) answer(ctx context.Context, t *rlsTable, c rlsCheck, res node.
 // or with those of other descriptors of the same counter, exceed what its
 // limit can ever admit, makes the request over the limit before anything
 // is spent: the others are then only read (a check of cost 0).
-func (s *Service) decideAll(ctx context.Context, t *rlsTable, checks []rlsCheck, sts []*rlsv3.RateLimitResponse_DescriptorStatus) error {
+func (s *Service) decideAll(ctx context.Context, t *ruleTable, checks []check, sts []*rlsv3.RateLimitResponse_DescriptorStatus) error {
 	type counter struct {
 		p   node.Policy
 		key string
@@ -331,7 +331,7 @@ func (s *Service) decideAll(ctx context.Context, t *rlsTable, checks []rlsCheck,
 
 // status is the answer for a descriptor of rule r: OVER_LIMIT when over,
 // unless r is in shadow mode.
-func (s *Service) status(r *rlsRule, over bool, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
+func (s *Service) status(r *rule, over bool, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
 	code := rlsv3.RateLimitResponse_OK
 	if over && !r.shadow {
 		code = rlsv3.RateLimitResponse_OVER_LIMIT
