@@ -71,16 +71,13 @@ type Config struct {
 	// Health is the server's readiness, which the caller keeps to Drain it
 	// on shutdown. nil means NewHandler makes its own.
 	Health *Health
-	// Envoy configures Envoy's rate limit service; the zero value leaves it
-	// unserved. Validate checks its shape; NewHandler also resolves its
-	// policies on the node. Its requests carry up to MaxBatch descriptors.
-	Envoy envoy.Config
-	// EnvoyRules, when set, is where Envoy's rate limit service reads its
-	// rules, and the service is served whatever they hold: the caller
-	// compiled them (envoy.Compile) and may Swap in new ones at any
-	// time, e.g. on hot reload. Envoy is then only validated. nil means
-	// NewHandler compiles Envoy itself.
-	EnvoyRules *envoy.Switch
+	// Envoy, when set, serves Envoy's rate limit service, deciding with the
+	// rules it holds, whatever they are: the caller compiled them
+	// (envoy.Compile, against the node's policies) and may Swap in new ones
+	// at any time, e.g. on hot reload (Handler.SetRules does). Its requests
+	// carry up to MaxBatch descriptors. nil, the default, leaves the service
+	// unserved, and then no later rules can serve it.
+	Envoy *envoy.Switch
 	// Telemetry is where the wire sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry
@@ -146,9 +143,6 @@ func (c Config) Validate() error {
 		if err := validAllowedHost(h, len(c.AllowedHosts)); err != nil {
 			return fmt.Errorf("allowed hosts: %w: %w", ErrInvalidConfig, err)
 		}
-	}
-	if err := c.Envoy.ValidateShape(); err != nil {
-		return err
 	}
 	return nil
 }

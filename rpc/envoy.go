@@ -12,30 +12,20 @@ import (
 	"github.com/quotad/quotad/rpc/envoy"
 )
 
-// mountRLS serves Envoy's rate limit service on mux when cfg configures it,
-// with the handler options opts, and returns the names of the services it
-// mounted (for reflection), the service, and the switch Handler.SetRules
-// gives new rules: none, and nil, when there is no cfg.EnvoyRules and
-// cfg.Envoy has no domains and is not DropIn. cfg is defaulted and
-// validated.
-func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) (*envoy.Service, *envoy.Switch, []string, error) {
-	rules := cfg.EnvoyRules
-	if rules == nil {
-		if len(cfg.Envoy.Domains) == 0 && !cfg.Envoy.DropIn {
-			return nil, nil, nil, nil
-		}
-		r, err := envoy.Compile(cfg.Envoy, n.Policies())
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		rules = envoy.NewSwitch(r)
+// mountRLS serves Envoy's rate limit service on mux when cfg.Envoy is set,
+// with the handler options opts, and returns the service and the names of
+// the services it mounted (for reflection): none, and nil, when cfg.Envoy
+// is nil. cfg is defaulted and validated.
+func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) (*envoy.Service, []string, error) {
+	if cfg.Envoy == nil {
+		return nil, nil, nil
 	}
-	svc, err := envoy.NewService(n, rules, cfg.MaxBatch, cfg.Telemetry.MeterProvider)
+	svc, err := envoy.NewService(n, cfg.Envoy, cfg.MaxBatch, cfg.Telemetry.MeterProvider)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	mux.Handle(ratelimitv3connect.NewRateLimitServiceHandler(rlsHandler{svc}, opts...))
-	return svc, rules, []string{ratelimitv3connect.RateLimitServiceName}, nil
+	return svc, []string{ratelimitv3connect.RateLimitServiceName}, nil
 }
 
 // rlsHandler is Envoy's rate limit service on connect-go.

@@ -83,7 +83,7 @@ func TestGRPCMethodsMatchProto(t *testing.T) {
 // Every service of the API answers a stock grpc-go client, on grpc-go's
 // transport: the HTTP front end sees none of it.
 func TestGRPCFrontEnd(t *testing.T) {
-	ts := startServer(t, memory.New(nil, 0), Config{Envoy: rlsServerConfig()}, rlsServerPolicies()...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: envoySwitch(t, rlsServerConfig(), rlsServerPolicies()...)}, rlsServerPolicies()...)
 	conn := grpcConn(t, ts)
 	ctx := context.Background()
 	before := ts.httpRequests.Load()
@@ -160,7 +160,7 @@ func TestGRPCHealth(t *testing.T) {
 // Reflection on grpc-go, v1 and v1alpha, lists the services the HTTP front
 // end's reflection lists, and describes them.
 func TestGRPCReflection(t *testing.T) {
-	ts := startServer(t, memory.New(nil, 0), Config{Envoy: rlsServerConfig()}, rlsServerPolicies()...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: envoySwitch(t, rlsServerConfig(), rlsServerPolicies()...)}, rlsServerPolicies()...)
 	want := slices.Sorted(slices.Values(ts.handler.reflected))
 	if got := quotadtest.ReflectedServices(t, grpcConn(t, ts), ratelimitv3connect.RateLimitServiceName); !slices.Equal(got, want) {
 		t.Errorf("ListServices %v, want %v", got, want)

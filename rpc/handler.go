@@ -25,8 +25,7 @@ import (
 //     HTTP/JSON (POST /quotad.v1.QuotaService/Check with
 //     Content-Type: application/json);
 //   - envoy.service.ratelimit.v3.RateLimitService, Envoy's rate limit
-//     service, when cfg.EnvoyRules is set or cfg.Envoy configures domains
-//     or is DropIn;
+//     service, when cfg.Envoy is set;
 //   - gRPC server reflection, v1 and v1alpha (for grpcurl and buf curl);
 //   - gRPC health (grpc.health.v1.Health) for "" and
 //     quotad.v1.QuotaService, and GET /readyz: readiness (see Health);
@@ -109,13 +108,13 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	// the mux prefers the exact path to the service's prefix.
 	_, batches := quotadv1connect.NewQuotaServiceHandler(svc, common, batchLimits, rpcInterceptors)
 	mux.Handle(quotadv1connect.QuotaServiceCheckBatchProcedure, batches)
-	rls, envoyRules, envoyServices, err := mountRLS(mux, n, cfg, common, batchLimits, rpcInterceptors)
+	rls, envoyServices, err := mountRLS(mux, n, cfg, common, batchLimits, rpcInterceptors)
 	if err != nil {
 		return nil, err
 	}
 	reflected := append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)
 	handler := &Handler{
-		svc: svc, rls: rls, envoyRules: envoyRules, health: h, reflected: reflected,
+		svc: svc, rls: rls, envoyRules: cfg.Envoy, health: h, reflected: reflected,
 		tel: tel, log: log, maxRequestBytes: cfg.MaxRequestBytes, admin: admin,
 	}
 	handler.version.Store(&cfg.ConfigVersion)
@@ -185,9 +184,8 @@ type Rules struct {
 	// Envoy is Envoy's rules, compiled by envoy.Compile against the
 	// policies the node runs (node.SetPolicies): the rules keep their own
 	// copy of each. nil means none: every domain is unknown. While Envoy's
-	// rate limit service is not served (NewHandler's Config configured no
-	// domain and no DropIn), they must serve nothing either: serving it
-	// takes a restart.
+	// rate limit service is not served (NewHandler's Config.Envoy was nil),
+	// they must serve nothing either: serving it takes a restart.
 	Envoy *envoy.Rules
 	// Version is shown by GET /cluster.
 	Version ConfigVersion
@@ -197,8 +195,8 @@ type Rules struct {
 // a service that is not mounted.
 var ErrRestartRequired = errors.New("needs a restart")
 
-// SetRules replaces the Envoy rules with one envoy.Switch.Swap, the same
-// switch Config.EnvoyRules names when set: each ShouldRateLimit request is
+// SetRules replaces the Envoy rules with one Swap of the switch NewHandler's
+// Config.Envoy named: each ShouldRateLimit request is
 // decided wholly by the old rules or wholly by the new ones. On error
 // nothing changes. Safe for concurrent use with requests; calls are not
 // meant to race each other (the last one wins), so one goroutine should

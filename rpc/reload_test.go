@@ -44,12 +44,19 @@ func compiled(t testing.TB, c envoy.Config, policies []node.Policy) *envoy.Rules
 	return r
 }
 
+// envoySwitch is a switch holding c compiled against policies, for
+// Config.Envoy.
+func envoySwitch(t testing.TB, c envoy.Config, policies ...node.Policy) *envoy.Switch {
+	t.Helper()
+	return envoy.NewSwitch(compiled(t, c, policies))
+}
+
 // SetRules swaps Envoy's rules: requests follow the new limits at once; a
 // set that does not compile is refused before any swap, and a refused
 // SetRules changes nothing; GET /cluster shows the version.
 func TestSetRulesReplacesEnvoyRules(t *testing.T) {
 	policies := []node.Policy{minutePolicy("pa", 100), minutePolicy("pb", 100)}
-	ts := startServer(t, memory.New(nil, 0), Config{Envoy: twoRuleEnvoy(), ConfigVersion: ConfigVersion{Generation: 1, Hash: "first"}}, policies...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: envoySwitch(t, twoRuleEnvoy(), policies...), ConfigVersion: ConfigVersion{Generation: 1, Hash: "first"}}, policies...)
 	h := ts.handler
 	c := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("a", "1")}}
@@ -108,7 +115,7 @@ func TestReloadIsNeverSeenHalfDone(t *testing.T) {
 	setOf := func(limit int64) []node.Policy {
 		return []node.Policy{minutePolicy("pa", limit), minutePolicy("pb", limit)}
 	}
-	ts := startServer(t, memory.New(nil, 0), Config{Envoy: twoRuleEnvoy()}, setOf(1000)...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: envoySwitch(t, twoRuleEnvoy(), setOf(1000)...)}, setOf(1000)...)
 	h := ts.handler
 	rls := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 	api := ts.client(t, "grpc")

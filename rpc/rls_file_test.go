@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -37,35 +36,8 @@ func fileDomain(file, domain string, ds ...envoy.Descriptor) envoy.Domain {
 	return envoy.Domain{Domain: domain, File: file, Descriptors: ds}
 }
 
-// one is a config of one domain with one rule.
-func one(domain string, d envoy.Descriptor) envoy.Config {
-	return envoy.Config{Domains: []envoy.Domain{{Domain: domain, Descriptors: []envoy.Descriptor{d}}}}
-}
-
 // maxRLSDetails is envoy's cap on a detailed_metric rule's labels.
 const maxRLSDetails = 100
-
-// Config.Validate checks the rules' shape without knowing the policies;
-// NewHandler then refuses rules naming a policy the node lacks.
-func TestEnvoyConfigInHandler(t *testing.T) {
-	bad := one("edge", envoy.Descriptor{Key: "k", Unlimited: true, Policy: "x"})
-	if err := (Config{Envoy: bad}).Validate(); err == nil || !strings.Contains(err.Error(), "exclude each other") {
-		t.Fatalf("Config.Validate: %v, want the rule refused", err)
-	}
-	unknown := one("edge", envoy.Descriptor{Key: "k", Policy: "nope"})
-	if err := (Config{Envoy: unknown}).Validate(); err != nil {
-		t.Fatalf("Config.Validate cannot know the policies, yet: %v", err)
-	}
-	n, err := node.New(node.Config{Policies: rlsServerPolicies()}, memory.New(nil, 0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	_, err = NewHandler(n, Config{Envoy: unknown}, nil)
-	if !errors.Is(err, node.ErrUnknownPolicy) || !strings.Contains(err.Error(), `envoy.domains[0].descriptors[0].policy`) {
-		t.Fatalf("NewHandler: %v, want the unknown policy named", err)
-	}
-}
 
 // fileServer serves rules of envoyproxy/ratelimit's schema on the memory
 // store, with metrics read by the returned reader.
@@ -74,7 +46,7 @@ func fileServer(t *testing.T, cfg envoy.Config, policies ...node.Policy) (rateli
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	ts := startServer(t, memory.New(nil, 0), Config{Envoy: cfg, Telemetry: Telemetry{MeterProvider: mp}}, policies...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: envoySwitch(t, cfg, policies...), Telemetry: Telemetry{MeterProvider: mp}}, policies...)
 	return ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC()), reader
 }
 
@@ -289,7 +261,7 @@ func TestEnvoySwitchIsAtomic(t *testing.T) {
 	}
 	old, next := compile("old"), compile("new")
 	sw := envoy.NewSwitch(old)
-	ts := startServer(t, memory.New(nil, 0), Config{EnvoyRules: sw})
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: sw})
 	c := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 
 	stop := make(chan struct{})

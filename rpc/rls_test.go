@@ -51,7 +51,7 @@ func rlsServerConfig() envoy.Config {
 
 func startRLSServer(t *testing.T, store node.Store) ratelimitv3connect.RateLimitServiceClient {
 	t.Helper()
-	ts := startServer(t, store, Config{Envoy: rlsServerConfig(), MaxBatch: 3}, rlsServerPolicies()...)
+	ts := startServer(t, store, Config{Envoy: envoySwitch(t, rlsServerConfig(), rlsServerPolicies()...), MaxBatch: 3}, rlsServerPolicies()...)
 	return ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 }
 

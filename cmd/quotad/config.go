@@ -122,7 +122,7 @@ func (c config) usesRedis() bool {
 }
 
 func (c config) rpcConfig() rpc.Config {
-	return rpc.Config{DisableInlineLimits: !c.InlineLimits, DisableClientLeases: !c.ClientLeases, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, MaxInlinePeriod: c.MaxInlinePeriod, Envoy: c.Envoy,
+	return rpc.Config{DisableInlineLimits: !c.InlineLimits, DisableClientLeases: !c.ClientLeases, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, MaxInlinePeriod: c.MaxInlinePeriod,
 		DisableConsole: !c.Console.Enabled, ShowKeys: c.Console.ShowKeys, Listen: c.Listen, AllowedHosts: c.AllowedHosts}
 }
 
@@ -166,6 +166,9 @@ func (c config) validate() error {
 		return errors.New("redis: credentials, TLS, db or a master name are set but no Redis is (set --redis, --redis-cluster or --redis-sentinel)")
 	}
 	if err := c.rpcConfig().Validate(); err != nil {
+		return err
+	}
+	if err := c.Envoy.Validate(c.Policies); err != nil {
 		return err
 	}
 	if err := c.Server.Validate(); err != nil {

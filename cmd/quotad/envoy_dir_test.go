@@ -296,7 +296,7 @@ func TestReloaderFollowsEnvoyDir(t *testing.T) {
 	}
 	r.every = 10 * time.Millisecond
 	rpcCfg := cfg.rpcConfig()
-	rpcCfg.EnvoyRules = sw
+	rpcCfg.Envoy = sw
 	rpcCfg.ConfigVersion = r.configVersion()
 	h, err := rpc.NewHandler(n, rpcCfg, nil)
 	if err != nil {

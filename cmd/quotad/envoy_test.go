@@ -60,8 +60,12 @@ envoy:
 	if !reflect.DeepEqual(c.Envoy, want) {
 		t.Fatalf("envoy config\n got %+v\nwant %+v", c.Envoy, want)
 	}
-	if !reflect.DeepEqual(c.rpcConfig().Envoy, want) {
-		t.Fatal("rpcConfig does not pass the envoy config on")
+	sw, _, err := loadEnvoy(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sw.Rules().Domains(); !reflect.DeepEqual(got, []string{"edge", "internal"}) {
+		t.Fatalf("the rules served have domains %v, want edge and internal", got)
 	}
 }
 

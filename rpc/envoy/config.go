@@ -176,13 +176,6 @@ func (c Config) Validate(policies []node.Policy) error {
 	return err
 }
 
-// ValidateShape is Validate without the policies: it reports the first
-// problem with c that does not depend on which policies are configured.
-func (c Config) ValidateShape() error {
-	_, err := compileTable(c, nil)
-	return err
-}
-
 // policyLookup finds a configured policy by name; node.(*Node).Policy is one.
 type policyLookup func(name string) (node.Policy, bool)
 
@@ -461,12 +454,9 @@ func (cc compiler) fileRule(d Descriptor, path fieldPath) (*rule, error) {
 	return r, nil
 }
 
-// resolvePolicy finds a rule's policy. A nil lookup resolves nothing:
-// it is for checking the rules' shape alone (Config.Validate).
+// resolvePolicy finds a rule's policy with lookup, and checks that Envoy's
+// protocol can carry it.
 func resolvePolicy(name string, lookup policyLookup) (node.Policy, error) {
-	if lookup == nil {
-		return node.Policy{Name: name}, nil
-	}
 	p, ok := lookup(name)
 	if !ok {
 		return node.Policy{}, fmt.Errorf("%w: %w %q: not among the configured policies", ErrInvalidConfig, node.ErrUnknownPolicy, name)

@@ -45,8 +45,8 @@ func (r *Rules) Serves() bool {
 
 // Switch holds the rules Envoy's rate limit service decides with. Each
 // request reads the rules once, so it is decided wholly by the rules before
-// a Swap or wholly by those after, never by a mix. It is safe for
-// concurrent use.
+// a Swap or wholly by those after, never by a mix. The zero value holds no
+// rules. It is safe for concurrent use.
 type Switch struct {
 	rules atomic.Pointer[Rules]
 }
@@ -69,8 +69,13 @@ func (s *Switch) Swap(r *Rules) *Rules {
 	return s.rules.Swap(r)
 }
 
-// Rules returns the rules in force.
-func (s *Switch) Rules() *Rules { return s.rules.Load() }
+// Rules returns the rules in force: none (not nil) for a zero Switch.
+func (s *Switch) Rules() *Rules {
+	if r := s.rules.Load(); r != nil {
+		return r
+	}
+	return &Rules{}
+}
 
 // ruleTable is each domain's rule tree and the service's settings.
 type ruleTable struct {
