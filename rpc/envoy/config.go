@@ -12,8 +12,8 @@ import (
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 )
 
-// ErrInvalidConfig is wrapped by every error Config.Validate and
-// Compile return.
+// ErrInvalidConfig is wrapped by every error Config.Validate, Compile and
+// NewService return about what they were given.
 var ErrInvalidConfig = errors.New("invalid rpc config")
 
 // DefaultNearLimitRatio is Config.NearLimitRatio's default, as
@@ -31,17 +31,18 @@ const Namespace = "envoy"
 // schemas: quotad's (the config file's envoy section, whose rules name
 // configured policies) and envoyproxy/ratelimit's (its config files,
 // unchanged: rules carry rate_limit blocks). The zero value configures
-// nothing, and the service is then not served. It is a value: Validate and
-// Compile only read it.
+// nothing: its rules serve nothing (Rules.Serves). It is a value: Validate
+// and Compile only read it.
 type Config struct {
 	// Domains are the configured domains, of either schema; names are
 	// unique across both.
 	Domains []Domain
 	// DropIn answers as envoyproxy/ratelimit does where quotad's own choices
-	// differ: the service is served even while no domain is configured (a
-	// rule directory may start empty), and a request naming a domain that is
-	// not configured gets OK for every descriptor (counted in
-	// quotad.envoy.domain_not_found) instead of NotFound.
+	// differ: the rules serve even while no domain is configured (a rule
+	// directory may start empty), and a request naming a domain that is not
+	// configured gets OK for every descriptor (counted in
+	// quotad.envoy.domain_not_found) instead of failing with
+	// ErrUnknownDomain (NotFound on the wire).
 	DropIn bool
 	// ShadowMode is envoyproxy/ratelimit's SHADOW_MODE: decide and count as
 	// usual, but answer overall_code OK where it would be OVER_LIMIT (the

@@ -10,20 +10,22 @@ import (
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 )
 
-// This file is the compiled form of an Config, and the switch through
+// This file is the compiled form of a Config, and the switch through
 // which a running service takes a new one.
 
-// Rules is a validated, compiled Config: every domain's rule tree,
-// with its policies resolved. It is immutable, and so safe for concurrent
-// use. Build it with Compile.
+// Rules is a validated, compiled Config: every domain's rule tree, with its
+// policies resolved (each rule keeps its own copy of its policy). It is
+// immutable, and so safe for concurrent use. Build it with Compile; nil, and
+// the zero value, hold no domain and are not DropIn.
 type Rules struct {
 	table ruleTable
 }
 
-// Compile validates c and compiles it, resolving the policies its
-// rules name among policies (the configured ones). Its errors are
-// Config.Validate's. It is a pure function: hot reload calls it on the
-// new configuration, then Switch.Swap.
+// Compile validates c and compiles it, resolving the policies its rules
+// name among policies (the configured ones). Its errors are
+// Config.Validate's: they wrap ErrInvalidConfig. It is a pure function and
+// does not block: hot reload calls it on the new configuration, then
+// Switch.Swap.
 func Compile(c Config, policies []node.Policy) (*Rules, error) {
 	t, err := compileTable(c, lookupIn(policies))
 	if err != nil {
@@ -32,13 +34,19 @@ func Compile(c Config, policies []node.Policy) (*Rules, error) {
 	return &Rules{table: t}, nil
 }
 
-// Domains returns the configured domains' names, in configured order.
+// Domains returns the configured domains' names, in configured order: a
+// new slice, nil for nil Rules.
 func (r *Rules) Domains() []string {
+	if r == nil {
+		return nil
+	}
 	return append([]string(nil), r.table.names...)
 }
 
 // Serves reports whether r decides anything: it configures a domain, or is
-// DropIn (every domain is then served). nil serves nothing.
+// DropIn (every domain is then served). nil serves nothing. A server that
+// does not serve Envoy's rate limit service takes only rules that serve
+// nothing (rpc's Handler.SetRules).
 func (r *Rules) Serves() bool {
 	return r != nil && (len(r.table.domains) > 0 || r.table.dropIn)
 }
@@ -52,7 +60,7 @@ type Switch struct {
 }
 
 // NewSwitch returns a switch holding r; nil means no rules (no domain
-// configured, not DropIn).
+// configured, not DropIn): every domain is then unknown.
 func NewSwitch(r *Rules) *Switch {
 	s := &Switch{}
 	s.Swap(r)
@@ -69,7 +77,8 @@ func (s *Switch) Swap(r *Rules) *Rules {
 	return s.rules.Swap(r)
 }
 
-// Rules returns the rules in force: none (not nil) for a zero Switch.
+// Rules returns the rules in force, never nil: empty ones for a zero
+// Switch.
 func (s *Switch) Rules() *Rules {
 	if r := s.rules.Load(); r != nil {
 		return r

@@ -19,20 +19,27 @@ import (
 )
 
 // This file serves Envoy's rate limit service: ShouldRateLimit decides each
-// descriptor of a request with the rule its entries match (rls_match.go) and
+// descriptor of a request with the rule its entries match (match.go) and
 // the node's Check.
 
 // ErrUnknownDomain is wrapped by the error of a request that names a
-// domain that is not configured.
+// domain the rules do not configure (and that they do not serve anyway,
+// DropIn).
 var ErrUnknownDomain = errors.New("unknown domain")
 
-// errInvalidRequest: the request is malformed.
+// errInvalidRequest: the request is malformed. It wraps node.ErrInvalidInput.
 var errInvalidRequest = algorithms.NewInputError("invalid request")
 
 // NewService returns Envoy's rate limit service on node n, deciding with
-// the rules rules holds, requests of up to maxDescriptors descriptors, its
-// statistics sent to mp (nil: none).
+// the rules that rules holds at each request, which carries 1 to
+// maxDescriptors descriptors; its statistics (stats.go) go to mp, nil
+// meaning nowhere. n and rules must not be nil and maxDescriptors must be
+// at least 1, else the error wraps ErrInvalidConfig; any other error is
+// mp's. It does not block.
 func NewService(n *node.Node, rules *Switch, maxDescriptors int, mp metric.MeterProvider) (*Service, error) {
+	if n == nil || rules == nil || maxDescriptors < 1 {
+		return nil, fmt.Errorf("envoy service: %w: needs a node, a switch of rules and maxDescriptors >= 1 (got %d)", ErrInvalidConfig, maxDescriptors)
+	}
 	st, err := newStats(mp)
 	if err != nil {
 		return nil, err
@@ -40,12 +47,14 @@ func NewService(n *node.Node, rules *Switch, maxDescriptors int, mp metric.Meter
 	return &Service{node: n, rules: rules, maxDescriptors: maxDescriptors, stats: st, now: time.Now}, nil
 }
 
-// Service implements envoy.service.ratelimit.v3.RateLimitService on a
-// node. Its methods return plain domain errors; errorInterceptor gives them
-// their codes. It is safe for concurrent use.
+// Service is Envoy's rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService) on a node, whatever the
+// wire: package rpc serves it on its front ends. Build it with NewService.
+// It is safe for concurrent use.
 type Service struct {
 	node *node.Node
-	// rules are read once per request; Handler.SetRules swaps in new ones.
+	// rules are read once per request; their owner swaps in new ones (rpc's
+	// Handler.SetRules).
 	rules *Switch
 	// maxDescriptors bounds the descriptors of one request, like a batch.
 	maxDescriptors int
@@ -74,10 +83,22 @@ type check struct {
 	overCapacity bool
 }
 
-// ShouldRateLimit implements RateLimitService.ShouldRateLimit. Every
-// descriptor is decided, even after one is over its limit, and spends its
-// hits if it fits, as in envoyproxy/ratelimit. The whole request is decided
-// by one set of rules, even while a new one is swapped in.
+// ShouldRateLimit decides req as RateLimitService.ShouldRateLimit does: one
+// status per descriptor, in order, and the overall code. Every descriptor
+// is decided, even after one is over its limit, and spends its hits if it
+// fits, as in envoyproxy/ratelimit (unless its domain is AllOrNothing). The
+// whole request is decided by one set of rules, even while a new one is
+// swapped in.
+//
+// It fails the whole request, before anything is spent, when req is
+// malformed (the error wraps node.ErrInvalidInput and names the field, e.g.
+// "descriptors[1].entries[0].value: invalid request: ...") or names a
+// domain the rules do not serve (ErrUnknownDomain). A store failure is not
+// an error (each policy's failure mode decides, as in node.Node.Check); the
+// node's errors (node.ErrStoreFull, the context ending) fail the request
+// naming the descriptor, and what earlier descriptors spent stays spent.
+// These are plain errors: the wire chooses their codes. It blocks while the
+// node asks the store, bounded by ctx and the store's timeout.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	t := &s.rules.Rules().table
 	checks, err := s.plan(ctx, t, req)

@@ -308,3 +308,26 @@ func TestRejectsMalformedRequests(t *testing.T) {
 	res = shouldRateLimit(t, svc, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("path", strings.Repeat("x", 2000))}})
 	wantStatus(t, "long unmatched value", res.GetStatuses()[0], codeOK, "", 0, "", 0, 0)
 }
+
+// NewService refuses what it cannot serve with: no node, no switch, or no
+// room for a descriptor.
+func TestNewServiceRefusesMissingParts(t *testing.T) {
+	n, err := node.New(node.Config{}, memory.New(nil, 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	sw := NewSwitch(nil)
+	for name, args := range map[string]struct {
+		n   *node.Node
+		sw  *Switch
+		max int
+	}{"no node": {nil, sw, 1}, "no switch": {n, nil, 1}, "no descriptors": {n, sw, 0}} {
+		if _, err := NewService(args.n, args.sw, args.max, nil); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if _, err := NewService(n, sw, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+}
