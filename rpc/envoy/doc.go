@@ -1,8 +1,9 @@
 // Package envoy is Envoy's rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService) on a quotad node: the
 // rules' format, in quotad's schema and in envoyproxy/ratelimit's config
-// files (Config, config.go); their compilation into immutable Rules
-// (Compile) and the Switch a running service reads them from (rules.go);
+// files (Config, config.go); their compilation (Compile, compile.go) into
+// immutable Rules and the Switch a running service reads them from
+// (rules.go);
 // the match of a descriptor to its rule and the key of its counter
 // (match.go); the Service that plans and decides each request through
 // node.Node (service.go); and envoyproxy/ratelimit's per-rule statistics

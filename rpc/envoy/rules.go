@@ -21,19 +21,6 @@ type Rules struct {
 	table ruleTable
 }
 
-// Compile validates c and compiles it, resolving the policies its rules
-// name among policies (the configured ones). Its errors are
-// Config.Validate's: they wrap ErrInvalidConfig. It is a pure function and
-// does not block: hot reload calls it on the new configuration, then
-// Switch.Swap.
-func Compile(c Config, policies []node.Policy) (*Rules, error) {
-	t, err := compileTable(c, lookupIn(policies))
-	if err != nil {
-		return nil, err
-	}
-	return &Rules{table: t}, nil
-}
-
 // Domains returns the configured domains' names, in configured order: a
 // new slice, nil for nil Rules.
 func (r *Rules) Domains() []string {
