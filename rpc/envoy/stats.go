@@ -100,7 +100,7 @@ func newStats(mp metric.MeterProvider) (*stats, error) {
 	if mp == nil {
 		mp = metricnoop.NewMeterProvider()
 	}
-	m := mp.Meter("github.com/quotad/quotad/rpc")
+	m := mp.Meter("github.com/quotad/quotad/rpc/envoy")
 	s := &stats{}
 	for _, c := range []struct {
 		dst               *metric.Int64Counter
