@@ -192,12 +192,12 @@ func TestReadEnvoyFiles(t *testing.T) {
 
 	write("e.yaml", "domain: b\n")
 	files, _ = readEnvoyFiles(dir)
-	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `e.yaml: domain: invalid rpc config: "b" is configured twice (also in b.yml)`) {
+	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `e.yaml: domain: invalid envoy config: "b" is configured twice (also in b.yml)`) {
 		t.Errorf("a domain in two files: %v", err)
 	}
 	c.Envoy.Domains = []envoy.Domain{{Domain: "a", Descriptors: []envoy.Descriptor{{Key: "k", Unlimited: true}}}}
 	files = files[:1]
-	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `a.yaml: domain: invalid rpc config: "a" is configured twice (also in envoy.domains[0] of the config file)`) {
+	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `a.yaml: domain: invalid envoy config: "a" is configured twice (also in envoy.domains[0] of the config file)`) {
 		t.Errorf("a domain in the config file and a file: %v", err)
 	}
 

@@ -11,7 +11,7 @@ import (
 
 // ErrInvalidConfig is wrapped by every error Config.Validate, Compile and
 // NewService return about what they were given.
-var ErrInvalidConfig = errors.New("invalid rpc config")
+var ErrInvalidConfig = errors.New("invalid envoy config")
 
 // DefaultNearLimitRatio is Config.NearLimitRatio's default, as
 // envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
