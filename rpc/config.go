@@ -1,11 +1,12 @@
 // Package rpc is quotad's wire: the service core of quotad.v1.QuotaService
-// and Envoy's rate limit service, and its two front ends on one port —
-// connect-go's handlers (Connect, gRPC, gRPC-Web and HTTP/JSON on one
-// http.Handler) and grpc-go's registrations, which serve gRPC connections
-// on a cheaper transport (NewServer) — request validation, the conversion
-// between protobuf messages and node's domain types, the choice of error
-// code, call telemetry, gRPC reflection and health, and the plain HTTP
-// pages.
+// and its two front ends on one port — connect-go's handlers (Connect,
+// gRPC, gRPC-Web and HTTP/JSON on one http.Handler) and grpc-go's
+// registrations, which serve gRPC connections on a cheaper transport
+// (NewServer) — with Envoy's rate limit service (package rpc/envoy)
+// mounted on both; request validation, the conversion between protobuf
+// messages and node's domain types, the choice of error code (for Envoy's
+// errors too), call telemetry, gRPC reflection and health, and the plain
+// HTTP pages.
 package rpc
 
 import (

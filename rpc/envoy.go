@@ -12,6 +12,10 @@ import (
 	"github.com/quotad/quotad/rpc/envoy"
 )
 
+// This file mounts Envoy's rate limit service (package envoy) on connect-go;
+// grpc.go registers it on grpc-go. Both give its errors their codes with
+// connectError.
+
 // mountRLS serves Envoy's rate limit service on mux when cfg.Envoy is set,
 // with the handler options opts, and returns the service and the names of
 // the services it mounted (for reflection): none, and nil, when cfg.Envoy
@@ -28,7 +32,8 @@ func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.Hand
 	return svc, []string{ratelimitv3connect.RateLimitServiceName}, nil
 }
 
-// rlsHandler is Envoy's rate limit service on connect-go.
+// rlsHandler is Envoy's rate limit service on connect-go: svc, with the
+// messages wrapped as connect-go wants them.
 type rlsHandler struct{ svc *envoy.Service }
 
 var _ ratelimitv3connect.RateLimitServiceHandler = rlsHandler{}

@@ -46,8 +46,9 @@ var (
 
 // code chooses the Connect code of err, an error of the call whose context
 // is ctx. It is the only place in quotad that does: input problems (every
-// error that wraps node.ErrInvalidInput) are
-// InvalidArgument, an unknown policy or Envoy domain, and a concurrency
+// error that wraps node.ErrInvalidInput, Envoy's malformed requests among
+// them) are InvalidArgument, an unknown policy or Envoy domain
+// (envoy.ErrUnknownDomain), and a concurrency
 // slot that is not held (never taken, released or expired), are NotFound,
 // a client lease that is not held (returned, expired, granted elsewhere) is
 // NotFound too, inline limits on a server that forbids them are PermissionDenied, so is an

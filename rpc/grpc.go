@@ -25,7 +25,7 @@ import (
 // This file is the gRPC front end: the API's services registered on
 // grpc-go's server, whose HTTP/2 transport is much cheaper per call than
 // net/http's with connect-go. Its methods call the same service core as
-// the Connect handlers (service and rlsService), give errors their codes
+// the Connect handlers (service and envoy.Service), give errors their codes
 // with the same connectError, and are observed by the same callTelemetry;
 // only the wire differs. The service descriptions are written here rather
 // than generated (protoc-gen-go-grpc would add an interface per service
