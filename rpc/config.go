@@ -1,11 +1,12 @@
 // Package rpc is quotad's wire: the service core of quotad.v1.QuotaService
-// and Envoy's rate limit service, and its two front ends on one port —
-// connect-go's handlers (Connect, gRPC, gRPC-Web and HTTP/JSON on one
-// http.Handler) and grpc-go's registrations, which serve gRPC connections
-// on a cheaper transport (NewServer) — request validation, the conversion
-// between protobuf messages and node's domain types, the choice of error
-// code, call telemetry, gRPC reflection and health, and the plain HTTP
-// pages.
+// and its two front ends on one port — connect-go's handlers (Connect,
+// gRPC, gRPC-Web and HTTP/JSON on one http.Handler) and grpc-go's
+// registrations, which serve gRPC connections on a cheaper transport
+// (NewServer) — with Envoy's rate limit service (package rpc/envoy)
+// mounted on both; request validation, the conversion between protobuf
+// messages and node's domain types, the choice of error code (for Envoy's
+// errors too), call telemetry, gRPC reflection and health, and the plain
+// HTTP pages.
 package rpc
 
 import (
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // Bounds and defaults of Config.
@@ -70,16 +72,13 @@ type Config struct {
 	// Health is the server's readiness, which the caller keeps to Drain it
 	// on shutdown. nil means NewHandler makes its own.
 	Health *Health
-	// Envoy configures Envoy's rate limit service; the zero value leaves it
-	// unserved. Validate checks its shape; NewHandler also resolves its
-	// policies on the node. Its requests carry up to MaxBatch descriptors.
-	Envoy EnvoyConfig
-	// EnvoyRules, when set, is where Envoy's rate limit service reads its
-	// rules, and the service is served whatever they hold: the caller
-	// compiled them (CompileEnvoyRules) and may Swap in new ones at any
-	// time, e.g. on hot reload. Envoy is then only validated. nil means
-	// NewHandler compiles Envoy itself.
-	EnvoyRules *EnvoySwitch
+	// Envoy, when set, serves Envoy's rate limit service, deciding with the
+	// rules it holds, whatever they are: the caller compiled them
+	// (envoy.Compile, against the node's policies) and may Swap in new ones
+	// at any time, e.g. on hot reload (Handler.SetRules does). Its requests
+	// carry up to MaxBatch descriptors. nil, the default, leaves the service
+	// unserved, and then no later rules can serve it.
+	Envoy *envoy.Switch
 	// Telemetry is where the wire sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry
@@ -145,9 +144,6 @@ func (c Config) Validate() error {
 		if err := validAllowedHost(h, len(c.AllowedHosts)); err != nil {
 			return fmt.Errorf("allowed hosts: %w: %w", ErrInvalidConfig, err)
 		}
-	}
-	if _, err := compileRLS(c.Envoy, nil); err != nil {
-		return err
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // Errors of this package. Each is wrapped with the field it concerns; code
@@ -45,8 +46,9 @@ var (
 
 // code chooses the Connect code of err, an error of the call whose context
 // is ctx. It is the only place in quotad that does: input problems (every
-// error that wraps node.ErrInvalidInput) are
-// InvalidArgument, an unknown policy or Envoy domain, and a concurrency
+// error that wraps node.ErrInvalidInput, Envoy's malformed requests among
+// them) are InvalidArgument, an unknown policy or Envoy domain
+// (envoy.ErrUnknownDomain), and a concurrency
 // slot that is not held (never taken, released or expired), are NotFound,
 // a client lease that is not held (returned, expired, granted elsewhere) is
 // NotFound too, inline limits on a server that forbids them are PermissionDenied, so is an
@@ -67,7 +69,7 @@ func code(ctx context.Context, err error) connect.Code {
 		return connect.CodePermissionDenied
 	case errors.Is(err, errAdminTokenMissing):
 		return connect.CodeUnauthenticated
-	case errors.Is(err, node.ErrUnknownPolicy), errors.Is(err, errUnknownDomain):
+	case errors.Is(err, node.ErrUnknownPolicy), errors.Is(err, envoy.ErrUnknownDomain):
 		return connect.CodeNotFound
 	case errors.Is(err, node.ErrSlotNotHeld), errors.Is(err, node.ErrLeaseNotHeld):
 		// The slot is an entity that no longer exists, as etcd answers a

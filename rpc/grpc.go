@@ -18,13 +18,14 @@ import (
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+	"github.com/quotad/quotad/rpc/envoy"
 	"github.com/quotad/quotad/rpc/guard"
 )
 
 // This file is the gRPC front end: the API's services registered on
 // grpc-go's server, whose HTTP/2 transport is much cheaper per call than
 // net/http's with connect-go. Its methods call the same service core as
-// the Connect handlers (service and rlsService), give errors their codes
+// the Connect handlers (service and envoy.Service), give errors their codes
 // with the same connectError, and are observed by the same callTelemetry;
 // only the wire differs. The service descriptions are written here rather
 // than generated (protoc-gen-go-grpc would add an interface per service
@@ -143,12 +144,12 @@ func (f grpcFront) quotaService(svc *service) *grpc.ServiceDesc {
 
 // rateLimitService is Envoy's envoy.service.ratelimit.v3.RateLimitService
 // on grpc-go, over rls.
-func (f grpcFront) rateLimitService(rls *rlsService) *grpc.ServiceDesc {
+func (f grpcFront) rateLimitService(rls *envoy.Service) *grpc.ServiceDesc {
 	return &grpc.ServiceDesc{
 		ServiceName: ratelimitv3connect.RateLimitServiceName,
 		HandlerType: (*any)(nil),
 		Methods: []grpc.MethodDesc{
-			grpcUnary[rlsv3.RateLimitRequest](f, ratelimitv3connect.RateLimitServiceShouldRateLimitProcedure, rls.shouldRateLimit),
+			grpcUnary[rlsv3.RateLimitRequest](f, ratelimitv3connect.RateLimitServiceShouldRateLimitProcedure, rls.ShouldRateLimit),
 		},
 		Metadata: "envoy/service/ratelimit/v3/rls.proto",
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // Tests of the gRPC front end with grpc-go's own client, as most gRPC
@@ -49,7 +50,7 @@ func grpcConn(t *testing.T, ts *testServer) *grpc.ClientConn {
 // The hand-written service descriptions are the proto files' services:
 // every method, unary, with the proto's request type.
 func TestGRPCMethodsMatchProto(t *testing.T) {
-	h := &Handler{svc: &service{}, rls: &rlsService{}}
+	h := &Handler{svc: &service{}, rls: &envoy.Service{}}
 	f := grpcFront{log: nil}
 	for _, sd := range []*grpc.ServiceDesc{f.quotaService(h.svc), f.rateLimitService(h.rls)} {
 		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(sd.ServiceName))
@@ -82,7 +83,7 @@ func TestGRPCMethodsMatchProto(t *testing.T) {
 // Every service of the API answers a stock grpc-go client, on grpc-go's
 // transport: the HTTP front end sees none of it.
 func TestGRPCFrontEnd(t *testing.T) {
-	ts := startServer(t, memory.New(nil, 0), Config{Envoy: rlsServerConfig()}, rlsServerPolicies()...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: envoySwitch(t, rlsServerConfig(), rlsServerPolicies()...)}, rlsServerPolicies()...)
 	conn := grpcConn(t, ts)
 	ctx := context.Background()
 	before := ts.httpRequests.Load()
@@ -159,7 +160,7 @@ func TestGRPCHealth(t *testing.T) {
 // Reflection on grpc-go, v1 and v1alpha, lists the services the HTTP front
 // end's reflection lists, and describes them.
 func TestGRPCReflection(t *testing.T) {
-	ts := startServer(t, memory.New(nil, 0), Config{Envoy: rlsServerConfig()}, rlsServerPolicies()...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: envoySwitch(t, rlsServerConfig(), rlsServerPolicies()...)}, rlsServerPolicies()...)
 	want := slices.Sorted(slices.Values(ts.handler.reflected))
 	if got := quotadtest.ReflectedServices(t, grpcConn(t, ts), ratelimitv3connect.RateLimitServiceName); !slices.Equal(got, want) {
 		t.Errorf("ListServices %v, want %v", got, want)

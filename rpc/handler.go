@@ -16,6 +16,7 @@ import (
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 	"github.com/quotad/quotad/rpc/console"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // NewHandler returns the API of node n as one http.Handler:
@@ -24,8 +25,7 @@ import (
 //     HTTP/JSON (POST /quotad.v1.QuotaService/Check with
 //     Content-Type: application/json);
 //   - envoy.service.ratelimit.v3.RateLimitService, Envoy's rate limit
-//     service, when cfg.EnvoyRules is set or cfg.Envoy configures domains
-//     or is DropIn;
+//     service, when cfg.Envoy is set;
 //   - gRPC server reflection, v1 and v1alpha (for grpcurl and buf curl);
 //   - gRPC health (grpc.health.v1.Health) for "" and
 //     quotad.v1.QuotaService, and GET /readyz: readiness (see Health);
@@ -114,7 +114,7 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	}
 	reflected := append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)
 	handler := &Handler{
-		svc: svc, rls: rls, health: h, reflected: reflected,
+		svc: svc, rls: rls, envoyRules: cfg.Envoy, health: h, reflected: reflected,
 		tel: tel, log: log, maxRequestBytes: cfg.MaxRequestBytes, admin: admin,
 	}
 	handler.version.Store(&cfg.ConfigVersion)
@@ -145,8 +145,10 @@ type Handler struct {
 	mux http.Handler
 	// The service core, shared with the gRPC front end.
 	svc *service
-	// rls is Envoy's rate limit service; nil when it is not served.
-	rls *rlsService
+	// rls is Envoy's rate limit service, and envoyRules the rules it
+	// decides by; both nil when it is not served.
+	rls        *envoy.Service
+	envoyRules *envoy.Switch
 	// health and reflected (the services reflection lists) are shared too.
 	health          *Health
 	reflected       []string
@@ -179,13 +181,12 @@ type ConfigVersion struct {
 // Rules are what a server can change while it serves: Envoy's rules and
 // the version of the configuration they came from.
 type Rules struct {
-	// Envoy is Envoy's rules, compiled by CompileEnvoyRules against the
+	// Envoy is Envoy's rules, compiled by envoy.Compile against the
 	// policies the node runs (node.SetPolicies): the rules keep their own
 	// copy of each. nil means none: every domain is unknown. While Envoy's
-	// rate limit service is not served (NewHandler's Config configured no
-	// domain and no DropIn), they must serve nothing either: serving it
-	// takes a restart.
-	Envoy *EnvoyRules
+	// rate limit service is not served (NewHandler's Config.Envoy was nil),
+	// they must serve nothing either: serving it takes a restart.
+	Envoy *envoy.Rules
 	// Version is shown by GET /cluster.
 	Version ConfigVersion
 }
@@ -194,19 +195,19 @@ type Rules struct {
 // a service that is not mounted.
 var ErrRestartRequired = errors.New("needs a restart")
 
-// SetRules replaces the Envoy rules with one EnvoySwitch.Swap, the same
-// switch Config.EnvoyRules names when set: each ShouldRateLimit request is
+// SetRules replaces the Envoy rules with one Swap of the switch NewHandler's
+// Config.Envoy named: each ShouldRateLimit request is
 // decided wholly by the old rules or wholly by the new ones. On error
 // nothing changes. Safe for concurrent use with requests; calls are not
 // meant to race each other (the last one wins), so one goroutine should
 // make them.
 func (h *Handler) SetRules(r Rules) error {
 	if h.rls == nil {
-		if r.Envoy.serves() {
+		if r.Envoy.Serves() {
 			return fmt.Errorf("envoy: serving Envoy's rate limit service %w (it was not configured at start)", ErrRestartRequired)
 		}
 	} else {
-		h.rls.rules.Swap(r.Envoy)
+		h.envoyRules.Swap(r.Envoy)
 	}
 	v := r.Version
 	h.version.Store(&v)

@@ -20,6 +20,7 @@ import (
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 func minutePolicy(name string, limit int64) node.Policy {
@@ -27,20 +28,27 @@ func minutePolicy(name string, limit int64) node.Policy {
 }
 
 // twoRuleEnvoy limits descriptors "a" by policy pa and "b" by pb.
-func twoRuleEnvoy() EnvoyConfig {
-	return EnvoyConfig{Domains: []EnvoyDomain{{Domain: "edge", Descriptors: []EnvoyDescriptor{
+func twoRuleEnvoy() envoy.Config {
+	return envoy.Config{Domains: []envoy.Domain{{Domain: "edge", Descriptors: []envoy.Descriptor{
 		{Key: "a", Policy: "pa"}, {Key: "b", Policy: "pb"},
 	}}}}
 }
 
-// compiled is CompileEnvoyRules(c, policies), which must succeed.
-func compiled(t testing.TB, c EnvoyConfig, policies []node.Policy) *EnvoyRules {
+// compiled is envoy.Compile(c, policies), which must succeed.
+func compiled(t testing.TB, c envoy.Config, policies []node.Policy) *envoy.Rules {
 	t.Helper()
-	r, err := CompileEnvoyRules(c, policies)
+	r, err := envoy.Compile(c, policies)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// envoySwitch is a switch holding c compiled against policies, for
+// Config.Envoy.
+func envoySwitch(t testing.TB, c envoy.Config, policies ...node.Policy) *envoy.Switch {
+	t.Helper()
+	return envoy.NewSwitch(compiled(t, c, policies))
 }
 
 // SetRules swaps Envoy's rules: requests follow the new limits at once; a
@@ -48,7 +56,7 @@ func compiled(t testing.TB, c EnvoyConfig, policies []node.Policy) *EnvoyRules {
 // SetRules changes nothing; GET /cluster shows the version.
 func TestSetRulesReplacesEnvoyRules(t *testing.T) {
 	policies := []node.Policy{minutePolicy("pa", 100), minutePolicy("pb", 100)}
-	ts := startServer(t, memory.New(nil, 0), Config{Envoy: twoRuleEnvoy(), ConfigVersion: ConfigVersion{Generation: 1, Hash: "first"}}, policies...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: envoySwitch(t, twoRuleEnvoy(), policies...), ConfigVersion: ConfigVersion{Generation: 1, Hash: "first"}}, policies...)
 	h := ts.handler
 	c := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("a", "1")}}
@@ -61,7 +69,7 @@ func TestSetRulesReplacesEnvoyRules(t *testing.T) {
 
 	bad := twoRuleEnvoy()
 	bad.Domains[0].Descriptors[1].Policy = "nope"
-	if _, err := CompileEnvoyRules(bad, policies); !errors.Is(err, node.ErrUnknownPolicy) {
+	if _, err := envoy.Compile(bad, policies); !errors.Is(err, node.ErrUnknownPolicy) {
 		t.Fatalf("rules naming an unknown policy: %v, want ErrUnknownPolicy", err)
 	}
 	if got := shouldRateLimit(t, c, req).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != 100 {
@@ -107,7 +115,7 @@ func TestReloadIsNeverSeenHalfDone(t *testing.T) {
 	setOf := func(limit int64) []node.Policy {
 		return []node.Policy{minutePolicy("pa", limit), minutePolicy("pb", limit)}
 	}
-	ts := startServer(t, memory.New(nil, 0), Config{Envoy: twoRuleEnvoy()}, setOf(1000)...)
+	ts := startServer(t, memory.New(nil, 0), Config{Envoy: envoySwitch(t, twoRuleEnvoy(), setOf(1000)...)}, setOf(1000)...)
 	h := ts.handler
 	rls := ratelimitv3connect.NewRateLimitServiceClient(h2cClient(t), ts.URL, connect.WithGRPC())
 	api := ts.client(t, "grpc")

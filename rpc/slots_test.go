@@ -163,19 +163,3 @@ func TestBadSlotRequests(t *testing.T) {
 		t.Errorf("code(ErrSlotNotHeld) = %s, want NotFound", got)
 	}
 }
-
-// Envoy's rate limit service cannot release slots, so a rule naming a
-// concurrency policy is refused, in quotad's schema and as an
-// envoyproxy/ratelimit file's quotad_policy.
-func TestEnvoyRefusesConcurrencyPolicies(t *testing.T) {
-	jobs := []node.Policy{{Name: "jobs", Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Limit: 5, Period: time.Minute}}}
-	err := one("edge", EnvoyDescriptor{Key: "k", Policy: "jobs"}).Validate(jobs)
-	if err == nil || !strings.Contains(err.Error(), `envoy.domains[0].descriptors[0].policy: invalid rpc config: policy "jobs" is a concurrency limit, which needs its slots released (quotad's ReleaseSlot); Envoy's rate limit protocol cannot`) {
-		t.Errorf("quotad's schema: got %v", err)
-	}
-	file := EnvoyConfig{Domains: []EnvoyDomain{fileDomain("a.yaml", "edge", EnvoyDescriptor{Key: "k", Line: 3, RateLimit: &EnvoyRateLimit{Policy: "jobs"}})}}
-	err = file.Validate(jobs)
-	if err == nil || !strings.Contains(err.Error(), `a.yaml: line 3: descriptors[0].rate_limit.quotad_policy: invalid rpc config: policy "jobs" is a concurrency limit`) {
-		t.Errorf("a file: got %v", err)
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"github.com/quotad/quotad/node/store/memory"
 	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // config is everything quotad can be told, from defaults, then the config
@@ -65,7 +66,7 @@ type config struct {
 	Server rpc.ServerConfig
 	// Envoy configures Envoy's rate limit service; the zero value leaves it
 	// unserved.
-	Envoy rpc.EnvoyConfig
+	Envoy envoy.Config
 	// EnvoyDir is a directory of envoyproxy/ratelimit config files whose
 	// domains Envoy's rate limit service serves beside Envoy's, reloaded
 	// when they change; empty means none.
@@ -121,7 +122,7 @@ func (c config) usesRedis() bool {
 }
 
 func (c config) rpcConfig() rpc.Config {
-	return rpc.Config{DisableInlineLimits: !c.InlineLimits, DisableClientLeases: !c.ClientLeases, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, MaxInlinePeriod: c.MaxInlinePeriod, Envoy: c.Envoy,
+	return rpc.Config{DisableInlineLimits: !c.InlineLimits, DisableClientLeases: !c.ClientLeases, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, MaxInlinePeriod: c.MaxInlinePeriod,
 		DisableConsole: !c.Console.Enabled, ShowKeys: c.Console.ShowKeys, Listen: c.Listen, AllowedHosts: c.AllowedHosts}
 }
 
@@ -165,6 +166,9 @@ func (c config) validate() error {
 		return errors.New("redis: credentials, TLS, db or a master name are set but no Redis is (set --redis, --redis-cluster or --redis-sentinel)")
 	}
 	if err := c.rpcConfig().Validate(); err != nil {
+		return err
+	}
+	if err := c.Envoy.Validate(c.Policies); err != nil {
 		return err
 	}
 	if err := c.Server.Validate(); err != nil {

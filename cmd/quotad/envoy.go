@@ -1,11 +1,11 @@
 package main
 
 import (
-	"github.com/quotad/quotad/rpc"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // The config file's envoy section: Envoy's rate limit service, whose rules
-// rpc.EnvoyConfig documents. Strict decoding applies here too (no custom
+// envoy.Config documents. Strict decoding applies here too (no custom
 // unmarshalers), so an unknown field is an error naming its line. The
 // section's domains are in quotad's schema, decoded into the structs
 // below; config_dir, shadow_mode and near_limit_ratio are settings (the
@@ -43,26 +43,26 @@ type fileEnvoyDescriptor struct {
 	Descriptors []fileEnvoyDescriptor `yaml:"descriptors"`
 }
 
-// envoyDomains converts the section's domains; rpc.EnvoyConfig.Validate
+// envoyDomains converts the section's domains; envoy.Config.Validate
 // judges them.
-func envoyDomains(fs []fileEnvoyDomain) []rpc.EnvoyDomain {
+func envoyDomains(fs []fileEnvoyDomain) []envoy.Domain {
 	if len(fs) == 0 {
 		return nil
 	}
-	ds := make([]rpc.EnvoyDomain, len(fs))
+	ds := make([]envoy.Domain, len(fs))
 	for i, d := range fs {
-		ds[i] = rpc.EnvoyDomain{Domain: d.Domain, AllOrNothing: d.AllOrNothing, Descriptors: envoyDescriptors(d.Descriptors)}
+		ds[i] = envoy.Domain{Domain: d.Domain, AllOrNothing: d.AllOrNothing, Descriptors: envoyDescriptors(d.Descriptors)}
 	}
 	return ds
 }
 
-func envoyDescriptors(fs []fileEnvoyDescriptor) []rpc.EnvoyDescriptor {
+func envoyDescriptors(fs []fileEnvoyDescriptor) []envoy.Descriptor {
 	if len(fs) == 0 {
 		return nil
 	}
-	ds := make([]rpc.EnvoyDescriptor, len(fs))
+	ds := make([]envoy.Descriptor, len(fs))
 	for i, f := range fs {
-		ds[i] = rpc.EnvoyDescriptor{
+		ds[i] = envoy.Descriptor{
 			Key: f.Key, Value: f.Value, Policy: f.Policy, Unlimited: f.Unlimited, ShadowMode: f.ShadowMode,
 			Descriptors: envoyDescriptors(f.Descriptors),
 		}

@@ -13,12 +13,12 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/quotad/quotad/rpc"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // This file loads a directory of envoyproxy/ratelimit config files
 // (--envoy-config-dir), unchanged: each *.yaml or *.yml file is one domain
-// in that project's format, which rpc.EnvoyDomain (File set) carries. The
+// in that project's format, which envoy.Domain (File set) carries. The
 // YAML is walked by hand rather than decoded into structs, so that every
 // error names the file, the line and the descriptor path, and every key the
 // format does not have, or quotad does not support, is refused by name.
@@ -84,13 +84,13 @@ func readEnvoyFiles(dir string) ([]envoyFile, error) {
 // function of its arguments; hot reload (reload.go) calls it with the new
 // configuration, then rpc.Handler.SetRules. nil rules (and
 // no error) mean Envoy's rate limit service is not configured.
-func (c config) envoyRules(files []envoyFile) (*rpc.EnvoyRules, error) {
+func (c config) envoyRules(files []envoyFile) (*envoy.Rules, error) {
 	ec := c.Envoy
 	if c.EnvoyDir == "" {
 		if len(ec.Domains) == 0 {
 			return nil, nil
 		}
-		rules, err := rpc.CompileEnvoyRules(ec, c.Policies)
+		rules, err := envoy.Compile(ec, c.Policies)
 		if err != nil {
 			return nil, fmt.Errorf("envoy: %w", err)
 		}
@@ -114,7 +114,7 @@ func (c config) envoyRules(files []envoyFile) (*rpc.EnvoyRules, error) {
 		}
 		ec.Domains = append(ec.Domains, d)
 	}
-	rules, err := rpc.CompileEnvoyRules(ec, c.Policies)
+	rules, err := envoy.Compile(ec, c.Policies)
 	if err != nil {
 		return nil, fmt.Errorf("envoy config dir %s: %w", c.EnvoyDir, err)
 	}
@@ -159,11 +159,11 @@ func (w envoyWalker) errorAt(line int, path string, err error) error {
 
 // parseEnvoyFile parses f as an envoyproxy/ratelimit config file: one
 // domain and its descriptors. It checks the YAML's shape and keys; the
-// rules' meaning is rpc.CompileEnvoyRules's to check.
-func parseEnvoyFile(f envoyFile) (rpc.EnvoyDomain, error) {
+// rules' meaning is envoy.Compile's to check.
+func parseEnvoyFile(f envoyFile) (envoy.Domain, error) {
 	root, _, err := f.parse()
 	if err != nil {
-		return rpc.EnvoyDomain{File: f.name}, err
+		return envoy.Domain{File: f.name}, err
 	}
 	return f.domain(root)
 }
@@ -188,9 +188,9 @@ func (f envoyFile) parse() (*yaml.Node, int, error) {
 }
 
 // domain walks root, the YAML of f, into its domain.
-func (f envoyFile) domain(root *yaml.Node) (rpc.EnvoyDomain, error) {
+func (f envoyFile) domain(root *yaml.Node) (envoy.Domain, error) {
 	w := envoyWalker{file: f.name}
-	d := rpc.EnvoyDomain{File: f.name}
+	d := envoy.Domain{File: f.name}
 	err := w.mapping(resolve(root), "", envoyFileKeys, func(key string, v *yaml.Node) error {
 		var err error
 		switch key {
@@ -205,18 +205,18 @@ func (f envoyFile) domain(root *yaml.Node) (rpc.EnvoyDomain, error) {
 }
 
 // descriptors parses a list of descriptors at path.
-func (w envoyWalker) descriptors(n *yaml.Node, path string) ([]rpc.EnvoyDescriptor, error) {
+func (w envoyWalker) descriptors(n *yaml.Node, path string) ([]envoy.Descriptor, error) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil, nil
 	}
 	if n.Kind != yaml.SequenceNode {
 		return nil, w.errorf(n, path, "want a list of descriptors")
 	}
-	ds := make([]rpc.EnvoyDescriptor, len(n.Content))
+	ds := make([]envoy.Descriptor, len(n.Content))
 	for i, item := range n.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
 		item = resolve(item)
-		d := rpc.EnvoyDescriptor{Line: item.Line}
+		d := envoy.Descriptor{Line: item.Line}
 		err := w.mapping(item, p, envoyDescriptorKeys, func(key string, v *yaml.Node) error {
 			var err error
 			switch key {
@@ -244,11 +244,11 @@ func (w envoyWalker) descriptors(n *yaml.Node, path string) ([]rpc.EnvoyDescript
 }
 
 // rateLimit parses a rate_limit block at path; null means none.
-func (w envoyWalker) rateLimit(n *yaml.Node, path string) (*rpc.EnvoyRateLimit, error) {
+func (w envoyWalker) rateLimit(n *yaml.Node, path string) (*envoy.RateLimit, error) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil, nil
 	}
-	rl := &rpc.EnvoyRateLimit{}
+	rl := &envoy.RateLimit{}
 	err := w.mapping(n, path, envoyRateLimitKeys, func(key string, v *yaml.Node) error {
 		var err error
 		switch key {
@@ -359,7 +359,7 @@ func (w envoyWalker) boolean(n *yaml.Node, path string) (bool, error) {
 // loadEnvoy reads and compiles the Envoy rules of c (config.envoyRules),
 // and returns the switch Envoy's rate limit service is to read them from
 // (nil when it is not configured) and the directory's files it read.
-func loadEnvoy(c config) (*rpc.EnvoySwitch, []envoyFile, error) {
+func loadEnvoy(c config) (*envoy.Switch, []envoyFile, error) {
 	var files []envoyFile
 	if c.EnvoyDir != "" {
 		var err error
@@ -371,12 +371,12 @@ func loadEnvoy(c config) (*rpc.EnvoySwitch, []envoyFile, error) {
 	if err != nil || rules == nil {
 		return nil, files, err
 	}
-	return rpc.NewEnvoySwitch(rules), files, nil
+	return envoy.NewSwitch(rules), files, nil
 }
 
 // describeEnvoy says what Envoy's rate limit service serves, for the
 // startup banner; "" when it is not configured.
-func describeEnvoy(c config, sw *rpc.EnvoySwitch) string {
+func describeEnvoy(c config, sw *envoy.Switch) string {
 	if sw == nil {
 		return ""
 	}

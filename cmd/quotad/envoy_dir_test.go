@@ -23,6 +23,7 @@ import (
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	"github.com/quotad/quotad/rpc"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 func u32(n uint32) *uint32 { return &n }
@@ -64,14 +65,14 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := rpc.EnvoyDomain{Domain: "messaging", File: "messaging.yaml", Descriptors: []rpc.EnvoyDescriptor{
-		{Key: "message_type", Value: "marketing", Line: 4, Descriptors: []rpc.EnvoyDescriptor{
-			{Key: "to_number", Line: 7, RateLimit: &rpc.EnvoyRateLimit{Unit: "day", RequestsPerUnit: u32(5)}},
+	want := envoy.Domain{Domain: "messaging", File: "messaging.yaml", Descriptors: []envoy.Descriptor{
+		{Key: "message_type", Value: "marketing", Line: 4, Descriptors: []envoy.Descriptor{
+			{Key: "to_number", Line: 7, RateLimit: &envoy.RateLimit{Unit: "day", RequestsPerUnit: u32(5)}},
 		}},
-		{Key: "to_number", Line: 11, DetailedMetric: true, RateLimit: &rpc.EnvoyRateLimit{Unit: "DAY", RequestsPerUnit: u32(100), Name: "per-number"}},
-		{Key: "id", Value: "500", Line: 14, ShadowMode: true, RateLimit: &rpc.EnvoyRateLimit{Replaces: []string{"per-number"}, Unit: "second", RequestsPerUnit: u32(0)}},
-		{Key: "ldap", Line: 22, RateLimit: &rpc.EnvoyRateLimit{Unlimited: true}},
-		{Key: "bucket", Value: "v*", Line: 25, RateLimit: &rpc.EnvoyRateLimit{Policy: "per-ip"}},
+		{Key: "to_number", Line: 11, DetailedMetric: true, RateLimit: &envoy.RateLimit{Unit: "DAY", RequestsPerUnit: u32(100), Name: "per-number"}},
+		{Key: "id", Value: "500", Line: 14, ShadowMode: true, RateLimit: &envoy.RateLimit{Replaces: []string{"per-number"}, Unit: "second", RequestsPerUnit: u32(0)}},
+		{Key: "ldap", Line: 22, RateLimit: &envoy.RateLimit{Unlimited: true}},
+		{Key: "bucket", Value: "v*", Line: 25, RateLimit: &envoy.RateLimit{Policy: "per-ip"}},
 		{Key: "whitelisted", Line: 29},
 	}}
 	if !reflect.DeepEqual(got, want) {
@@ -191,12 +192,12 @@ func TestReadEnvoyFiles(t *testing.T) {
 
 	write("e.yaml", "domain: b\n")
 	files, _ = readEnvoyFiles(dir)
-	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `e.yaml: domain: invalid rpc config: "b" is configured twice (also in b.yml)`) {
+	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `e.yaml: domain: invalid envoy config: "b" is configured twice (also in b.yml)`) {
 		t.Errorf("a domain in two files: %v", err)
 	}
-	c.Envoy.Domains = []rpc.EnvoyDomain{{Domain: "a", Descriptors: []rpc.EnvoyDescriptor{{Key: "k", Unlimited: true}}}}
+	c.Envoy.Domains = []envoy.Domain{{Domain: "a", Descriptors: []envoy.Descriptor{{Key: "k", Unlimited: true}}}}
 	files = files[:1]
-	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `a.yaml: domain: invalid rpc config: "a" is configured twice (also in envoy.domains[0] of the config file)`) {
+	if _, err := c.envoyRules(files); err == nil || !strings.Contains(err.Error(), `a.yaml: domain: invalid envoy config: "a" is configured twice (also in envoy.domains[0] of the config file)`) {
 		t.Errorf("a domain in the config file and a file: %v", err)
 	}
 
@@ -295,7 +296,7 @@ func TestReloaderFollowsEnvoyDir(t *testing.T) {
 	}
 	r.every = 10 * time.Millisecond
 	rpcCfg := cfg.rpcConfig()
-	rpcCfg.EnvoyRules = sw
+	rpcCfg.Envoy = sw
 	rpcCfg.ConfigVersion = r.configVersion()
 	h, err := rpc.NewHandler(n, rpcCfg, nil)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quotad/quotad/rpc"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 const envoyPolicies = `
@@ -21,7 +21,7 @@ policies:
     period: 1m
 `
 
-// The envoy section becomes rpc.EnvoyConfig, nesting and all.
+// The envoy section becomes envoy.Config, nesting and all.
 func TestEnvoyConfigFile(t *testing.T) {
 	path := writeFile(t, "q.yaml", envoyPolicies+`
 envoy:
@@ -48,20 +48,24 @@ envoy:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := rpc.EnvoyConfig{Domains: []rpc.EnvoyDomain{
-		{Domain: "edge", Descriptors: []rpc.EnvoyDescriptor{
-			{Key: "remote_address", Policy: "per-ip", Descriptors: []rpc.EnvoyDescriptor{
+	want := envoy.Config{Domains: []envoy.Domain{
+		{Domain: "edge", Descriptors: []envoy.Descriptor{
+			{Key: "remote_address", Policy: "per-ip", Descriptors: []envoy.Descriptor{
 				{Key: "path", Value: "/login", Policy: "login", ShadowMode: true},
 			}},
 			{Key: "remote_address", Value: "10.0.0.2", Unlimited: true},
 		}},
-		{Domain: "internal", AllOrNothing: true, Descriptors: []rpc.EnvoyDescriptor{{Key: "tenant", Policy: "per-ip"}}},
+		{Domain: "internal", AllOrNothing: true, Descriptors: []envoy.Descriptor{{Key: "tenant", Policy: "per-ip"}}},
 	}}
 	if !reflect.DeepEqual(c.Envoy, want) {
 		t.Fatalf("envoy config\n got %+v\nwant %+v", c.Envoy, want)
 	}
-	if !reflect.DeepEqual(c.rpcConfig().Envoy, want) {
-		t.Fatal("rpcConfig does not pass the envoy config on")
+	sw, _, err := loadEnvoy(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sw.Rules().Domains(); !reflect.DeepEqual(got, []string{"edge", "internal"}) {
+		t.Fatalf("the rules served have domains %v, want edge and internal", got)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/rpc"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // configPollInterval is how often the --config file and the
@@ -40,7 +41,7 @@ const configPollInterval = time.Second
 // files, compiled with the new policies by config.envoyRules) and then
 // applies, in one goroutine and one step each, what can change without a
 // restart: the policies (node.SetPolicies), Envoy's rules (one
-// rpc.EnvoySwitch swap, through rpc.Handler.SetRules) and the log level. A
+// envoy.Switch swap, through rpc.Handler.SetRules) and the log level. A
 // configuration that does not load, file or directory, is not applied at
 // all. Settings that need a restart are reported and keep their running
 // values.
@@ -225,7 +226,7 @@ type reloadLoad struct {
 	// sources, rules Envoy's rules compiled with the new policies.
 	files []envoyFile
 	hash  string
-	rules *rpc.EnvoyRules
+	rules *envoy.Rules
 }
 
 // load builds the configuration anew, the config file and the envoy

@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rpcCfg := cfg.rpcConfig()
 	rpcCfg.Health = health
 	rpcCfg.Telemetry = tel.rpc()
-	rpcCfg.EnvoyRules = envoy
+	rpcCfg.Envoy = envoy
 	if rpcCfg.AdminToken, err = readAdminToken(cfg.AdminTokenFile); err != nil {
 		return err
 	}

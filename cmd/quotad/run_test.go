@@ -246,7 +246,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bool of the wrong kind", file: "inline_limits: yes\n", want: []string{`q.yaml: line 1: inline_limits: want true or false, got "yes"`}},
 		{name: "address list of the wrong kind", file: "redis:\n  cluster: [a:1, [b:2]]\n", want: []string{"q.yaml: line 2: redis.cluster: item 1: want host:port, got a list"}},
 		{name: "unknown envoy field", file: "envoy:\n  domains:\n    - domain: x\n      descriptors:\n        - key: a\n          polcy: p\n", want: []string{"q.yaml: line 6: envoy.domains[0].descriptors[0].polcy: unknown field in envoy.domains[0].descriptors[0]"}},
-		{name: "envoy rule naming no policy", file: "envoy:\n  domains:\n    - domain: x\n      descriptors:\n        - key: a\n          policy: p\n", want: []string{`q.yaml: line 6: envoy.domains[0].descriptors[0].policy: invalid rpc config: unknown policy "p"`}},
+		{name: "envoy rule naming no policy", file: "envoy:\n  domains:\n    - domain: x\n      descriptors:\n        - key: a\n          policy: p\n", want: []string{`q.yaml: line 6: envoy.domains[0].descriptors[0].policy: invalid envoy config: unknown policy "p"`}},
 		{name: "aliases expanding without end", file: aliasBomb(), want: []string{"q.yaml: line ", "envoy.domains[0].descriptors[", "more than 100000 YAML nodes"}},
 		{name: "merged hold under horizon in the file", file: "lease:\n  horizon: 1s\n  hold: 100ms\n", want: []string{"q.yaml: line 3: lease.hold: invalid config: 100ms must be at least the horizon 1s"}},
 		{name: "merged cluster without redis in the file", file: "cluster:\n  addr: 127.0.0.1:0\n", want: []string{"q.yaml: line 1: cluster: --cluster-addr needs Redis"}},

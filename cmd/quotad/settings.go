@@ -10,6 +10,7 @@ import (
 	"github.com/quotad/quotad/node/store/memory"
 	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
+	"github.com/quotad/quotad/rpc/envoy"
 )
 
 // This file is the settings table: every setting quotad has, declared
@@ -200,7 +201,7 @@ func settings() []setting {
 			v: text(func(c *config) *string { return &c.EnvoyDir })},
 		{flag: "envoy-shadow-mode", file: "envoy.shadow_mode", help: "answer Envoy's rate limit requests OK overall even when over a limit, still counting (envoyproxy/ratelimit's SHADOW_MODE)",
 			v: boolean(func(c *config) *bool { return &c.Envoy.ShadowMode })},
-		{flag: "envoy-near-limit-ratio", file: "envoy.near_limit_ratio", arg: "fraction", zeroMeans: show(rpc.DefaultNearLimitRatio), help: "share of a limit past which Envoy rule hits count as near_limit in /metrics, in (0, 1]",
+		{flag: "envoy-near-limit-ratio", file: "envoy.near_limit_ratio", arg: "fraction", zeroMeans: show(envoy.DefaultNearLimitRatio), help: "share of a limit past which Envoy rule hits count as near_limit in /metrics, in (0, 1]",
 			v: number(func(c *config) *float64 { return &c.Envoy.NearLimitRatio }, "0.8")},
 
 		{flag: "console", file: "console.enabled", def: "true", help: "serve the web console at GET / on the API port (playground and live view)",

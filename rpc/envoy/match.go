@@ -1,4 +1,4 @@
-package rpc
+package envoy
 
 import "strings"
 
@@ -14,7 +14,7 @@ import "strings"
 // so a descriptor longer or shorter than the rules has no limit. There is
 // no backtracking: once a rule wins an entry, the others are not tried for
 // the entries after. These are envoyproxy/ratelimit's rules.
-func (l *rlsLevel) match(es []rlsEntry) *rlsRule {
+func (l *ruleLevel) match(es []entry) *rule {
 	lvl := l
 	for i, e := range es {
 		if lvl == nil {
@@ -33,7 +33,7 @@ func (l *rlsLevel) match(es []rlsEntry) *rlsRule {
 }
 
 // find returns the rule at l that matches e, or nil.
-func (l *rlsLevel) find(e rlsEntry) *rlsNode {
+func (l *ruleLevel) find(e entry) *ruleNode {
 	if n := l.exact[e]; n != nil {
 		return n
 	}
@@ -45,13 +45,13 @@ func (l *rlsLevel) find(e rlsEntry) *rlsNode {
 	return l.defaults[e.key]
 }
 
-// rlsKey is the key a descriptor's counter has under its rule's policy:
+// counterKey is the key a descriptor's counter has under its rule's policy:
 // the domain, then every entry as key=value, joined by '|', e.g.
 // "edge|remote_address=10.0.0.1|path=/api". Every value counts, the
 // default rules' included, so each address has a counter of its own. '%',
 // '|' and '=' inside the parts are percent-escaped, so that no two
 // descriptors share a key: a value cannot pose as more entries.
-func rlsKey(domain string, es []rlsEntry) string {
+func counterKey(domain string, es []entry) string {
 	n := len(domain)
 	for _, e := range es {
 		n += len(e.key) + len(e.value) + 2

@@ -1,4 +1,4 @@
-package rpc
+package envoy
 
 import (
 	"testing"
@@ -8,9 +8,9 @@ import (
 	"github.com/quotad/quotad/node"
 )
 
-// rlsPolicies are the policies the matching tests' rules name; each name
+// matchPolicies are the policies the matching tests' rules name; each name
 // says which rule should win, so a wrong match shows in the failure.
-func rlsPolicies() []node.Policy {
+func matchPolicies() []node.Policy {
 	var ps []node.Policy
 	for _, name := range []string{"per-ip", "vip-ip", "per-ip-path", "vip-ip-login", "vip-ip-path", "per-path", "login", "api-users", "shadowed"} {
 		ps = append(ps, node.Policy{Name: name, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Period: time.Minute}})
@@ -18,16 +18,16 @@ func rlsPolicies() []node.Policy {
 	return ps
 }
 
-// rlsTestConfig exercises every matching rule: exact and default values,
+// matchConfig exercises every matching rule: exact and default values,
 // nesting below both, a rule with children and a limit of its own, a
 // nesting-only rule, unlimited and shadow rules.
-func rlsTestConfig() EnvoyConfig {
-	return EnvoyConfig{Domains: []EnvoyDomain{
-		{Domain: "edge", Descriptors: []EnvoyDescriptor{
-			{Key: "remote_address", Policy: "per-ip", Descriptors: []EnvoyDescriptor{
+func matchConfig() Config {
+	return Config{Domains: []Domain{
+		{Domain: "edge", Descriptors: []Descriptor{
+			{Key: "remote_address", Policy: "per-ip", Descriptors: []Descriptor{
 				{Key: "path", Policy: "per-ip-path"},
 			}},
-			{Key: "remote_address", Value: "10.0.0.1", Policy: "vip-ip", Descriptors: []EnvoyDescriptor{
+			{Key: "remote_address", Value: "10.0.0.1", Policy: "vip-ip", Descriptors: []Descriptor{
 				{Key: "path", Value: "/login", Policy: "vip-ip-login"},
 				{Key: "path", Policy: "vip-ip-path"},
 			}},
@@ -35,37 +35,37 @@ func rlsTestConfig() EnvoyConfig {
 			{Key: "path", Value: "/login", Policy: "login"},
 			{Key: "path", Policy: "per-path"},
 			// Nesting only: "api" alone has no limit.
-			{Key: "api", Value: "v1", Descriptors: []EnvoyDescriptor{
+			{Key: "api", Value: "v1", Descriptors: []Descriptor{
 				{Key: "user", Policy: "api-users"},
 			}},
 			{Key: "beta", Policy: "shadowed", ShadowMode: true},
 		}},
 		// Another domain's rules never apply to "edge".
-		{Domain: "internal", Descriptors: []EnvoyDescriptor{
+		{Domain: "internal", Descriptors: []Descriptor{
 			{Key: "tenant", Policy: "per-ip"},
 		}},
 	}}
 }
 
-func entries(kv ...string) []rlsEntry {
-	es := make([]rlsEntry, 0, len(kv)/2)
+func entries(kv ...string) []entry {
+	es := make([]entry, 0, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {
-		es = append(es, rlsEntry{kv[i], kv[i+1]})
+		es = append(es, entry{kv[i], kv[i+1]})
 	}
 	return es
 }
 
 // The descriptor matching rules, rule by rule. want is the policy of the
 // rule that applies, "" for none, or "unlimited".
-func TestRLSMatch(t *testing.T) {
-	table, err := compileRLS(rlsTestConfig(), lookupIn(rlsPolicies()))
+func TestMatch(t *testing.T) {
+	table, err := compileTable(matchConfig(), lookupIn(matchPolicies()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	edge := table.domains["edge"]
 	for _, tc := range []struct {
 		name    string
-		entries []rlsEntry
+		entries []entry
 		want    string
 		shadow  bool
 	}{
@@ -115,10 +115,10 @@ func TestRLSMatch(t *testing.T) {
 
 // Keys name the domain and every entry, and no crafted value can make two
 // descriptors share one.
-func TestRLSKey(t *testing.T) {
+func TestCounterKey(t *testing.T) {
 	for _, tc := range []struct {
 		domain  string
-		entries []rlsEntry
+		entries []entry
 		want    string
 	}{
 		{"edge", entries("remote_address", "10.0.0.1"), "edge|remote_address=10.0.0.1"},
@@ -127,16 +127,16 @@ func TestRLSKey(t *testing.T) {
 		{"ed|ge", entries("a=b", "100%"), "ed%7Cge|a%3Db=100%25"},
 		{"edge", entries("k", "2001:db8::1 ü"), "edge|k=2001:db8::1 ü"},
 	} {
-		if got := rlsKey(tc.domain, tc.entries); got != tc.want {
-			t.Errorf("rlsKey(%q, %v) = %q, want %q", tc.domain, tc.entries, got, tc.want)
+		if got := counterKey(tc.domain, tc.entries); got != tc.want {
+			t.Errorf("counterKey(%q, %v) = %q, want %q", tc.domain, tc.entries, got, tc.want)
 		}
 	}
 	// Pairs that naive joining would confuse.
 	for _, pair := range [][2]string{
-		{rlsKey("edge", entries("a", "1|b=2")), rlsKey("edge", entries("a", "1", "b", "2"))},
-		{rlsKey("edge|a=1", entries("b", "2")), rlsKey("edge", entries("a", "1", "b", "2"))},
-		{rlsKey("edge", entries("a=1", "2")), rlsKey("edge", entries("a", "1=2"))},
-		{rlsKey("edge", entries("a", "%7C")), rlsKey("edge", entries("a", "|"))},
+		{counterKey("edge", entries("a", "1|b=2")), counterKey("edge", entries("a", "1", "b", "2"))},
+		{counterKey("edge|a=1", entries("b", "2")), counterKey("edge", entries("a", "1", "b", "2"))},
+		{counterKey("edge", entries("a=1", "2")), counterKey("edge", entries("a", "1=2"))},
+		{counterKey("edge", entries("a", "%7C")), counterKey("edge", entries("a", "|"))},
 	} {
 		if pair[0] == pair[1] {
 			t.Errorf("two descriptors share the key %q", pair[0])
@@ -146,7 +146,7 @@ func TestRLSKey(t *testing.T) {
 
 // Envoy's unit and multiplier for each policy period: the longest unit that
 // divides the period, UNKNOWN when none does.
-func TestRLSUnit(t *testing.T) {
+func TestUnitToProto(t *testing.T) {
 	const day = 24 * time.Hour
 	for _, tc := range []struct {
 		period time.Duration

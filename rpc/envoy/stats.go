@@ -1,4 +1,4 @@
-package rpc
+package envoy
 
 import (
 	"context"
@@ -18,62 +18,62 @@ import (
 // from the configuration only: the domain and the rule; a detailed_metric
 // rule adds the descriptor's entries, capped per rule.
 
-// maxRLSDetails bounds the distinct detail labels of one detailed_metric
-// rule; later descriptors count under rlsOtherDetail.
-const maxRLSDetails = 100
+// maxDetails bounds the distinct detail labels of one detailed_metric
+// rule; later descriptors count under otherDetail.
+const maxDetails = 100
 
-const rlsOtherDetail = "(other)"
+const otherDetail = "(other)"
 
 // Attributes of the statistics.
 const (
-	attrEnvoyDomain = attribute.Key("quotad.envoy.domain")
-	attrEnvoyRule   = attribute.Key("quotad.envoy.rule")
-	attrEnvoyDetail = attribute.Key("quotad.envoy.detail")
+	attrDomain = attribute.Key("quotad.envoy.domain")
+	attrRule   = attribute.Key("quotad.envoy.rule")
+	attrDetail = attribute.Key("quotad.envoy.detail")
 )
 
-// rlsStatKey names a rule in the statistics: its domain and
+// ruleStat names a rule in the statistics: its domain and
 // envoyproxy/ratelimit's name for it (the rules' keys from the top, each
 // key or key_value, joined by '.': "message_type_marketing.to_number").
-type rlsStatKey struct {
+type ruleStat struct {
 	attrs attribute.Set
 	// details is set for detailed_metric rules: the detail labels given out
 	// so far.
-	details *rlsDetails
+	details *details
 }
 
-func newRLSStatKey(domain, rule string, detailed bool) rlsStatKey {
-	k := rlsStatKey{attrs: attribute.NewSet(attrEnvoyDomain.String(domain), attrEnvoyRule.String(rule))}
+func newRuleStat(domain, rule string, detailed bool) ruleStat {
+	k := ruleStat{attrs: attribute.NewSet(attrDomain.String(domain), attrRule.String(rule))}
 	if detailed {
-		k.details = &rlsDetails{seen: map[string]struct{}{}}
+		k.details = &details{seen: map[string]struct{}{}}
 	}
 	return k
 }
 
-// rlsDetails is a detailed_metric rule's detail labels. It is safe for
+// details is a detailed_metric rule's detail labels. It is safe for
 // concurrent use.
-type rlsDetails struct {
+type details struct {
 	mu   sync.Mutex
 	seen map[string]struct{}
 }
 
-// label returns detail if it is one of the first maxRLSDetails distinct
-// details asked for, else rlsOtherDetail.
-func (d *rlsDetails) label(detail string) string {
+// label returns detail if it is one of the first maxDetails distinct
+// details asked for, else otherDetail.
+func (d *details) label(detail string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.seen[detail]; ok {
 		return detail
 	}
-	if len(d.seen) >= maxRLSDetails {
-		return rlsOtherDetail
+	if len(d.seen) >= maxDetails {
+		return otherDetail
 	}
 	d.seen[detail] = struct{}{}
 	return detail
 }
 
-// rlsDetail is envoyproxy/ratelimit's detailed name of a descriptor: its
+// detailOf is envoyproxy/ratelimit's detailed name of a descriptor: its
 // entries as key_value, joined by '.' ("key1_unspecified_value").
-func rlsDetail(es []rlsEntry) string {
+func detailOf(es []entry) string {
 	var b strings.Builder
 	for i, e := range es {
 		if i > 0 {
@@ -86,8 +86,8 @@ func rlsDetail(es []rlsEntry) string {
 	return b.String()
 }
 
-// rlsStats are the service's counters. They are safe for concurrent use.
-type rlsStats struct {
+// stats are the service's counters. They are safe for concurrent use.
+type stats struct {
 	hits, overLimit, nearLimit, withinLimit, shadowMode metric.Int64Counter
 	// globalShadowMode counts requests whose OVER_LIMIT the global shadow
 	// mode turned into OK; domainNotFound requests for a domain that is not
@@ -95,13 +95,13 @@ type rlsStats struct {
 	globalShadowMode, domainNotFound metric.Int64Counter
 }
 
-// newRLSStats makes the counters with mp; nil means no metrics.
-func newRLSStats(mp metric.MeterProvider) (*rlsStats, error) {
+// newStats makes the counters with mp; nil means no metrics.
+func newStats(mp metric.MeterProvider) (*stats, error) {
 	if mp == nil {
 		mp = metricnoop.NewMeterProvider()
 	}
-	m := mp.Meter("github.com/quotad/quotad/rpc")
-	s := &rlsStats{}
+	m := mp.Meter("github.com/quotad/quotad/rpc/envoy")
+	s := &stats{}
 	for _, c := range []struct {
 		dst               *metric.Int64Counter
 		name, unit, about string
@@ -122,11 +122,11 @@ func newRLSStats(mp metric.MeterProvider) (*rlsStats, error) {
 	return s, nil
 }
 
-// rlsOutcome is what the statistics need of one decided descriptor, in
+// outcome is what the statistics need of one decided descriptor, in
 // envoyproxy/ratelimit's terms: its counter goes from before to
 // before+hits (even when over the limit: that is how that project counts),
 // and it is over the limit past limit.
-type rlsOutcome struct {
+type outcome struct {
 	hits, before, limit uint64
 	over                bool
 	// unspent: the hits fitted, but were not spent because another
@@ -141,14 +141,14 @@ type rlsOutcome struct {
 // the limit, rounded down) but not past the limit near_limit, and the rest
 // of an admitted request's within_limit; an over-the-limit shadow_mode rule
 // counts its hits in shadow_mode too.
-func (s *rlsStats) record(ctx context.Context, r *rlsRule, es []rlsEntry, nearRatio float64, o rlsOutcome) {
+func (s *stats) record(ctx context.Context, r *rule, es []entry, nearRatio float64, o outcome) {
 	if o.hits == 0 {
 		return
 	}
 	attrs := metric.WithAttributeSet(r.stat.attrs)
 	if r.stat.details != nil {
-		label := r.stat.details.label(rlsDetail(es))
-		kvs := append(r.stat.attrs.ToSlice(), attrEnvoyDetail.String(label))
+		label := r.stat.details.label(detailOf(es))
+		kvs := append(r.stat.attrs.ToSlice(), attrDetail.String(label))
 		attrs = metric.WithAttributeSet(attribute.NewSet(kvs...))
 	}
 	add := func(c metric.Int64Counter, n uint64) {

@@ -1,81 +1,76 @@
-package rpc
+package envoy
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
-	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 )
 
 // This file serves Envoy's rate limit service: ShouldRateLimit decides each
-// descriptor of a request with the rule its entries match (rls_match.go) and
+// descriptor of a request with the rule its entries match (match.go) and
 // the node's Check.
 
-// errUnknownDomain: the request names a domain that is not configured.
-var errUnknownDomain = errors.New("unknown domain")
+// ErrUnknownDomain is wrapped by the error of a request that names a
+// domain the rules do not configure (and that they do not serve anyway,
+// DropIn).
+var ErrUnknownDomain = errors.New("unknown domain")
 
-// mountRLS serves Envoy's rate limit service on mux when cfg configures it,
-// with the handler options opts, and returns the names of the services it
-// mounted (for reflection), and the service, which Handler.SetRules gives
-// new rules: none, and nil, when there is no cfg.EnvoyRules and cfg.Envoy
-// has no domains and is not DropIn. cfg is defaulted and validated.
-func mountRLS(mux *http.ServeMux, n *node.Node, cfg Config, opts ...connect.HandlerOption) (*rlsService, []string, error) {
-	rules := cfg.EnvoyRules
-	if rules == nil {
-		if len(cfg.Envoy.Domains) == 0 && !cfg.Envoy.DropIn {
-			return nil, nil, nil
-		}
-		t, err := compileRLS(cfg.Envoy, n.Policy)
-		if err != nil {
-			return nil, nil, err
-		}
-		rules = NewEnvoySwitch(&EnvoyRules{table: t})
+// errInvalidRequest: the request is malformed. It wraps node.ErrInvalidInput.
+var errInvalidRequest = algorithms.NewInputError("invalid request")
+
+// NewService returns Envoy's rate limit service on node n, deciding with
+// the rules that rules holds at each request, which carries 1 to
+// maxDescriptors descriptors; its statistics (stats.go) go to mp, nil
+// meaning nowhere. n and rules must not be nil and maxDescriptors must be
+// at least 1, else the error wraps ErrInvalidConfig; any other error is
+// mp's. It does not block.
+func NewService(n *node.Node, rules *Switch, maxDescriptors int, mp metric.MeterProvider) (*Service, error) {
+	if n == nil || rules == nil || maxDescriptors < 1 {
+		return nil, fmt.Errorf("envoy service: %w: needs a node, a switch of rules and maxDescriptors >= 1 (got %d)", ErrInvalidConfig, maxDescriptors)
 	}
-	stats, err := newRLSStats(cfg.Telemetry.MeterProvider)
+	st, err := newStats(mp)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	svc := &rlsService{node: n, rules: rules, maxDescriptors: cfg.MaxBatch, stats: stats, now: time.Now}
-	mux.Handle(ratelimitv3connect.NewRateLimitServiceHandler(svc, opts...))
-	return svc, []string{ratelimitv3connect.RateLimitServiceName}, nil
+	return &Service{node: n, rules: rules, maxDescriptors: maxDescriptors, stats: st, now: time.Now}, nil
 }
 
-// rlsService implements envoy.service.ratelimit.v3.RateLimitService on a
-// node. Its methods return plain domain errors; errorInterceptor gives them
-// their codes. It is safe for concurrent use.
-type rlsService struct {
+// Service is Envoy's rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService) on a node, whatever the
+// wire: package rpc serves it on its front ends. Build it with NewService.
+// It is safe for concurrent use.
+type Service struct {
 	node *node.Node
-	// rules are read once per request; Handler.SetRules swaps in new ones.
-	rules *EnvoySwitch
+	// rules are read once per request; their owner swaps in new ones (rpc's
+	// Handler.SetRules).
+	rules *Switch
 	// maxDescriptors bounds the descriptors of one request, like a batch.
 	maxDescriptors int
-	stats          *rlsStats
+	stats          *stats
 	// now is the clock of blocked rules' windows.
 	now func() time.Time
 }
 
-var _ ratelimitv3connect.RateLimitServiceHandler = (*rlsService)(nil)
-
-// rlsCheck is what deciding one descriptor takes. Every descriptor of a
+// check is what deciding one descriptor takes. Every descriptor of a
 // request is planned before any is decided, so that a malformed descriptor
 // fails the request before anything is spent.
-type rlsCheck struct {
+type check struct {
 	// rule applies to the descriptor; nil when none does.
-	rule *rlsRule
+	rule *rule
 	// entries are the descriptor's, for detailed statistics.
-	entries []rlsEntry
+	entries []entry
 	// key names the descriptor's counter under rule.policy.
 	key string
 	// hits is what the descriptor asks to spend; cost is what the check
@@ -88,20 +83,23 @@ type rlsCheck struct {
 	overCapacity bool
 }
 
-// ShouldRateLimit implements RateLimitService.ShouldRateLimit. Every
-// descriptor is decided, even after one is over its limit, and spends its
-// hits if it fits, as in envoyproxy/ratelimit. The whole request is decided
-// by one set of rules, even while a new one is swapped in.
-func (s *rlsService) ShouldRateLimit(ctx context.Context, req *connect.Request[rlsv3.RateLimitRequest]) (*connect.Response[rlsv3.RateLimitResponse], error) {
-	res, err := s.shouldRateLimit(ctx, req.Msg)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(res), nil
-}
-
-// shouldRateLimit is ShouldRateLimit's core, which both front ends call.
-func (s *rlsService) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+// ShouldRateLimit decides req as RateLimitService.ShouldRateLimit does: one
+// status per descriptor, in order, and the overall code. Every descriptor
+// is decided, even after one is over its limit, and spends its hits if it
+// fits, as in envoyproxy/ratelimit (unless its domain is AllOrNothing). The
+// whole request is decided by one set of rules, even while a new one is
+// swapped in.
+//
+// It fails the whole request, before anything is spent, when req is
+// malformed (the error wraps node.ErrInvalidInput and names the field, e.g.
+// "descriptors[1].entries[0].value: invalid request: ...") or names a
+// domain the rules do not serve (ErrUnknownDomain). A store failure is not
+// an error (each policy's failure mode decides, as in node.Node.Check); the
+// node's errors (node.ErrStoreFull, the context ending) fail the request
+// naming the descriptor, and what earlier descriptors spent stays spent.
+// These are plain errors: the wire chooses their codes. It blocks while the
+// node asks the store, bounded by ctx and the store's timeout.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	t := &s.rules.Rules().table
 	checks, err := s.plan(ctx, t, req)
 	if err != nil {
@@ -138,7 +136,7 @@ func (s *rlsService) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 }
 
 // plan validates req and plans each of its descriptors with the rules t.
-func (s *rlsService) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimitRequest) ([]rlsCheck, error) {
+func (s *Service) plan(ctx context.Context, t *ruleTable, req *rlsv3.RateLimitRequest) ([]check, error) {
 	domain := req.GetDomain()
 	if domain == "" {
 		return nil, fmt.Errorf("domain: %w: must not be empty", errInvalidRequest)
@@ -150,7 +148,7 @@ func (s *rlsService) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimit
 	root, ok := t.domains[domain]
 	if !ok {
 		if !t.dropIn {
-			return nil, fmt.Errorf("domain: %w %q: not configured on this server (configured: %s)", errUnknownDomain, domain, strings.Join(t.names, ", "))
+			return nil, fmt.Errorf("domain: %w %q: not configured on this server (configured: %s)", ErrUnknownDomain, domain, strings.Join(t.names, ", "))
 		}
 		// As envoyproxy/ratelimit: no rule applies to anything (root is
 		// nil), but the descriptors must still be well formed.
@@ -158,7 +156,7 @@ func (s *rlsService) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimit
 	}
 	// A request's hits_addend of 0 means unset, that is 1.
 	hits := max(1, uint64(req.GetHitsAddend()))
-	checks := make([]rlsCheck, len(ds))
+	checks := make([]check, len(ds))
 	var replaced map[string]bool
 	for i, d := range ds {
 		c, err := planDescriptor(root, domain, d, hits)
@@ -179,7 +177,7 @@ func (s *rlsService) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimit
 	// nor counted.
 	for i, c := range checks {
 		if c.rule != nil && c.rule.name != "" && replaced[c.rule.name] {
-			checks[i] = rlsCheck{}
+			checks[i] = check{}
 		}
 	}
 	return checks, nil
@@ -188,25 +186,25 @@ func (s *rlsService) plan(ctx context.Context, t *rlsTable, req *rlsv3.RateLimit
 // planDescriptor validates d and plans its check with the rules root (nil:
 // none apply). requestHits is the request's hits_addend, already defaulted.
 // Errors start with the field name, relative to the descriptor.
-func planDescriptor(root *rlsLevel, domain string, d *rlscommonv3.RateLimitDescriptor, requestHits uint64) (rlsCheck, error) {
+func planDescriptor(root *ruleLevel, domain string, d *rlscommonv3.RateLimitDescriptor, requestHits uint64) (check, error) {
 	if d.GetLimit() != nil {
-		return rlsCheck{}, fmt.Errorf("limit: %w: quotad does not take limit overrides; configure the limit in quotad's rules", errInvalidRequest)
+		return check{}, fmt.Errorf("limit: %w: quotad does not take limit overrides; configure the limit in quotad's rules", errInvalidRequest)
 	}
 	if d.GetIsNegativeHits() {
-		return rlsCheck{}, fmt.Errorf("is_negative_hits: %w: quotad does not refund hits", errInvalidRequest)
+		return check{}, fmt.Errorf("is_negative_hits: %w: quotad does not refund hits", errInvalidRequest)
 	}
 	pes := d.GetEntries()
 	if len(pes) == 0 {
-		return rlsCheck{}, fmt.Errorf("entries: %w: must not be empty", errInvalidRequest)
+		return check{}, fmt.Errorf("entries: %w: must not be empty", errInvalidRequest)
 	}
-	es := make([]rlsEntry, len(pes))
+	es := make([]entry, len(pes))
 	for j, pe := range pes {
-		e := rlsEntry{key: pe.GetKey(), value: pe.GetValue()}
+		e := entry{key: pe.GetKey(), value: pe.GetValue()}
 		if e.key == "" {
-			return rlsCheck{}, fmt.Errorf("entries[%d].key: %w: must not be empty", j, errInvalidRequest)
+			return check{}, fmt.Errorf("entries[%d].key: %w: must not be empty", j, errInvalidRequest)
 		}
 		if e.value == "" {
-			return rlsCheck{}, fmt.Errorf("entries[%d].value: %w: must not be empty", j, errInvalidRequest)
+			return check{}, fmt.Errorf("entries[%d].value: %w: must not be empty", j, errInvalidRequest)
 		}
 		es[j] = e
 	}
@@ -216,18 +214,18 @@ func planDescriptor(root *rlsLevel, domain string, d *rlscommonv3.RateLimitDescr
 		// spend.
 		hits = h.GetValue()
 	}
-	rule := root.match(es)
-	c := rlsCheck{rule: rule, entries: es, hits: hits}
-	if rule == nil || rule.unlimited || rule.blocked {
+	r := root.match(es)
+	c := check{rule: r, entries: es, hits: hits}
+	if r == nil || r.unlimited || r.blocked {
 		return c, nil
 	}
-	c.key = rlsKey(domain, es)
+	c.key = counterKey(domain, es)
 	if err := node.ValidateKey(c.key); err != nil {
-		return rlsCheck{}, fmt.Errorf("entries: the domain and entries make the rate limit's %w", err)
+		return check{}, fmt.Errorf("entries: the domain and entries make the rate limit's %w", err)
 	}
 	// A cost above the capacity can never be admitted: Envoy's protocol
 	// calls that over the limit, where quotad's own API calls it invalid.
-	if capacity := rule.policy.Limit.Capacity(); hits > uint64(capacity) {
+	if capacity := r.policy.Limit.Capacity(); hits > uint64(capacity) {
 		c.overCapacity = true
 		return c, nil
 	}
@@ -237,17 +235,17 @@ func planDescriptor(root *rlsLevel, domain string, d *rlscommonv3.RateLimitDescr
 
 // decide checks one planned descriptor with the node, and counts it in the
 // statistics; t is the rules it was planned with.
-func (s *rlsService) decide(ctx context.Context, t *rlsTable, c rlsCheck) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+func (s *Service) decide(ctx context.Context, t *ruleTable, c check) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	r := c.rule
 	switch {
 	case r == nil:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	case r.unlimited:
-		s.stats.record(ctx, r, c.entries, t.nearRatio, rlsOutcome{hits: c.hits})
+		s.stats.record(ctx, r, c.entries, t.nearRatio, outcome{hits: c.hits})
 		// As envoyproxy/ratelimit answers for unlimited rules.
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil
 	case r.blocked:
-		s.stats.record(ctx, r, c.entries, t.nearRatio, rlsOutcome{hits: c.hits, over: true})
+		s.stats.record(ctx, r, c.entries, t.nearRatio, outcome{hits: c.hits, over: true})
 		// The window as envoyproxy/ratelimit aligns it: to the Unix epoch.
 		p := int64(r.period)
 		return s.status(r, true, 0, time.Duration(p-s.now().UnixNano()%p)), nil
@@ -264,9 +262,9 @@ func (s *rlsService) decide(ctx context.Context, t *rlsTable, c rlsCheck) (*rlsv
 // counts it in the statistics; over says whether c is over its limit, spent
 // whether its cost was spent (neither: it fitted, but an all_or_nothing
 // request spent nothing).
-func (s *rlsService) answer(ctx context.Context, t *rlsTable, c rlsCheck, res node.Result, over, spent bool) *rlsv3.RateLimitResponse_DescriptorStatus {
+func (s *Service) answer(ctx context.Context, t *ruleTable, c check, res node.Result, over, spent bool) *rlsv3.RateLimitResponse_DescriptorStatus {
 	limit, remaining := uint64(max(res.Limit, 0)), uint64(max(res.Remaining, 0))
-	o := rlsOutcome{hits: c.hits, limit: limit, over: over, unspent: !over && !spent}
+	o := outcome{hits: c.hits, limit: limit, over: over, unspent: !over && !spent}
 	// The counter before the hits: a denial spent nothing, an admission
 	// spent the cost.
 	o.before = limit - min(remaining, limit)
@@ -274,7 +272,7 @@ func (s *rlsService) answer(ctx context.Context, t *rlsTable, c rlsCheck, res no
 		o.before -= min(o.before, uint64(c.cost))
 	}
 	s.stats.record(ctx, c.rule, c.entries, t.nearRatio, o)
-	// Remaining is at most the capacity, which resolveRLSPolicy bounded to
+	// Remaining is at most the capacity, which resolvePolicy bounded to
 	// 32 bits.
 	return s.status(c.rule, over, uint32(remaining), res.ResetAfter)
 }
@@ -286,7 +284,7 @@ func (s *rlsService) answer(ctx context.Context, t *rlsTable, c rlsCheck, res no
 // or with those of other descriptors of the same counter, exceed what its
 // limit can ever admit, makes the request over the limit before anything
 // is spent: the others are then only read (a check of cost 0).
-func (s *rlsService) decideAll(ctx context.Context, t *rlsTable, checks []rlsCheck, sts []*rlsv3.RateLimitResponse_DescriptorStatus) error {
+func (s *Service) decideAll(ctx context.Context, t *ruleTable, checks []check, sts []*rlsv3.RateLimitResponse_DescriptorStatus) error {
 	type counter struct {
 		p   node.Policy
 		key string
@@ -354,7 +352,7 @@ func (s *rlsService) decideAll(ctx context.Context, t *rlsTable, checks []rlsChe
 
 // status is the answer for a descriptor of rule r: OVER_LIMIT when over,
 // unless r is in shadow mode.
-func (s *rlsService) status(r *rlsRule, over bool, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
+func (s *Service) status(r *rule, over bool, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
 	code := rlsv3.RateLimitResponse_OK
 	if over && !r.shadow {
 		code = rlsv3.RateLimitResponse_OVER_LIMIT

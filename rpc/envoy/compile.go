@@ -1,0 +1,341 @@
+package envoy
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/node"
+	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
+)
+
+// This file compiles a Config into Rules: it validates every rule, resolves
+// the policies they name, and builds each domain's rule tree.
+
+// Compile validates c and compiles it, resolving the policies its rules
+// name among policies (the configured ones). Its errors are
+// Config.Validate's: they wrap ErrInvalidConfig. It is a pure function and
+// does not block: hot reload calls it on the new configuration, then
+// Switch.Swap.
+func Compile(c Config, policies []node.Policy) (*Rules, error) {
+	t, err := compileTable(c, lookupIn(policies))
+	if err != nil {
+		return nil, err
+	}
+	return &Rules{table: t}, nil
+}
+
+// fileUnits are the units envoyproxy/ratelimit accepts, as it spells them
+// (in upper case) and as long as it counts them.
+var fileUnits = map[string]struct {
+	period time.Duration
+	unit   rlsv3.RateLimitResponse_RateLimit_Unit
+}{
+	"SECOND": {time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+	"MINUTE": {time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	"HOUR":   {time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+	"DAY":    {24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+	"WEEK":   {7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
+	"MONTH":  {30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+	"YEAR":   {365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
+}
+
+// policyLookup finds a configured policy by name; node.(*Node).Policy is one.
+type policyLookup func(name string) (node.Policy, bool)
+
+// lookupIn finds policies among ps.
+func lookupIn(ps []node.Policy) policyLookup {
+	byName := make(map[string]node.Policy, len(ps))
+	for _, p := range ps {
+		byName[p.Name] = p
+	}
+	return func(name string) (node.Policy, bool) {
+		p, ok := byName[name]
+		return p, ok
+	}
+}
+
+// fieldPath is where a rule or field is, as errors name it: the
+// envoyproxy/ratelimit file and line when there is one, and the field path.
+type fieldPath struct {
+	file string
+	line int
+	path string
+}
+
+func (p fieldPath) String() string {
+	s := p.path
+	if p.line > 0 {
+		s = fmt.Sprintf("line %d: %s", p.line, s)
+	}
+	if p.file != "" {
+		s = p.file + ": " + s
+	}
+	return s
+}
+
+// field is the path of a field below p.
+func (p fieldPath) field(name string) fieldPath {
+	if p.path != "" {
+		name = p.path + "." + name
+	}
+	return fieldPath{file: p.file, line: p.line, path: name}
+}
+
+// ruleKey is envoyproxy/ratelimit's name for a rule in its statistics:
+// key, or key_value when the rule has a value.
+func ruleKey(d Descriptor) string {
+	if d.Value == "" {
+		return d.Key
+	}
+	return d.Key + "_" + d.Value
+}
+
+// compiler holds what compiling one domain needs.
+type compiler struct {
+	lookup policyLookup
+	domain string
+	// file is the domain's Domain.File: the schema.
+	file string
+}
+
+// compileTable validates c and builds its rule tree, resolving policies with
+// lookup.
+func compileTable(c Config, lookup policyLookup) (ruleTable, error) {
+	t := ruleTable{
+		domains: make(map[string]*ruleLevel, len(c.Domains)), dropIn: c.DropIn,
+		shadow: c.ShadowMode, nearRatio: c.NearLimitRatio,
+	}
+	if r := c.NearLimitRatio; !(r >= 0 && r <= 1) {
+		return ruleTable{}, fmt.Errorf("envoy near limit ratio: %w: %g is not in (0, 1]", ErrInvalidConfig, r)
+	}
+	if t.nearRatio == 0 {
+		t.nearRatio = DefaultNearLimitRatio
+	}
+	// where says where each domain was configured, for duplicates.
+	where := make(map[string]string, len(c.Domains))
+	for i, d := range c.Domains {
+		base := fieldPath{path: fmt.Sprintf("envoy.domains[%d]", i)}
+		here := base.path + " of the config file"
+		if d.File != "" {
+			base = fieldPath{file: d.File}
+			here = d.File
+		}
+		if d.Domain == "" {
+			return ruleTable{}, fmt.Errorf("%s: %w: must not be empty", base.field("domain"), ErrInvalidConfig)
+		}
+		if first, dup := where[d.Domain]; dup {
+			return ruleTable{}, fmt.Errorf("%s: %w: %q is configured twice (also in %s)", base.field("domain"), ErrInvalidConfig, d.Domain, first)
+		}
+		if len(d.Descriptors) == 0 && d.File == "" {
+			return ruleTable{}, fmt.Errorf("%s: %w: domain %q has none", base.field("descriptors"), ErrInvalidConfig, d.Domain)
+		}
+		if d.AllOrNothing && d.File != "" {
+			return ruleTable{}, fmt.Errorf("%s: %w: all_or_nothing belongs to quotad's config file; envoyproxy/ratelimit's files decide each descriptor on its own", base.field("all_or_nothing"), ErrInvalidConfig)
+		}
+		if d.AllOrNothing {
+			if t.allOrNothing == nil {
+				t.allOrNothing = map[string]bool{}
+			}
+			t.allOrNothing[d.Domain] = true
+		}
+		cc := compiler{lookup: lookup, domain: d.Domain, file: d.File}
+		lvl, err := cc.level(d.Descriptors, base, "")
+		if err != nil {
+			return ruleTable{}, err
+		}
+		t.domains[d.Domain] = lvl
+		t.names = append(t.names, d.Domain)
+		where[d.Domain] = here
+	}
+	return t, nil
+}
+
+// level compiles the rules ds, whose parent is at parent; statKey is the
+// parent's statistics name, "" at the top.
+func (cc compiler) level(ds []Descriptor, parent fieldPath, statKey string) (*ruleLevel, error) {
+	lvl := &ruleLevel{exact: map[entry]*ruleNode{}, defaults: map[string]*ruleNode{}}
+	for i, d := range ds {
+		path := parent.field(fmt.Sprintf("descriptors[%d]", i))
+		if d.Line > 0 {
+			path.line = d.Line
+		}
+		if d.Key == "" {
+			return nil, fmt.Errorf("%s: %w: must not be empty", path.field("key"), ErrInvalidConfig)
+		}
+		key := ruleKey(d)
+		if statKey != "" {
+			key = statKey + "." + key
+		}
+		n, err := cc.node(d, path, key)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case d.Value == "":
+			if _, dup := lvl.defaults[d.Key]; dup {
+				return nil, fmt.Errorf("%s: %w: a rule for key %q with no value comes twice at this level", path, ErrInvalidConfig, d.Key)
+			}
+			lvl.defaults[d.Key] = n
+		case cc.file != "" && strings.HasSuffix(d.Value, "*"):
+			prefix := strings.TrimSuffix(d.Value, "*")
+			for _, w := range lvl.prefixes {
+				if w.key == d.Key && w.prefix == prefix {
+					return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
+				}
+			}
+			lvl.prefixes = append(lvl.prefixes, prefixRule{key: d.Key, prefix: prefix, node: n})
+		default:
+			e := entry{d.Key, d.Value}
+			if _, dup := lvl.exact[e]; dup {
+				return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
+			}
+			lvl.exact[e] = n
+		}
+	}
+	return lvl, nil
+}
+
+// node compiles one rule, at path with statistics name statKey, and the
+// rules below it.
+func (cc compiler) node(d Descriptor, path fieldPath, statKey string) (*ruleNode, error) {
+	var (
+		r   *rule
+		err error
+	)
+	if cc.file == "" {
+		r, err = cc.quotadRule(d, path)
+	} else {
+		r, err = cc.fileRule(d, path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := &ruleNode{rule: r}
+	if r != nil {
+		r.stat = newRuleStat(cc.domain, statKey, d.DetailedMetric)
+	}
+	if len(d.Descriptors) > 0 {
+		next, err := cc.level(d.Descriptors, path, statKey)
+		if err != nil {
+			return nil, err
+		}
+		n.next = next
+	}
+	return n, nil
+}
+
+// quotadRule compiles the limit of a rule of quotad's schema; nil when the
+// rule only nests.
+func (cc compiler) quotadRule(d Descriptor, path fieldPath) (*rule, error) {
+	switch {
+	case d.RateLimit != nil:
+		return nil, fmt.Errorf("%s: %w: rate_limit belongs to envoyproxy/ratelimit's files; name a policy", path.field("rate_limit"), ErrInvalidConfig)
+	case d.DetailedMetric:
+		return nil, fmt.Errorf("%s: %w: detailed_metric belongs to envoyproxy/ratelimit's files", path.field("detailed_metric"), ErrInvalidConfig)
+	case d.Unlimited && d.Policy != "":
+		return nil, fmt.Errorf("%s: %w: policy %q and unlimited exclude each other", path, ErrInvalidConfig, d.Policy)
+	case d.ShadowMode && d.Policy == "":
+		return nil, fmt.Errorf("%s: %w: needs a policy to decide with", path.field("shadow_mode"), ErrInvalidConfig)
+	case d.Policy == "" && !d.Unlimited && len(d.Descriptors) == 0:
+		return nil, fmt.Errorf("%s: %w: rule %s applies to nothing: set policy, unlimited or descriptors", path, ErrInvalidConfig, d.Key)
+	case d.Unlimited:
+		return &rule{unlimited: true}, nil
+	case d.Policy != "":
+		p, err := resolvePolicy(d.Policy, cc.lookup)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path.field("policy"), err)
+		}
+		return &rule{policy: p, shadow: d.ShadowMode, limit: policyLimit(p, p.Name)}, nil
+	}
+	return nil, nil
+}
+
+// fileRule compiles the limit of a rule of envoyproxy/ratelimit's schema;
+// nil when it has none.
+func (cc compiler) fileRule(d Descriptor, path fieldPath) (*rule, error) {
+	if d.Policy != "" || d.Unlimited {
+		return nil, fmt.Errorf("%s: %w: policy and unlimited belong to quotad's config file; use rate_limit", path, ErrInvalidConfig)
+	}
+	rl := d.RateLimit
+	if rl == nil {
+		return nil, nil
+	}
+	rp := path.field("rate_limit")
+	for i, name := range rl.Replaces {
+		switch {
+		case name == "":
+			return nil, fmt.Errorf("%s: %w: a replaced limit needs a name", rp.field(fmt.Sprintf("replaces[%d].name", i)), ErrInvalidConfig)
+		case name == rl.Name:
+			return nil, fmt.Errorf("%s: %w: limit %q cannot replace itself", rp.field(fmt.Sprintf("replaces[%d].name", i)), ErrInvalidConfig, name)
+		}
+	}
+	r := &rule{shadow: d.ShadowMode, name: rl.Name, replaces: rl.Replaces}
+	switch {
+	case rl.Policy != "":
+		if rl.Unit != "" || rl.RequestsPerUnit != nil || rl.Unlimited {
+			return nil, fmt.Errorf("%s: %w: quotad_policy %q says how to limit; it excludes unit, requests_per_unit and unlimited", rp, ErrInvalidConfig, rl.Policy)
+		}
+		p, err := resolvePolicy(rl.Policy, cc.lookup)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", rp.field("quotad_policy"), err)
+		}
+		name := rl.Name
+		if name == "" {
+			name = p.Name
+		}
+		r.policy, r.limit = p, policyLimit(p, name)
+	case rl.Unlimited:
+		if rl.Unit != "" {
+			return nil, fmt.Errorf("%s: %w: an unlimited rate limit takes no unit (as in envoyproxy/ratelimit)", rp.field("unit"), ErrInvalidConfig)
+		}
+		r.unlimited = true
+	default:
+		u, ok := fileUnits[strings.ToUpper(rl.Unit)]
+		if !ok {
+			return nil, fmt.Errorf("%s: %w: %q is not a unit: write second, minute, hour, day, week, month or year", rp.field("unit"), ErrInvalidConfig, rl.Unit)
+		}
+		var rpu uint32
+		if rl.RequestsPerUnit != nil {
+			rpu = *rl.RequestsPerUnit
+		}
+		r.limit = currentLimit{name: rl.Name, requestsPerUnit: rpu, unit: u.unit}
+		r.period = u.period
+		if rpu == 0 {
+			// No window admits anything: decided without the store.
+			r.blocked = true
+			break
+		}
+		// Built once, here, so that checks trust it (node.NewPolicy). Any
+		// requests_per_unit in a unit is a valid fixed window; an error
+		// would be a bug, reported as the rule's.
+		p, err := node.NewPolicy(node.Policy{Name: Namespace, Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: int64(rpu), Period: u.period}})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", rp.field("requests_per_unit"), ErrInvalidConfig, err)
+		}
+		r.policy = p
+	}
+	return r, nil
+}
+
+// resolvePolicy finds a rule's policy with lookup, and checks that Envoy's
+// protocol can carry it.
+func resolvePolicy(name string, lookup policyLookup) (node.Policy, error) {
+	p, ok := lookup(name)
+	if !ok {
+		return node.Policy{}, fmt.Errorf("%w: %w %q: not among the configured policies", ErrInvalidConfig, node.ErrUnknownPolicy, name)
+	}
+	if p.Limit.Algorithm == algorithms.Concurrency {
+		// Envoy's protocol has no release: every slot would stay held for a
+		// whole period, a rate limit in disguise.
+		return node.Policy{}, fmt.Errorf("%w: policy %q is a concurrency limit, which needs its slots released (quotad's ReleaseSlot); Envoy's rate limit protocol cannot", ErrInvalidConfig, name)
+	}
+	// Envoy's requests_per_unit and limit_remaining are 32-bit.
+	if p.Limit.Limit > math.MaxUint32 || p.Limit.Capacity() > math.MaxUint32 {
+		return node.Policy{}, fmt.Errorf("%w: policy %q: limit %d (burst %d) exceeds %d, the most Envoy's rate limit protocol can carry",
+			ErrInvalidConfig, name, p.Limit.Limit, p.Limit.Burst, uint32(math.MaxUint32))
+	}
+	return p, nil
+}

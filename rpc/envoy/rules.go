@@ -1,0 +1,170 @@
+package envoy
+
+import (
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/quotad/quotad/node"
+	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
+)
+
+// This file is the compiled form of a Config, and the switch through
+// which a running service takes a new one.
+
+// Rules is a validated, compiled Config: every domain's rule tree, with its
+// policies resolved (each rule keeps its own copy of its policy). It is
+// immutable, and so safe for concurrent use. Build it with Compile; nil, and
+// the zero value, hold no domain and are not DropIn.
+type Rules struct {
+	table ruleTable
+}
+
+// Domains returns the configured domains' names, in configured order: a
+// new slice, nil for nil Rules.
+func (r *Rules) Domains() []string {
+	if r == nil {
+		return nil
+	}
+	return append([]string(nil), r.table.names...)
+}
+
+// Serves reports whether r decides anything: it configures a domain, or is
+// DropIn (every domain is then served). nil serves nothing. A server that
+// does not serve Envoy's rate limit service takes only rules that serve
+// nothing (rpc's Handler.SetRules).
+func (r *Rules) Serves() bool {
+	return r != nil && (len(r.table.domains) > 0 || r.table.dropIn)
+}
+
+// Switch holds the rules Envoy's rate limit service decides with. Each
+// request reads the rules once, so it is decided wholly by the rules before
+// a Swap or wholly by those after, never by a mix. The zero value holds no
+// rules. It is safe for concurrent use.
+type Switch struct {
+	rules atomic.Pointer[Rules]
+}
+
+// NewSwitch returns a switch holding r; nil means no rules (no domain
+// configured, not DropIn): every domain is then unknown.
+func NewSwitch(r *Rules) *Switch {
+	s := &Switch{}
+	s.Swap(r)
+	return s
+}
+
+// Swap makes r the rules of every request that starts from now on, and
+// returns the rules it replaces. Requests already running finish with the
+// rules they started with. nil means no rules.
+func (s *Switch) Swap(r *Rules) *Rules {
+	if r == nil {
+		r = &Rules{}
+	}
+	return s.rules.Swap(r)
+}
+
+// Rules returns the rules in force, never nil: empty ones for a zero
+// Switch.
+func (s *Switch) Rules() *Rules {
+	if r := s.rules.Load(); r != nil {
+		return r
+	}
+	return &Rules{}
+}
+
+// ruleTable is each domain's rule tree and the service's settings.
+type ruleTable struct {
+	domains map[string]*ruleLevel
+	// names are the domain names in configured order, for error messages.
+	names []string
+	// allOrNothing holds the domains whose requests are decided all or
+	// nothing (Domain.AllOrNothing).
+	allOrNothing map[string]bool
+	// dropIn, shadow and nearRatio are Config's DropIn, ShadowMode
+	// and NearLimitRatio (defaulted).
+	dropIn, shadow bool
+	nearRatio      float64
+}
+
+// ruleLevel is the rules for one entry of a descriptor: those naming a
+// value, those naming a value prefix (in configured order), and the keys'
+// defaults.
+type ruleLevel struct {
+	exact    map[entry]*ruleNode
+	prefixes []prefixRule
+	defaults map[string]*ruleNode
+}
+
+type entry struct{ key, value string }
+
+// prefixRule is a rule whose value ends in '*': it matches the key's values
+// that start with prefix.
+type prefixRule struct {
+	key, prefix string
+	node        *ruleNode
+}
+
+// ruleNode is one compiled Descriptor.
+type ruleNode struct {
+	// rule applies to descriptors that end here; nil means none does.
+	rule *rule
+	// next matches the following entry; nil means no rule goes deeper.
+	next *ruleLevel
+}
+
+// rule is what limits the descriptors that end at a node. Exactly one
+// of unlimited, blocked and a policy says how.
+type rule struct {
+	// policy limits the descriptor: a configured one, or the fixed window
+	// of a rate_limit block (named Namespace).
+	policy node.Policy
+	// unlimited descriptors are never limited.
+	unlimited bool
+	// blocked (requests_per_unit 0) descriptors are always over the limit,
+	// decided without the store; period is their window, for
+	// duration_until_reset.
+	blocked bool
+	period  time.Duration
+	// shadow answers OK whatever the decision.
+	shadow bool
+	// limit is the current_limit answered.
+	limit currentLimit
+	// name is rate_limit.name, which other rules' replaces refer to;
+	// replaces are the names this rule replaces.
+	name     string
+	replaces []string
+	// stat names the rule in the statistics.
+	stat ruleStat
+}
+
+// currentLimit is a DescriptorStatus's current_limit.
+type currentLimit struct {
+	name            string
+	requestsPerUnit uint32
+	unit            rlsv3.RateLimitResponse_RateLimit_Unit
+	// multiplier is unit_multiplier; 0 or 1 leave it unset.
+	multiplier uint32
+}
+
+func (l currentLimit) proto() *rlsv3.RateLimitResponse_RateLimit {
+	rl := &rlsv3.RateLimitResponse_RateLimit{Name: l.name, RequestsPerUnit: l.requestsPerUnit, Unit: l.unit}
+	if l.multiplier > 1 {
+		rl.UnitMultiplier = wrapperspb.UInt32(l.multiplier)
+	}
+	return rl
+}
+
+// policyLimit describes p's limit the way Envoy does, named name: requests
+// per unit of time. The rate is the policy's limit per period (a bucket's
+// burst may hold more). The period is given in the longest of Envoy's units
+// that divides it, times unit_multiplier when that is more than 1 (30s is 1
+// SECOND × 30; 1h is 1 HOUR); a period that is not a whole number of
+// seconds has unit UNKNOWN. resolvePolicy bounded the limit to 32 bits.
+func policyLimit(p node.Policy, name string) currentLimit {
+	l := currentLimit{name: name, requestsPerUnit: uint32(p.Limit.Limit)}
+	var m *wrapperspb.UInt32Value
+	l.unit, m = unitToProto(p.Limit.Period)
+	l.multiplier = m.GetValue()
+	return l
+}
