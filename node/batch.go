@@ -463,11 +463,13 @@ func (b *batch) results(n int) []Result {
 }
 
 // countBatch counts the batch's decisions, one per item, in the node's
-// metrics.
+// metrics. An item of a denied batch counts among its key's top denials
+// only if it did not fit on its own (RetryAfter above zero): one exhausted
+// key must not list every key batched with it as limited.
 func (n *Node) countBatch(b *batch, res []Result) {
 	for _, g := range b.groups {
 		for _, i := range g.items {
-			n.count(g.p.Name, g.key, res[i])
+			n.countLimited(g.p.Name, g.key, res[i], !res[i].Allowed && res[i].RetryAfter > 0)
 		}
 	}
 }
