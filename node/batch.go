@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
@@ -267,20 +269,27 @@ func (b *batch) decide(ctx context.Context, abandon <-chan struct{}) {
 }
 
 // each calls f for every group in gs, concurrently when there are several
-// (the store pipelines concurrent calls into few round trips), and returns
-// once all have returned.
+// (the store pipelines concurrent calls into few round trips) on at most
+// BatchParallel goroutines, as a plain CheckBatch decides its items, and
+// returns once all have returned. A goroutine per group would let one
+// caller's batches of a thousand cost-0 items start thousands of
+// goroutines, each with a store call that queues inside the node.
 func (b *batch) each(gs []*batchGroup, f func(*batchGroup)) {
 	if len(gs) == 1 {
 		f(gs[0])
 		return
 	}
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for _, g := range gs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(g)
-		}()
+	for w := range min(len(gs), BatchParallel) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(gs)); i = next.Add(1) - 1 {
+				f(gs[i])
+			}
+		})
+		if w%BatchSpawnChunk == BatchSpawnChunk-1 {
+			runtime.Gosched()
+		}
 	}
 	wg.Wait()
 }

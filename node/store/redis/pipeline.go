@@ -206,9 +206,9 @@ type pipeline struct {
 }
 
 // bulkWakeChunk is the bulk pipeline's wakeChunk. A round trip of a
-// CheckBatch's items brings back up to 64 of them at once (rpc's
-// batchParallel), each waited for by a goroutine of its own. Woken all in
-// one go, they fill the processor's run queue, and whatever becomes ready
+// CheckBatch's items brings back up to 64 of them at once
+// (node.BatchParallel), each waited for by a goroutine of its own. Woken
+// all in one go, they fill the processor's run queue, and whatever becomes ready
 // after them (a single check's request read from its connection, the check
 // pipeline's pipeliner with a single check's reply) waits until all 64 have
 // run: node 1's execution trace as the soak's key flood started had
