@@ -74,8 +74,10 @@ const batchCallTimeout = 10 * time.Second
 // returns. While a batch runs, the units it took are spent at the store,
 // and a concurrent check may be denied for them; once it has answered,
 // a denied batch has spent nothing, as far as each algorithm can give units
-// back (docs/algorithms.md). A remembered denial of any item denies the
-// batch without a store call. Leases are neither used nor taken: every
+// back (docs/algorithms.md); a take whose reply came after its deadline
+// (the item took its failure mode) is given back when the reply comes,
+// unless the batch was answered allowed. A remembered denial of any item
+// denies the batch without a store call. Leases are neither used nor taken: every
 // item is decided by the store.
 //
 // An invalid item, or items of one policy and key whose costs add up to
@@ -97,12 +99,15 @@ func (n *Node) CheckAll(ctx context.Context, items []Item) ([]Result, error) {
 	go func() {
 		bctx := context.WithoutCancel(ctx)
 		b.decide(bctx, abandon)
+		allowed := false
 		select {
 		case out <- b.results(len(items)):
+			allowed = !b.denied
 		case <-abandon:
 			// The caller got an error; it must not have spent anything.
 			b.giveBack(bctx)
 		}
+		b.settleLate(allowed)
 	}()
 	select {
 	case res := <-out:
@@ -140,6 +145,9 @@ type batchGroup struct {
 	// returned is how many of the taken units made a difference when given
 	// back.
 	returned int64
+	// late settles what the group's take took if its reply came after
+	// the call had failed (late.go); nil before the take.
+	late *lateTake
 }
 
 // groupState is how far a group got.
@@ -300,7 +308,8 @@ func (b *batch) ask(ctx context.Context, g *batchGroup) {
 	ctx, cancel := context.WithTimeout(ctx, batchCallTimeout)
 	defer cancel()
 	start := n.clock()
-	d, taken, err := n.store.Acquire(ctx, g.base, g.p.Limit, g.cost, g.cost, 0)
+	g.late = n.newLateTake(leaseKey{g.p.Name, g.key}, g.base, g.p.Limit)
+	d, taken, err := n.store.Acquire(g.late.ctx(ctx), g.base, g.p.Limit, g.cost, g.cost, 0)
 	if err != nil {
 		// Nothing is known of the item, not even whether it spent; its
 		// failure mode decides whether it fits.
@@ -421,6 +430,22 @@ func (b *batch) giveBackGroup(ctx context.Context, g *batchGroup) {
 	g.returned = returned
 	if returned > 0 {
 		n.local.returned(leaseKey{g.p.Name, g.key})
+	}
+}
+
+// settleLate settles each group's late take, if its take failed and its
+// reply comes (or came) late: a batch that was answered allowed spent each
+// group's cost, any other spent nothing.
+func (b *batch) settleLate(allowed bool) {
+	for _, g := range b.groups {
+		if g.late == nil {
+			continue
+		}
+		keep := int64(0)
+		if allowed {
+			keep = g.cost
+		}
+		g.late.settle(keep)
 	}
 }
 

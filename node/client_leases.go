@@ -373,13 +373,17 @@ func (n *leasing) decideLease(ctx context.Context, p Policy, key string, cost, w
 		extra = 0
 	}
 	base := n.keyBase(p, key)
-	d, taken, err := n.store.Acquire(context.WithoutCancel(ctx), base, p.Limit, cost, cost+extra, hold)
+	late := n.newLateTake(k, base, p.Limit)
+	d, taken, err := n.store.Acquire(late.ctx(context.WithoutCancel(ctx)), base, p.Limit, cost, cost+extra, hold)
 	if err != nil {
 		n.clients.settle(k, extra, nil)
 		if ctxErr := ctx.Err(); ctxErr != nil {
+			late.settle(0)
 			return Result{}, ClientGrant{}, fmt.Errorf("lease %s: %w", p.Name, ctxErr)
 		}
-		return n.storeFailed(p, err), ClientGrant{}, nil
+		res := n.storeFailed(p, err)
+		late.settle(admitted(res, cost))
+		return res, ClientGrant{}, nil
 	}
 	// As for the node's own leases (fetch): measured from before the call,
 	// one millisecond short of what the store assumes.

@@ -207,14 +207,18 @@ func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeC
 		}
 	}
 	base := n.keyBase(p, k.key)
-	d, taken, err := n.store.Acquire(ctx, base, p.Limit, cost, want, hold)
+	late := n.newLateTake(k, base, p.Limit)
+	d, taken, err := n.store.Acquire(late.ctx(ctx), base, p.Limit, cost, want, hold)
 	if err != nil && ctx.Err() != nil {
-		// The caller left (a plain call): not a store failure.
+		// The caller left (a plain call): not a store failure, and the
+		// check spent nothing.
 		f.abandoned = true
+		late.settle(0)
 		return
 	}
 	if err != nil {
 		f.res, f.failed = n.storeFailed(p, err), err
+		late.settle(admitted(f.res, cost))
 		return
 	}
 

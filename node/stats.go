@@ -14,6 +14,9 @@ type stats struct {
 	leasesGranted, unitsLeased, unitsReturned, denialsCached atomic.Int64
 	leaseHits, deniedCacheHits                               atomic.Int64
 	storeStateLosses                                         atomic.Int64
+	// lateTakesReturned counts units given back after their take's reply
+	// came too late for its caller (late.go).
+	lateTakesReturned atomic.Int64
 }
 
 // Stats is a snapshot of the node's local pre-aggregation.
@@ -45,6 +48,10 @@ type Stats struct {
 	// is one: only a remote store has it.
 	StoreErrors, BreakerOpens int64
 	BreakerOpen, Breaker      bool
+	// LateUnitsReturned counts the units given back to the store after a
+	// call's reply came too late for its caller, whose answer had not
+	// spent them (a failed-closed check, a denied batch).
+	LateUnitsReturned int64
 	// StoreCalls counts the calls a remote store was sent (checks, lease
 	// grants and returns; not resets, nor calls the breaker refused); 0
 	// for the memory store. Pipelining may carry several in one round
@@ -67,7 +74,8 @@ func (n *Node) Stats() Stats {
 		DeniedCacheHits: n.stats.deniedCacheHits.Load(),
 		Denied:          f.denied,
 
-		StoreStateLosses: n.stats.storeStateLosses.Load(),
+		StoreStateLosses:  n.stats.storeStateLosses.Load(),
+		LateUnitsReturned: n.stats.lateTakesReturned.Load(),
 	}
 	if n.breaker != nil {
 		st.StoreErrors = n.breaker.errors.Load()
