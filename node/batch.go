@@ -75,17 +75,19 @@ const batchCallTimeout = 10 * time.Second
 // and a concurrent check may be denied for them; once it has answered,
 // a denied batch has spent nothing, as far as each algorithm can give units
 // back (docs/algorithms.md); a take whose reply came after its deadline
-// (the item took its failure mode) is given back when the reply comes,
-// unless the batch was answered allowed. A remembered denial of any item
-// denies the batch without a store call. Leases are neither used nor taken: every
-// item is decided by the store.
+// (the item took its failure mode, or the batch was shed) is given back
+// when the reply comes, unless the batch was answered allowed. A
+// remembered denial of any item denies the batch without a store call.
+// Leases are neither used nor taken: every item is decided by the store.
 //
 // An invalid item, or items of one policy and key whose costs add up to
 // more than the limit can ever admit, fail the call with an *ItemError
 // naming the first such item; nothing is decided. The only other errors
-// are the caller's context ending: the batch then stops taking, gives
-// back what it took, and spends nothing. It may block on the store until
-// ctx is done.
+// are the caller's context ending, and ErrOverloaded, when the node did
+// not get to an item's store call in time while the store answered (the
+// batch is shed rather than answered by that item's failure mode): the
+// batch then stops taking, gives back what it took, and spends nothing.
+// It may block on the store until ctx is done.
 func (n *Node) CheckAll(ctx context.Context, items []Item) ([]Result, error) {
 	b, err := n.newBatch(items)
 	if err != nil {
@@ -99,10 +101,14 @@ func (n *Node) CheckAll(ctx context.Context, items []Item) ([]Result, error) {
 	go func() {
 		bctx := context.WithoutCancel(ctx)
 		b.decide(bctx, abandon)
+		var res []Result
+		if b.shed == nil {
+			res = b.results(len(items))
+		}
 		allowed := false
 		select {
-		case out <- b.results(len(items)):
-			allowed = !b.denied
+		case out <- res:
+			allowed = b.shed == nil && !b.denied
 		case <-abandon:
 			// The caller got an error; it must not have spent anything.
 			b.giveBack(bctx)
@@ -111,6 +117,9 @@ func (n *Node) CheckAll(ctx context.Context, items []Item) ([]Result, error) {
 	}()
 	select {
 	case res := <-out:
+		if b.shed != nil {
+			return nil, fmt.Errorf("check all: %w", b.shed)
+		}
 		n.countBatch(b, res)
 		return res, nil
 	case <-ctx.Done():
@@ -126,6 +135,9 @@ type batch struct {
 	groups []*batchGroup
 	// denied is set once an item did not fit (or the caller left).
 	denied bool
+	// shed is the first group's shed, once decide has returned: the batch
+	// fails with it.
+	shed error
 }
 
 // batchGroup is the items of one policy and key: one check of their summed
@@ -145,6 +157,9 @@ type batchGroup struct {
 	// returned is how many of the taken units made a difference when given
 	// back.
 	returned int64
+	// shed is set (wrapping ErrOverloaded) when the group's store call was
+	// not made in time: the group is undecided, and the batch fails.
+	shed error
 	// late settles what the group's take took if its reply came after
 	// the call had failed (late.go); nil before the take.
 	late *lateTake
@@ -249,9 +264,10 @@ func (b *batch) decide(ctx context.Context, abandon <-chan struct{}) {
 		b.each(b.groups[:first], func(g *batchGroup) { b.ask(ctx, g) })
 		for _, g := range b.groups[:first] {
 			b.denied = b.denied || g.state == groupRefused
+			b.noteShed(g)
 		}
 		for _, g := range b.groups[first:] {
-			if b.denied {
+			if b.denied || b.shed != nil {
 				break
 			}
 			select {
@@ -261,18 +277,33 @@ func (b *batch) decide(ctx context.Context, abandon <-chan struct{}) {
 			default:
 				b.ask(ctx, g)
 				b.denied = g.state == groupRefused
+				b.noteShed(g)
 			}
 		}
 	}
-	if b.denied {
+	if b.denied || b.shed != nil {
+		// A shed batch answers nothing but its error: the groups not
+		// reached need no look.
 		b.each(b.groups, func(g *batchGroup) {
 			switch g.state {
 			case groupFits:
 				b.giveBackGroup(ctx, g)
 			case groupUnreached:
-				b.look(ctx, g)
+				if b.shed == nil {
+					b.look(ctx, g)
+				}
 			}
 		})
+		for _, g := range b.groups {
+			b.noteShed(g)
+		}
+	}
+}
+
+// noteShed makes g's shed, if any, the batch's, unless it has one.
+func (b *batch) noteShed(g *batchGroup) {
+	if b.shed == nil {
+		b.shed = g.shed
 	}
 }
 
@@ -312,11 +343,15 @@ func (b *batch) ask(ctx context.Context, g *batchGroup) {
 	d, taken, err := n.store.Acquire(g.late.ctx(ctx), g.base, g.p.Limit, g.cost, g.cost, 0)
 	if err != nil {
 		// Nothing is known of the item, not even whether it spent; its
-		// failure mode decides whether it fits.
-		res := n.storeFailed(g.p, err)
-		if res.Allowed {
+		// failure mode decides whether it fits, unless the node did not
+		// get to the call in time: then the batch is shed.
+		res, shed := n.storeFailed(g.p, err)
+		switch {
+		case shed != nil:
+			g.shed = shed
+		case res.Allowed:
 			g.fit(res)
-		} else {
+		default:
 			g.refuse(res)
 		}
 		return
@@ -348,7 +383,8 @@ func (b *batch) look(ctx context.Context, g *batchGroup) {
 		return d, err
 	})
 	if err != nil {
-		g.state, g.res = groupLooked, n.storeFailed(g.p, err)
+		res, shed := n.storeFailed(g.p, err)
+		g.state, g.res, g.shed = groupLooked, res, shed
 		return
 	}
 	g.state, g.res = groupLooked, Result{Decision: d, Source: SourceStore}

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -9,9 +11,9 @@ import (
 )
 
 // This file gives back what a store call took when its reply came after
-// its caller was answered without it. A check denied by its failure mode,
-// or whose caller left, and an all-or-nothing batch that was denied, must
-// not have spent; yet a call whose deadline passed
+// its caller was answered without it. A check shed as overloaded, denied
+// by its failure mode, or whose caller left, and an all-or-nothing batch
+// that was denied, must not have spent; yet a call whose deadline passed
 // may have run at the store all the same. When its reply comes, late, the
 // units it took go back, but for those the caller's answer spent (a check
 // admitted by its failure mode, open). A reply that never comes (the
@@ -102,7 +104,13 @@ func (t *lateTake) giveBack(g algorithms.Grant, keep int64) {
 	defer cancel()
 	returned, err := n.store.Release(ctx, t.base, t.lim, units, g)
 	if err != nil {
-		n.log.Warn("giving back a take whose reply came late failed; the units return when the window or refill restores them",
+		// An overloaded node may fail many a second: they are not logged
+		// one by one (Stats.StoreOverloads counts them).
+		level := slog.LevelWarn
+		if errors.Is(err, ErrOverloaded) {
+			level = slog.LevelDebug
+		}
+		n.log.Log(ctx, level, "giving back a take whose reply came late failed; the units return when the window or refill restores them",
 			"policy", t.k.policy, "units", units, "err", err)
 		return
 	}
@@ -112,10 +120,10 @@ func (t *lateTake) giveBack(g algorithms.Grant, keep int64) {
 	}
 }
 
-// admitted is what a check of cost spent, answered res after its store
-// call failed: its cost if its failure mode admitted it, else 0.
-func admitted(res Result, cost int64) int64 {
-	if res.Allowed {
+// admitted is what a check of cost spent, answered res and err after its
+// store call failed: its cost if its failure mode admitted it, else 0.
+func admitted(res Result, err error, cost int64) int64 {
+	if err == nil && res.Allowed {
 		return cost
 	}
 	return 0

@@ -43,14 +43,18 @@ type Stats struct {
 	// Denied is the denied cache's own counters.
 	Denied cache.DeniedStats
 	// StoreErrors counts failed store calls (not those the breaker
-	// refused); BreakerOpens counts how often the breaker opened, and
-	// BreakerOpen says whether it is open now. Breaker says whether there
-	// is one: only a remote store has it.
+	// refused, nor overloads); BreakerOpens counts how often the breaker
+	// opened, and BreakerOpen says whether it is open now. Breaker says
+	// whether there is one: only a remote store has it.
 	StoreErrors, BreakerOpens int64
 	BreakerOpen, Breaker      bool
+	// StoreOverloads counts the store calls that failed with
+	// ErrOverloaded: their deadline passed inside the node while the store
+	// answered, and their checks were shed.
+	StoreOverloads int64
 	// LateUnitsReturned counts the units given back to the store after a
 	// call's reply came too late for its caller, whose answer had not
-	// spent them (a failed-closed check, a denied batch).
+	// spent them (a shed or failed-closed check, a denied batch).
 	LateUnitsReturned int64
 	// StoreCalls counts the calls a remote store was sent (checks, lease
 	// grants and returns; not resets, nor calls the breaker refused); 0
@@ -79,12 +83,21 @@ func (n *Node) Stats() Stats {
 	}
 	if n.breaker != nil {
 		st.StoreErrors = n.breaker.errors.Load()
+		st.StoreOverloads = n.storeOverloads()
 		st.BreakerOpens = n.breaker.opens.Load()
 		st.BreakerOpen = n.breaker.open.Load()
 		st.StoreCalls = n.breaker.calls.Load()
 		st.Breaker = true
 	}
 	return st
+}
+
+// storeOverloads is Stats.StoreOverloads.
+func (n *Node) storeOverloads() int64 {
+	if n.breaker == nil {
+		return 0
+	}
+	return n.breaker.overloads.Load()
 }
 
 // StoreAvailable reports whether checks reach the store: false while the

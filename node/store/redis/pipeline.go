@@ -186,6 +186,9 @@ type pipeline struct {
 	stop       chan struct{}
 	stopped    sync.Once
 	wg         sync.WaitGroup
+	// live tells, for a call whose deadline passed, whether Redis or the
+	// node was late (liveness.go).
+	live *liveness
 	// reload loads every script again after a NOSCRIPT (Redis restarted,
 	// failed over or flushed its script cache); reloading guards against
 	// running it twice at once.
@@ -266,8 +269,9 @@ func (pc *pacer) woke() {
 	}
 }
 
-func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout, window time.Duration, reload func(context.Context) error) *pipeline {
+func newPipeline(client, follow goredis.UniversalClient, live *liveness, callTimeout, netTimeout, window time.Duration, reload func(context.Context) error) *pipeline {
 	p := &pipeline{
+		live:        live,
 		window:      window,
 		taking:      make(chan struct{}, 1),
 		epoch:       time.Now(),
@@ -294,7 +298,9 @@ func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout
 }
 
 // run queues one script call and waits for its reply, at most timeout
-// (then failing with context.DeadlineExceeded) and until ctx is done.
+// (then failing with context.DeadlineExceeded if Redis was late, or with
+// an error wrapping node.ErrOverloaded if the node was: see missed) and
+// until ctx is done.
 // batch, if not nil, is sc's batch form (algorithms.BatchCheckScript): the
 // call may then be decided in one call of it with others queued beside it.
 // A call abandoned by its caller may still reach Redis.
@@ -338,7 +344,7 @@ func (p *pipeline) call(c *scriptCall, timeout time.Duration) (any, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-expired.C:
-		return nil, context.DeadlineExceeded
+		return nil, p.missed()
 	case <-p.stop:
 		return nil, goredis.ErrClosed
 	}
@@ -349,7 +355,7 @@ func (p *pipeline) call(c *scriptCall, timeout time.Duration) (any, error) {
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-expired.C:
-		err = context.DeadlineExceeded
+		err = p.missed()
 	case <-p.stop:
 		// Enqueued as the pipeline closed: nobody may be left to answer.
 		err = goredis.ErrClosed
@@ -361,6 +367,14 @@ func (p *pipeline) call(c *scriptCall, timeout time.Duration) (any, error) {
 	}
 	return nil, err
 }
+
+// missed is the error of a call whose deadline passed before its outcome
+// came: context.DeadlineExceeded when Redis has left a command unanswered
+// for a good part of the call timeout (Redis is late: the breaker counts
+// it, and the policy's failure mode answers), else an error wrapping
+// node.ErrOverloaded (the call waited inside the node while Redis
+// answered).
+func (p *pipeline) missed() error { return p.live.missed(p.callTimeout) }
 
 // close stops the pipeliners; calls still queued fail with ErrClosed. It
 // may be called more than once.
@@ -584,10 +598,15 @@ func (p *pipeline) grow() {
 func (p *pipeline) send(batch []*scriptCall) bool {
 	live := batch[:0:0]
 	now := time.Now()
+	var missed error
 	for _, c := range batch {
 		err := c.ctx.Err()
 		if err == nil && !now.Before(c.deadline) {
-			err = context.DeadlineExceeded
+			// Its caller is leaving, or about to, with the same verdict.
+			if missed == nil {
+				missed = p.missed()
+			}
+			err = missed
 		}
 		if err != nil {
 			c.err = err

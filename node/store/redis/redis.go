@@ -53,7 +53,10 @@ type Config struct {
 	TLSCAFile string
 	// Timeout bounds each store call as its caller sees it: waiting for a
 	// pipeliner plus the round trip of its batch. A call that takes longer
-	// fails, and the policy's failure mode decides. Default 50ms.
+	// fails: if Redis left a command unanswered for half of it, Redis is
+	// late, and the policy's failure mode decides; else Redis was
+	// answering and the node was late, and the call fails with
+	// node.ErrOverloaded (liveness.go). Default 50ms.
 	Timeout time.Duration
 	// ConnectTimeout bounds what is not one call: opening a connection
 	// (dial, TLS, HELLO with AUTH — a few round trips, which a Redis some
@@ -185,7 +188,10 @@ type Store struct {
 	releasePipe *pipeline
 	// known remembers the keys seen holding state, for Acquire to choose
 	// between a fresh write and the script.
-	known  *keyMemory
+	known *keyMemory
+	// live watches the clients' connections, to tell a late Redis from an
+	// overloaded node (liveness.go).
+	live   *liveness
 	closed sync.Once
 }
 
@@ -213,6 +219,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		release:  make(map[algorithms.Algorithm]*goredis.Script),
 		slots:    newSlotScripts(),
 		known:    newKeyMemory(),
+		live:     newLiveness(),
+	}
+	// Before the first command, so that every connection is watched.
+	s.live.watch(client)
+	if releases != client {
+		s.live.watch(releases)
 	}
 	for _, a := range algorithms.Algorithms() {
 		s.check[a] = goredis.NewScript(algorithms.CheckScript(a))
@@ -230,10 +242,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	// redis_pipeline.go for why, on Redis Cluster); checks a slot move
 	// redirected are resent through the one that follows redirections.
 	// Releases that meet a slot move fail (see newClients).
-	s.checkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
-	s.bulkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
+	s.checkPipe = newPipeline(releases, client, s.live, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
+	s.bulkPipe = newPipeline(releases, client, s.live, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
 	s.bulkPipe.wakeChunk = bulkWakeChunk
-	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, cfg.netTimeout(), 0, s.loadScripts)
+	s.releasePipe = newPipeline(releases, nil, s.live, cfg.Timeout, cfg.netTimeout(), 0, s.loadScripts)
 	return s, nil
 }
 
@@ -306,7 +318,9 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 				return fw.Decision, fw.Grant, nil
 			}
 			if timeout -= time.Since(start); timeout <= 0 {
-				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, context.DeadlineExceeded)
+				// Redis answered the write; whether it or the node was late
+				// is the pipeline's verdict for a missed deadline.
+				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, pipe.missed())
 			}
 		}
 	}
@@ -518,6 +532,7 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeClients() error {
+	s.live.close()
 	err := s.client.Close()
 	if s.releases != s.client {
 		err = errors.Join(err, s.releases.Close())
