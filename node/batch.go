@@ -79,6 +79,7 @@ const batchCallTimeout = 10 * time.Second
 // when the reply comes, unless the batch was answered allowed. A
 // remembered denial of any item denies the batch without a store call.
 // Leases are neither used nor taken: every item is decided by the store.
+// Cost-0 items are asked on at most BatchParallel goroutines.
 //
 // An invalid item, or items of one policy and key whose costs add up to
 // more than the limit can ever admit, fail the call with an *ItemError
