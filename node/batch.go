@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
@@ -72,16 +74,21 @@ const batchCallTimeout = 10 * time.Second
 // returns. While a batch runs, the units it took are spent at the store,
 // and a concurrent check may be denied for them; once it has answered,
 // a denied batch has spent nothing, as far as each algorithm can give units
-// back (docs/algorithms.md). A remembered denial of any item denies the
-// batch without a store call. Leases are neither used nor taken: every
-// item is decided by the store.
+// back (docs/algorithms.md); a take whose reply came after its deadline
+// (the item took its failure mode, or the batch was shed) is given back
+// when the reply comes, unless the batch was answered allowed. A
+// remembered denial of any item denies the batch without a store call.
+// Leases are neither used nor taken: every item is decided by the store.
+// Cost-0 items are asked on at most BatchParallel goroutines.
 //
 // An invalid item, or items of one policy and key whose costs add up to
 // more than the limit can ever admit, fail the call with an *ItemError
 // naming the first such item; nothing is decided. The only other errors
-// are the caller's context ending: the batch then stops taking, gives
-// back what it took, and spends nothing. It may block on the store until
-// ctx is done.
+// are the caller's context ending, and ErrOverloaded, when the node did
+// not get to an item's store call in time while the store answered (the
+// batch is shed rather than answered by that item's failure mode): the
+// batch then stops taking, gives back what it took, and spends nothing.
+// It may block on the store until ctx is done.
 func (n *Node) CheckAll(ctx context.Context, items []Item) ([]Result, error) {
 	b, err := n.newBatch(items)
 	if err != nil {
@@ -95,15 +102,25 @@ func (n *Node) CheckAll(ctx context.Context, items []Item) ([]Result, error) {
 	go func() {
 		bctx := context.WithoutCancel(ctx)
 		b.decide(bctx, abandon)
+		var res []Result
+		if b.shed == nil {
+			res = b.results(len(items))
+		}
+		allowed := false
 		select {
-		case out <- b.results(len(items)):
+		case out <- res:
+			allowed = b.shed == nil && !b.denied
 		case <-abandon:
 			// The caller got an error; it must not have spent anything.
 			b.giveBack(bctx)
 		}
+		b.settleLate(allowed)
 	}()
 	select {
 	case res := <-out:
+		if b.shed != nil {
+			return nil, fmt.Errorf("check all: %w", b.shed)
+		}
 		n.countBatch(b, res)
 		return res, nil
 	case <-ctx.Done():
@@ -119,6 +136,9 @@ type batch struct {
 	groups []*batchGroup
 	// denied is set once an item did not fit (or the caller left).
 	denied bool
+	// shed is the first group's shed, once decide has returned: the batch
+	// fails with it.
+	shed error
 }
 
 // batchGroup is the items of one policy and key: one check of their summed
@@ -138,6 +158,12 @@ type batchGroup struct {
 	// returned is how many of the taken units made a difference when given
 	// back.
 	returned int64
+	// shed is set (wrapping ErrOverloaded) when the group's store call was
+	// not made in time: the group is undecided, and the batch fails.
+	shed error
+	// late settles what the group's take took if its reply came after
+	// the call had failed (late.go); nil before the take.
+	late *lateTake
 }
 
 // groupState is how far a group got.
@@ -239,9 +265,10 @@ func (b *batch) decide(ctx context.Context, abandon <-chan struct{}) {
 		b.each(b.groups[:first], func(g *batchGroup) { b.ask(ctx, g) })
 		for _, g := range b.groups[:first] {
 			b.denied = b.denied || g.state == groupRefused
+			b.noteShed(g)
 		}
 		for _, g := range b.groups[first:] {
-			if b.denied {
+			if b.denied || b.shed != nil {
 				break
 			}
 			select {
@@ -251,36 +278,58 @@ func (b *batch) decide(ctx context.Context, abandon <-chan struct{}) {
 			default:
 				b.ask(ctx, g)
 				b.denied = g.state == groupRefused
+				b.noteShed(g)
 			}
 		}
 	}
-	if b.denied {
+	if b.denied || b.shed != nil {
+		// A shed batch answers nothing but its error: the groups not
+		// reached need no look.
 		b.each(b.groups, func(g *batchGroup) {
 			switch g.state {
 			case groupFits:
 				b.giveBackGroup(ctx, g)
 			case groupUnreached:
-				b.look(ctx, g)
+				if b.shed == nil {
+					b.look(ctx, g)
+				}
 			}
 		})
+		for _, g := range b.groups {
+			b.noteShed(g)
+		}
+	}
+}
+
+// noteShed makes g's shed, if any, the batch's, unless it has one.
+func (b *batch) noteShed(g *batchGroup) {
+	if b.shed == nil {
+		b.shed = g.shed
 	}
 }
 
 // each calls f for every group in gs, concurrently when there are several
-// (the store pipelines concurrent calls into few round trips), and returns
-// once all have returned.
+// (the store pipelines concurrent calls into few round trips) on at most
+// BatchParallel goroutines, as a plain CheckBatch decides its items, and
+// returns once all have returned. A goroutine per group would let one
+// caller's batches of a thousand cost-0 items start thousands of
+// goroutines, each with a store call that queues inside the node.
 func (b *batch) each(gs []*batchGroup, f func(*batchGroup)) {
 	if len(gs) == 1 {
 		f(gs[0])
 		return
 	}
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for _, g := range gs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(g)
-		}()
+	for w := range min(len(gs), BatchParallel) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(gs)); i = next.Add(1) - 1 {
+				f(gs[i])
+			}
+		})
+		if w%BatchSpawnChunk == BatchSpawnChunk-1 {
+			runtime.Gosched()
+		}
 	}
 	wg.Wait()
 }
@@ -291,14 +340,19 @@ func (b *batch) ask(ctx context.Context, g *batchGroup) {
 	ctx, cancel := context.WithTimeout(ctx, batchCallTimeout)
 	defer cancel()
 	start := n.clock()
-	d, taken, err := n.store.Acquire(ctx, g.base, g.p.Limit, g.cost, g.cost, 0)
+	g.late = n.newLateTake(leaseKey{g.p.Name, g.key}, g.base, g.p.Limit)
+	d, taken, err := n.store.Acquire(g.late.ctx(ctx), g.base, g.p.Limit, g.cost, g.cost, 0)
 	if err != nil {
 		// Nothing is known of the item, not even whether it spent; its
-		// failure mode decides whether it fits.
-		res := n.storeFailed(g.p, err)
-		if res.Allowed {
+		// failure mode decides whether it fits, unless the node did not
+		// get to the call in time: then the batch is shed.
+		res, shed := n.storeFailed(g.p, err)
+		switch {
+		case shed != nil:
+			g.shed = shed
+		case res.Allowed:
 			g.fit(res)
-		} else {
+		default:
 			g.refuse(res)
 		}
 		return
@@ -330,7 +384,8 @@ func (b *batch) look(ctx context.Context, g *batchGroup) {
 		return d, err
 	})
 	if err != nil {
-		g.state, g.res = groupLooked, n.storeFailed(g.p, err)
+		res, shed := n.storeFailed(g.p, err)
+		g.state, g.res, g.shed = groupLooked, res, shed
 		return
 	}
 	g.state, g.res = groupLooked, Result{Decision: d, Source: SourceStore}
@@ -415,6 +470,22 @@ func (b *batch) giveBackGroup(ctx context.Context, g *batchGroup) {
 	}
 }
 
+// settleLate settles each group's late take, if its take failed and its
+// reply comes (or came) late: a batch that was answered allowed spent each
+// group's cost, any other spent nothing.
+func (b *batch) settleLate(allowed bool) {
+	for _, g := range b.groups {
+		if g.late == nil {
+			continue
+		}
+		keep := int64(0)
+		if allowed {
+			keep = g.cost
+		}
+		g.late.settle(keep)
+	}
+}
+
 // giveBack returns every group's taken units: for a batch whose caller
 // left before it answered.
 func (b *batch) giveBack(ctx context.Context) {
@@ -463,11 +534,13 @@ func (b *batch) results(n int) []Result {
 }
 
 // countBatch counts the batch's decisions, one per item, in the node's
-// metrics.
+// metrics. An item of a denied batch counts among its key's top denials
+// only if it did not fit on its own (RetryAfter above zero): one exhausted
+// key must not list every key batched with it as limited.
 func (n *Node) countBatch(b *batch, res []Result) {
 	for _, g := range b.groups {
 		for _, i := range g.items {
-			n.count(g.p.Name, g.key, res[i])
+			n.countLimited(g.p.Name, g.key, res[i], !res[i].Allowed && res[i].RetryAfter > 0)
 		}
 	}
 }

@@ -82,8 +82,9 @@ type breaker struct {
 	failures atomic.Int64
 	opens    atomic.Int64
 	errors   atomic.Int64
-	// calls counts the calls let through to the store.
-	calls atomic.Int64
+	// calls counts the calls let through to the store; overloads those
+	// of them that failed with ErrOverloaded.
+	calls, overloads atomic.Int64
 
 	mu        sync.Mutex
 	listeners []func(available bool)
@@ -102,12 +103,19 @@ func (b *breaker) allow() error {
 }
 
 // record counts the outcome of one store call made under ctx. A call whose
-// own caller gave up (ctx done) says nothing about the store.
+// own caller gave up (ctx done), or that the node did not get to in time
+// (ErrOverloaded: the store was answering), says nothing about the store:
+// it neither counts as a failure nor ends a run of them. The breaker
+// judges the store, never the node's own queueing.
 func (b *breaker) record(ctx context.Context, err error) {
 	if err == nil {
 		if b.failures.Load() != 0 {
 			b.failures.Store(0)
 		}
+		return
+	}
+	if errors.Is(err, ErrOverloaded) {
+		b.overloads.Add(1)
 		return
 	}
 	if ctx.Err() != nil {

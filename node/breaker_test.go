@@ -3,7 +3,9 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,7 +26,13 @@ type flakyStore struct {
 	remoteMemory
 	down            atomic.Bool
 	acquires, pings atomic.Int64
+	// overloaded fails every Acquire with node.ErrOverloaded; overloadKey
+	// (set between calls) those of the key bases it starts.
+	overloaded  atomic.Bool
+	overloadKey string
 }
+
+var errOverloaded = fmt.Errorf("%w: flaky store's call waited too long in the node", node.ErrOverloaded)
 
 var errFlaky = errors.New("flaky store is down")
 
@@ -32,6 +40,9 @@ func (s *flakyStore) Acquire(ctx context.Context, base string, l algorithms.Limi
 	s.acquires.Add(1)
 	if s.down.Load() {
 		return algorithms.Decision{}, algorithms.Grant{}, errFlaky
+	}
+	if s.overloaded.Load() || s.overloadKey != "" && strings.HasPrefix(base, s.overloadKey) {
+		return algorithms.Decision{}, algorithms.Grant{}, errOverloaded
 	}
 	return s.remoteMemory.Acquire(ctx, base, l, cost, want, hold)
 }
@@ -264,4 +275,44 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 	}
 	rc.Close()
 	waitUntil(t, 10*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= goroutines })
+}
+
+// A store call the node did not get to in time while the store answered
+// (node.ErrOverloaded) is the node's failure, not the store's: however
+// many in a row, the breaker stays closed and counts none as a store
+// error; no check takes its failure mode, open or closed, but fails with
+// the error; an all-or-nothing batch fails with it too, after giving back
+// what its earlier items took.
+func TestOverloadIsShedNotTakenForAStoreFailure(t *testing.T) {
+	store := &flakyStore{remoteMemory: remoteMemory{memory.New(nil, 0)}}
+	n := newNode(t, store, node.Config{Breaker: node.BreakerConfig{Failures: 3, ProbeEvery: 10 * time.Millisecond}})
+	ctx := context.Background()
+	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1000, Period: time.Hour}
+	open := node.Policy{Name: "open", Limit: lim, Lease: node.LeaseOff, OnStoreError: node.FailOpen}
+	closed := node.Policy{Name: "closed", Limit: lim, Lease: node.LeaseOff, OnStoreError: node.FailClosed}
+
+	store.overloaded.Store(true)
+	for i := range 10 {
+		for _, p := range []node.Policy{open, closed} {
+			if res, err := n.Check(ctx, p, "k", 1); !errors.Is(err, node.ErrOverloaded) {
+				t.Fatalf("check %d of %s on an overloaded node: %+v, %v; want node.ErrOverloaded", i, p.Name, res, err)
+			}
+		}
+	}
+	if st := n.Stats(); st.BreakerOpen || st.BreakerOpens != 0 || st.StoreErrors != 0 || st.StoreOverloads != 20 {
+		t.Fatalf("after 20 overloaded calls: breaker open %t, opened %d times, %d store errors, %d overloads; want closed, 0, 0, 20",
+			st.BreakerOpen, st.BreakerOpens, st.StoreErrors, st.StoreOverloads)
+	}
+
+	// The batch takes "a" from the store, then "b" is overloaded.
+	store.overloaded.Store(false)
+	store.overloadKey = "{quotad:closed:b}" // and the inline limit's variant
+	_, err := n.CheckAll(ctx, []node.Item{{Policy: closed, Key: "a", Cost: 5}, {Policy: closed, Key: "b", Cost: 5}})
+	if !errors.Is(err, node.ErrOverloaded) {
+		t.Fatalf("a batch with an overloaded item: %v, want node.ErrOverloaded", err)
+	}
+	store.overloadKey = ""
+	if res, err := n.Check(ctx, closed, "a", 0); err != nil || res.Remaining != lim.Limit {
+		t.Fatalf("after the shed batch, a has %+v (%v), want all %d remaining", res, err, lim.Limit)
+	}
 }

@@ -308,10 +308,10 @@ func (n *leasing) clientLeaseStats() ClientLeaseStats {
 // call, and a denial the store gives is remembered and gossiped like a
 // check's.
 //
-// Errors are Check's, plus ErrConcurrencyLease and ErrInvalidLease (a
-// negative want). A store failure is not an error: the policy's failure
-// mode decides and nothing is granted. It may block on the store until ctx
-// is done.
+// Errors are Check's (ErrOverloaded included), plus ErrConcurrencyLease
+// and ErrInvalidLease (a negative want). A store failure is not an error:
+// the policy's failure mode decides and nothing is granted. It may block
+// on the store until ctx is done.
 //
 // previous, when its ID is not empty, is the client's lease of the key
 // that this one replaces: it is returned first (ReturnLease), so that its
@@ -393,13 +393,17 @@ func (n *leasing) decideLease(ctx context.Context, p Policy, key string, cost, w
 		extra = 0
 	}
 	base := n.keyBase(p, key)
-	d, taken, err := n.store.Acquire(context.WithoutCancel(ctx), base, p.Limit, cost, cost+extra, hold)
+	late := n.newLateTake(k, base, p.Limit)
+	d, taken, err := n.store.Acquire(late.ctx(context.WithoutCancel(ctx)), base, p.Limit, cost, cost+extra, hold)
 	if err != nil {
 		n.clients.settle(k, extra, nil)
 		if ctxErr := ctx.Err(); ctxErr != nil {
+			late.settle(0)
 			return Result{}, ClientGrant{}, fmt.Errorf("lease %s: %w", p.Name, ctxErr)
 		}
-		return n.storeFailed(p, err), ClientGrant{}, nil
+		res, err := n.storeFailed(p, err)
+		late.settle(admitted(res, err, cost))
+		return res, ClientGrant{}, err
 	}
 	// As for the node's own leases (fetch): measured from before the call,
 	// one millisecond short of what the store assumes.

@@ -26,8 +26,17 @@ const TopDeniedInterval = time.Minute
 // denial also takes the policy's lock in the top-keys tracker. Neither
 // allocates.
 func (n *Node) count(policy, key string, res Result) {
+	n.countLimited(policy, key, res, !res.Allowed)
+}
+
+// countLimited is count for a decision that may be a denial of key for
+// another's sake (an item of a denied all-or-nothing batch that fitted on
+// its own): limited says whether key's own limit (or its failure mode)
+// denied it, and only then does the denial count among the top denied
+// keys.
+func (n *Node) countLimited(policy, key string, res Result, limited bool) {
 	n.decisions.get(policy).count(res)
-	if !res.Allowed {
+	if limited {
 		n.topDenied.Add(policy, key)
 	}
 }
@@ -81,7 +90,9 @@ func (c *policyCounts) snapshot(configured bool) PolicyDecisions {
 // current and the last few intervals of TopDeniedInterval, from a
 // fixed-memory sketch (package topkeys): counts are bounded estimates.
 // Every denial counts, whoever decided it (store, denied cache, a
-// fail-closed policy).
+// fail-closed policy), except the items of a denied all-or-nothing batch
+// that fitted on their own (RetryAfter 0; see CheckAll): they were denied
+// for another key's sake.
 func (n *Node) TopDenied() topkeys.Report { return n.topDenied.Top() }
 
 // policyCounts counts one policy's decisions by [allowed][source slot].

@@ -90,7 +90,7 @@ func (s direct) check(ctx context.Context, p Policy, key string, cost int64) (Re
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return Result{}, fmt.Errorf("check %s: %w", p.Name, ctxErr)
 	}
-	return n.storeFailed(p, err), nil
+	return n.storeFailed(p, err)
 }
 
 func (direct) denied(leaseKey, algorithms.Limit, int64, int64) (algorithms.Decision, bool) {

@@ -199,7 +199,9 @@ func (n *Node) Store() string { return n.store.Describe() }
 // or package algorithms' sentinels, naming the field. A store failure is not
 // an error: the policy's failure mode decides, marked in Result.Source. The
 // only other errors are ErrStoreFull (a full memory store refusing a new
-// key) and the caller's context ending.
+// key), ErrOverloaded (the node did not get to the store call in time
+// while the store answered: the check is shed, not decided) and the
+// caller's context ending.
 //
 // It may block on the store until ctx is done or the store's timeout passes.
 //
@@ -247,13 +249,28 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 }
 
 // storeFailed logs a failed store call and returns the policy's
-// failure-mode decision.
-func (n *Node) storeFailed(p Policy, err error) Result {
+// failure-mode decision, or, for a call the node did not get to in time,
+// the error the check is shed with (failureOf).
+func (n *Node) storeFailed(p Policy, err error) (Result, error) {
 	// While the breaker is open every check lands here; it logged once.
-	if !errors.Is(err, ErrBreakerOpen) {
+	// An overloaded node sheds many checks a second: they are counted
+	// (Stats.StoreOverloads), not logged one by one.
+	if !errors.Is(err, ErrBreakerOpen) && !errors.Is(err, ErrOverloaded) {
 		n.log.Warn("store check failed", "policy", p.Name, "failure_mode", n.failureModeOf(p).String(), "err", err)
 	}
-	return n.failureResult(p)
+	return n.failureOf(p, err)
+}
+
+// failureOf is what a check of p answers when its store call failed with
+// err: the policy's failure-mode decision, unless err wraps ErrOverloaded,
+// for which it returns that error: the store was answering, so the
+// failure mode has nothing to stand in for, and taking it would turn the
+// node's overload into admissions (open) or denials (closed) of every key.
+func (n *Node) failureOf(p Policy, err error) (Result, error) {
+	if errors.Is(err, ErrOverloaded) {
+		return Result{}, fmt.Errorf("check %s: %w", p.Name, err)
+	}
+	return n.failureResult(p), nil
 }
 
 // failureModeOf is the failure mode that applies to p.

@@ -25,11 +25,13 @@ const (
 // for it.
 type storeCall struct {
 	done chan struct{} // closed when res and failed are set
-	// res answers the check that started the call.
+	// res and err answer the check that started the call: err is set
+	// (and res empty) when the check is shed (ErrOverloaded).
 	res Result
+	err error
 	// failed is the store's error when the call failed: the checks that
-	// waited for it take their failure mode too, rather than each making
-	// a call of its own in turn.
+	// waited for it take their failure mode too (or are shed with it),
+	// rather than each making a call of its own in turn.
 	failed error
 	// abandoned means the call's caller left before the store answered
 	// (only a plain call runs under its caller's ctx; see call): nothing is
@@ -109,7 +111,7 @@ func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, co
 			return res, nil
 		}
 		if f.failed != nil {
-			return n.failureResult(p), nil
+			return n.failureOf(p, f.failed)
 		}
 		l.mu.Lock()
 	}
@@ -151,12 +153,12 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 		if f.abandoned {
 			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
 		}
-		return f.res, nil
+		return f.res, f.err
 	}
 	go n.callStore(context.WithoutCancel(ctx), k, l, f, p, cost, want, hold, start)
 	select {
 	case <-f.done:
-		return f.res, nil
+		return f.res, f.err
 	case <-ctx.Done():
 		return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
 	}
@@ -203,20 +205,26 @@ func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeC
 				// The store is failing now: take the failure mode rather
 				// than make this check, and those waiting for it, wait
 				// out a second call.
-				f.res, f.failed = n.storeFailed(p, err), err
+				f.res, f.err = n.storeFailed(p, err)
+				f.failed = err
 				return
 			}
 		}
 	}
 	base := n.keyBase(p, k.key)
-	d, taken, err := n.store.Acquire(ctx, base, p.Limit, cost, want, hold)
+	late := n.newLateTake(k, base, p.Limit)
+	d, taken, err := n.store.Acquire(late.ctx(ctx), base, p.Limit, cost, want, hold)
 	if err != nil && ctx.Err() != nil {
-		// The caller left (a plain call): not a store failure.
+		// The caller left (a plain call): not a store failure, and the
+		// check spent nothing.
 		f.abandoned = true
+		late.settle(0)
 		return
 	}
 	if err != nil {
-		f.res, f.failed = n.storeFailed(p, err), err
+		f.res, f.err = n.storeFailed(p, err)
+		f.failed = err
+		late.settle(admitted(f.res, f.err, cost))
 		return
 	}
 

@@ -78,7 +78,7 @@ func (n *Node) checkSlot(ctx context.Context, p Policy, key string, cost int64) 
 		// Failing open admits without a slot: there is nothing to renew or
 		// release. A slot the store took before the reply was lost stays
 		// held until it expires.
-		return n.storeFailed(p, err), nil
+		return n.storeFailed(p, err)
 	}
 	res := Result{Decision: d, Source: SourceStore}
 	if d.Allowed && cost > 0 {
@@ -94,7 +94,8 @@ func (n *Node) checkSlot(ctx context.Context, p Policy, key string, cost int64) 
 // package's or package algorithms' sentinels; a slot that is not held
 // (never taken, released, or expired) wraps ErrSlotNotHeld and changes
 // nothing; a store failure wraps ErrStore (there is no failure mode to
-// take: the holder may retry while the slot lives). It may block on the
+// take: the holder may retry while the slot lives), or ErrOverloaded when
+// the node did not get to the store call in time. It may block on the
 // store until ctx is done.
 func (n *Node) RenewSlot(ctx context.Context, p Policy, key, id string) (Result, error) {
 	return n.slotOp(ctx, "renew", p, key, id, n.store.RenewSlot)
@@ -129,6 +130,9 @@ func (n *Node) slotOp(ctx context.Context, op string, p Policy, key, id string,
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return Result{}, fmt.Errorf("%s slot %s: %w", op, p.Name, ctxErr)
+		}
+		if errors.Is(err, ErrOverloaded) {
+			return Result{}, fmt.Errorf("%s slot %s: %w", op, p.Name, err)
 		}
 		return Result{}, fmt.Errorf("%s slot %s: %w: %v", op, p.Name, ErrStore, err)
 	}

@@ -14,6 +14,9 @@ type stats struct {
 	leasesGranted, unitsLeased, unitsReturned, denialsCached atomic.Int64
 	leaseHits, deniedCacheHits                               atomic.Int64
 	storeStateLosses                                         atomic.Int64
+	// lateTakesReturned counts units given back after their take's reply
+	// came too late for its caller (late.go).
+	lateTakesReturned atomic.Int64
 }
 
 // Stats is a snapshot of the node's local pre-aggregation.
@@ -40,11 +43,19 @@ type Stats struct {
 	// Denied is the denied cache's own counters.
 	Denied cache.DeniedStats
 	// StoreErrors counts failed store calls (not those the breaker
-	// refused); BreakerOpens counts how often the breaker opened, and
-	// BreakerOpen says whether it is open now. Breaker says whether there
-	// is one: only a remote store has it.
+	// refused, nor overloads); BreakerOpens counts how often the breaker
+	// opened, and BreakerOpen says whether it is open now. Breaker says
+	// whether there is one: only a remote store has it.
 	StoreErrors, BreakerOpens int64
 	BreakerOpen, Breaker      bool
+	// StoreOverloads counts the store calls that failed with
+	// ErrOverloaded: their deadline passed inside the node while the store
+	// answered, and their checks were shed.
+	StoreOverloads int64
+	// LateUnitsReturned counts the units given back to the store after a
+	// call's reply came too late for its caller, whose answer had not
+	// spent them (a shed or failed-closed check, a denied batch).
+	LateUnitsReturned int64
 	// StoreCalls counts the calls a remote store was sent (checks, lease
 	// grants and returns; not resets, nor calls the breaker refused); 0
 	// for the memory store. Pipelining may carry several in one round
@@ -67,16 +78,26 @@ func (n *Node) Stats() Stats {
 		DeniedCacheHits: n.stats.deniedCacheHits.Load(),
 		Denied:          f.denied,
 
-		StoreStateLosses: n.stats.storeStateLosses.Load(),
+		StoreStateLosses:  n.stats.storeStateLosses.Load(),
+		LateUnitsReturned: n.stats.lateTakesReturned.Load(),
 	}
 	if n.breaker != nil {
 		st.StoreErrors = n.breaker.errors.Load()
+		st.StoreOverloads = n.storeOverloads()
 		st.BreakerOpens = n.breaker.opens.Load()
 		st.BreakerOpen = n.breaker.open.Load()
 		st.StoreCalls = n.breaker.calls.Load()
 		st.Breaker = true
 	}
 	return st
+}
+
+// storeOverloads is Stats.StoreOverloads.
+func (n *Node) storeOverloads() int64 {
+	if n.breaker == nil {
+		return 0
+	}
+	return n.breaker.overloads.Load()
 }
 
 // StoreAvailable reports whether checks reach the store: false while the

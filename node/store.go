@@ -9,7 +9,7 @@ import (
 )
 
 // This file is what the node asks of its store: the Store interface, the
-// optional ones a store may implement, and ErrStoreFull.
+// optional ones a store may implement, ErrStoreFull and ErrOverloaded.
 
 // Store is the authority for limits: Redis through Lua scripts, or the
 // embedded memory store. Implementations are safe for concurrent use.
@@ -25,7 +25,9 @@ type Store interface {
 	// check passes want = cost and hold = 0. l, cost and want (cost ≤ want
 	// ≤ capacity) must be valid. It may block on the network until ctx is
 	// done; an error means nothing is known about the decision, except
-	// ErrStoreFull, which means nothing was spent.
+	// ErrStoreFull, which means nothing was spent. An error wrapping
+	// ErrOverloaded says that the call did not fail for the store's sake:
+	// the node did not get to it in time.
 	Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error)
 	// Release gives back up to units unused units of grant g and reports
 	// how many made a difference. Each grant's units may be given back at
@@ -63,6 +65,18 @@ type Store interface {
 // not apply: failing open would stop limiting new keys), and retrying after
 // the full keys' states expire may succeed.
 var ErrStoreFull = errors.New("memory store full")
+
+// ErrOverloaded means that a store call's deadline passed inside the node
+// while the store was answering: the call waited behind others to be sent,
+// or its reply came while the node was too busy to read it. It is the
+// node's failure, not the store's: the circuit breaker does not count it,
+// and the failure mode does not apply (an overloaded node that failed
+// open would stop limiting, one that failed closed would deny every key,
+// for as long as it stays overloaded). The check is shed instead: the
+// caller gets this error, handled by its own failure handling, and may
+// retry after a backoff or on another node. The call may still have
+// spent at the store, as after any timeout.
+var ErrOverloaded = errors.New("node overloaded")
 
 // defaultCallTimeout is how long a check waits for other checks' store
 // calls on its key when the store does not say (callTimeouter): the Redis

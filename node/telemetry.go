@@ -189,6 +189,8 @@ func (t *telemetry) instrument(meter metric.Meter, n *Node) error {
 		{name: "quotad.client_lease.units.held", unit: "{unit}", desc: "Units of the client leases this node remembers now, spent or not.", gauge: true, value: func() int64 { return n.local.clientLeaseStats().UnitsHeld }},
 		{name: "quotad.lease.keys", unit: "{key}", desc: "Keys this node tracks for leasing (remote stores only).", gauge: true, value: func() int64 { return n.local.figures().leaseKeys }},
 		{name: "quotad.lease.table_full", unit: "{check}", desc: "Checks of untracked keys that found the lease table full and went to the store without a lease or coalescing.", value: func() int64 { return n.local.figures().tableFull }},
+		{name: "quotad.store.late_units.returned", unit: "{unit}", desc: "Units given back after a store call's reply came too late for its caller, whose answer had not spent them.", value: n.stats.lateTakesReturned.Load},
+		{name: "quotad.store.overloads", unit: "{call}", desc: "Store calls whose deadline passed inside the node while Redis answered: their checks were shed as overloaded, not answered by a failure mode.", value: n.storeOverloads},
 		// A state has no unit: unit "1" would make Prometheus call it a
 		// ratio (quotad_breaker_state_ratio).
 		{name: "quotad.breaker.state", desc: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.", gauge: true, value: breakerState},

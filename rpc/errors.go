@@ -40,8 +40,12 @@ var (
 	// errAdminTokenWrong: an admin call with a bearer token that is not the
 	// server's.
 	errAdminTokenWrong = errors.New("the admin token is not this server's")
-	// errUnavailable is the whole message of every Unavailable error.
+	// errUnavailable is the whole message of every Unavailable error but
+	// errOverloaded.
 	errUnavailable = errors.New("the quota store is unavailable; retry later (details are in the server's log)")
+	// errOverloaded is the whole message of an Unavailable error for a
+	// check the node shed (node.ErrOverloaded).
+	errOverloaded = errors.New("this quotad node is overloaded and shed the check without deciding it; retry after a backoff, or spread the load over more nodes")
 )
 
 // code chooses the Connect code of err, an error of the call whose context
@@ -57,7 +61,9 @@ var (
 // caller's context ending is Canceled or DeadlineExceeded, a full memory store
 // is ResourceExhausted, a failed store (node.ErrStore: on Reset and on a
 // slot's renew or release; checks take the policy's failure mode instead) is
-// Unavailable, and everything else is Internal. (decodeError,
+// Unavailable, so is a check an overloaded node shed (node.ErrOverloaded:
+// retryable, here later or on another node), and everything else is
+// Internal. (decodeError,
 // below, is the gRPC front end's copy of what connect-go answers to a request
 // that does not decode.)
 func code(ctx context.Context, err error) connect.Code {
@@ -87,6 +93,12 @@ func code(ctx context.Context, err error) connect.Code {
 	case errors.Is(err, node.ErrStore):
 		// Retryable: the store did not answer; a later call may succeed.
 		return connect.CodeUnavailable
+	case errors.Is(err, node.ErrOverloaded):
+		// Retryable, and not the caller's doing: the node could not decide
+		// in time. Not ResourceExhausted, which a rate limiter's client may
+		// read as its own quota spent; Unavailable is what clients and
+		// proxies retry elsewhere, and what Envoy's failure mode handles.
+		return connect.CodeUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The store bounds its calls with timeouts of its own, and those
 		// wrap context.DeadlineExceeded too. Only the caller's context
@@ -104,7 +116,9 @@ func code(ctx context.Context, err error) connect.Code {
 // connectError turns err into the error a client sees. Internal and
 // Unavailable errors are logged with their detail and leave with a generic
 // message, so that nothing about the server's internals (Redis addresses, script errors)
-// reaches a client.
+// reaches a client. A shed check (node.ErrOverloaded) is not logged: an
+// overloaded node sheds many a second, and counts them
+// (node.Stats.StoreOverloads).
 func connectError(ctx context.Context, log *slog.Logger, procedure string, err error) *connect.Error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
@@ -116,6 +130,9 @@ func connectError(ctx context.Context, log *slog.Logger, procedure string, err e
 		log.ErrorContext(ctx, "internal error", "procedure", procedure, "err", err)
 		return connect.NewError(c, errInternal)
 	case connect.CodeUnavailable:
+		if errors.Is(err, node.ErrOverloaded) {
+			return connect.NewError(c, errOverloaded)
+		}
 		log.WarnContext(ctx, "store unavailable", "procedure", procedure, "err", err)
 		return connect.NewError(c, errUnavailable)
 	}

@@ -288,6 +288,9 @@ func TestCode(t *testing.T) {
 		// The store's own timeout, while the caller still waits.
 		{live, fmt.Errorf("reset p: redis reset: %w", context.DeadlineExceeded), connect.CodeInternal},
 		{live, fmt.Errorf("wrapped: %w", connect.NewError(connect.CodeUnavailable, errors.New("x"))), connect.CodeUnavailable},
+		// A check the node shed, whatever the caller's context.
+		{live, fmt.Errorf("check p: %w", node.ErrOverloaded), connect.CodeUnavailable},
+		{expired, fmt.Errorf("check all: check p: %w", node.ErrOverloaded), connect.CodeUnavailable},
 		{live, errors.New("redis: connection refused"), connect.CodeInternal},
 		{live, fmt.Errorf("reset p: %w", node.ErrInvalidConfig), connect.CodeInternal},
 	} {

@@ -104,17 +104,7 @@ func (s *service) checkBatch(ctx context.Context, procedure string, req *quotadv
 	return s.checkEach(ctx, procedure, set, items)
 }
 
-// batchParallel bounds the items of one CheckBatch decided at once. The
-// node pipelines concurrent store calls for different keys (one round trip
-// for many) and coalesces those for one key, so a batch of cold keys costs
-// a few round trips rather than one per item.
-const batchParallel = 64
-
-// spawnChunk is how many of a batch's workers start before the starting
-// goroutine yields its processor (checkEach).
-const spawnChunk = 8
-
-// checkEach decides items independently, up to batchParallel at once.
+// checkEach decides items independently, up to node.BatchParallel at once.
 // Items of one policy and key are decided one after another in request
 // order, as they would be alone, so that an earlier item is never denied
 // for a later one's cost.
@@ -131,7 +121,7 @@ func (s *service) checkEach(ctx context.Context, procedure string, set *node.Pol
 			results[i] = s.checkItem(ctx, procedure, set, items[i])
 		}
 	}
-	if workers := min(len(groups), batchParallel); workers <= 1 {
+	if workers := min(len(groups), node.BatchParallel); workers <= 1 {
 		for _, g := range groups {
 			run(g)
 		}
@@ -146,13 +136,9 @@ func (s *service) checkEach(ctx context.Context, procedure string, set *node.Pol
 					run(groups[g])
 				}
 			}()
-			// Started all in one go, 64 workers would fill the run queue,
-			// and whatever became ready after them (a single check's
-			// request) would wait for all of them to run up to their first
-			// store call. A chunk at a time, with a yield between, lets it
-			// run in between; the workers' store calls still queue up
-			// together for the round trips in flight.
-			if w%spawnChunk == spawnChunk-1 {
+			// A chunk at a time (node.BatchSpawnChunk), so that a single
+			// check's request runs between chunks.
+			if w%node.BatchSpawnChunk == node.BatchSpawnChunk-1 {
 				runtime.Gosched()
 			}
 		}

@@ -77,6 +77,10 @@ type storeJSON struct {
 	Breaker      string `json:"breaker"`
 	BreakerOpens int64  `json:"breaker_opens"`
 	Errors       int64  `json:"errors"`
+	// Overloads counts the calls whose deadline passed inside the node
+	// while the store answered: their checks were shed as overloaded,
+	// not counted as errors nor answered by a failure mode.
+	Overloads int64 `json:"overloads"`
 }
 
 // clusterBrief is the part of GET /cluster the Live view shows.
@@ -151,7 +155,7 @@ func status(n *node.Node, cfg Config, started time.Time) statusJSON {
 			LoadedAt: started.UTC(), Policies: len(configured), PoliciesSHA256: policiesDigest(configured),
 			InlineLimits: !cfg.DisableInlineLimits,
 		},
-		Store:   storeJSON{Describe: n.Store(), Calls: st.StoreCalls, Breaker: "none", BreakerOpens: st.BreakerOpens, Errors: st.StoreErrors},
+		Store:   storeJSON{Describe: n.Store(), Calls: st.StoreCalls, Breaker: "none", BreakerOpens: st.BreakerOpens, Errors: st.StoreErrors, Overloads: st.StoreOverloads},
 		Cluster: clusterBrief{Clustered: cs.Members != nil, Size: cs.Size, Members: make([]memberJSON, len(cs.Members))},
 		Leases: leasesJSON{
 			Granted: st.LeasesGranted, UnitsLeased: st.UnitsLeased, UnitsReturned: st.UnitsReturned,

@@ -120,7 +120,7 @@ func settings() []setting {
 			v: boolean(func(c *config) *bool { return &c.Redis.TLS })},
 		{flag: "redis-tls-ca", file: "redis.tls_ca_file", arg: "file", unset: "system roots", help: "PEM file of the certificate authorities to trust for Redis TLS instead of the system's",
 			v: text(func(c *config) *string { return &c.Redis.TLSCAFile })},
-		{flag: "redis-timeout", file: "redis.timeout", arg: "duration", def: show(redis.DefaultTimeout), help: "deadline of each Redis call, queueing included; past it the policy's failure mode decides",
+		{flag: "redis-timeout", file: "redis.timeout", arg: "duration", def: show(redis.DefaultTimeout), help: "deadline of each Redis call, queueing included; past it the policy's failure mode decides if Redis was late, and the check is shed (Unavailable) if quotad was",
 			v: duration(func(c *config) *time.Duration { return &c.Redis.Timeout })},
 		{flag: "redis-connect-timeout", file: "redis.connect_timeout", arg: "duration", def: show(redis.DefaultConnectTimeout), help: "deadline of opening a Redis connection (dial, TLS, HELLO) and of a circuit-breaker probe, apart from --redis-timeout",
 			v: duration(func(c *config) *time.Duration { return &c.Redis.ConnectTimeout })},

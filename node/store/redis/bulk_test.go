@@ -51,7 +51,7 @@ func TestBulkChecksGoThroughTheirOwnPipeline(t *testing.T) {
 // BenchmarkSingleCheckBesideBatchFlood measures single checks' latency on
 // a store that a CheckBatch-like flood keeps busy: 64 goroutines checking
 // new 1 KiB keys as fast as Redis answers, the way the items of a
-// CheckBatch of cold keys do (rpc's batchParallel). "shared": the flood's
+// CheckBatch of cold keys do (node.BatchParallel). "shared": the flood's
 // calls are not marked bulk, so they share the single checks' pipeline, as
 // they did before the bulk pipeline; "bulk": they are (node.WithBulk), as
 // a CheckBatch's are. Each op is one single check, back to back:

@@ -106,7 +106,37 @@ type scriptCall struct {
 	done  chan struct{}
 	reply any
 	err   error
+	// state says whether the caller still waits (callWaiting), had its
+	// outcome (callFinished) or left without it (callLeft): the first of
+	// finish and leave to change it decides.
+	state atomic.Int32
+	// late, if not nil, is given the reply of a call whose caller left
+	// without it (finish).
+	late func(reply any)
 }
+
+// The states of a scriptCall.
+const (
+	callWaiting int32 = iota
+	callFinished
+	callLeft
+)
+
+// finish hands c its outcome, c.reply and c.err, set before: to its
+// caller if it still waits; else a reply goes to c.late, on a goroutine of
+// its own, so that what a call took after its caller left can be given
+// back.
+func (c *scriptCall) finish() {
+	if !c.state.CompareAndSwap(callWaiting, callFinished) && c.late != nil && c.err == nil {
+		go c.late(c.reply)
+	}
+	close(c.done)
+}
+
+// leave reports whether c's caller may leave without its outcome: false
+// when the outcome is being handed over (finish came first), and must be
+// waited for on c.done.
+func (c *scriptCall) leave() bool { return c.state.CompareAndSwap(callWaiting, callLeft) }
 
 // commander sends script calls and plain commands: a go-redis pipeline,
 // or a client (resends).
@@ -156,6 +186,9 @@ type pipeline struct {
 	stop       chan struct{}
 	stopped    sync.Once
 	wg         sync.WaitGroup
+	// live tells, for a call whose deadline passed, whether Redis or the
+	// node was late (liveness.go).
+	live *liveness
 	// reload loads every script again after a NOSCRIPT (Redis restarted,
 	// failed over or flushed its script cache); reloading guards against
 	// running it twice at once.
@@ -206,9 +239,9 @@ type pipeline struct {
 }
 
 // bulkWakeChunk is the bulk pipeline's wakeChunk. A round trip of a
-// CheckBatch's items brings back up to 64 of them at once (rpc's
-// batchParallel), each waited for by a goroutine of its own. Woken all in
-// one go, they fill the processor's run queue, and whatever becomes ready
+// CheckBatch's items brings back up to 64 of them at once
+// (node.BatchParallel), each waited for by a goroutine of its own. Woken
+// all in one go, they fill the processor's run queue, and whatever becomes ready
 // after them (a single check's request read from its connection, the check
 // pipeline's pipeliner with a single check's reply) waits until all 64 have
 // run: node 1's execution trace as the soak's key flood started had
@@ -236,8 +269,9 @@ func (pc *pacer) woke() {
 	}
 }
 
-func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout, window time.Duration, reload func(context.Context) error) *pipeline {
+func newPipeline(client, follow goredis.UniversalClient, live *liveness, callTimeout, netTimeout, window time.Duration, reload func(context.Context) error) *pipeline {
 	p := &pipeline{
+		live:        live,
 		window:      window,
 		taking:      make(chan struct{}, 1),
 		epoch:       time.Now(),
@@ -264,16 +298,21 @@ func newPipeline(client, follow goredis.UniversalClient, callTimeout, netTimeout
 }
 
 // run queues one script call and waits for its reply, at most timeout
-// (then failing with context.DeadlineExceeded) and until ctx is done.
+// (then failing with context.DeadlineExceeded if Redis was late, or with
+// an error wrapping node.ErrOverloaded if the node was: see missed) and
+// until ctx is done.
 // batch, if not nil, is sc's batch form (algorithms.BatchCheckScript): the
 // call may then be decided in one call of it with others queued beside it.
 // A call abandoned by its caller may still reach Redis.
 //
+// late, if not nil, is given the reply should it come after the caller
+// left without it (its deadline passed, or ctx ended).
+//
 // The timeout is a timer rather than a context.WithTimeout of ctx: under a
 // cancelable ctx (an RPC's) that would register a child with it, start a
 // timer for its cancel and unregister it again, for every call.
-func (p *pipeline) run(ctx context.Context, timeout time.Duration, sc, batch *goredis.Script, keys []string, args []any) (any, error) {
-	c := &scriptCall{ctx: ctx, deadline: time.Now().Add(timeout), script: sc, batch: batch, keys: keys, args: args, done: make(chan struct{})}
+func (p *pipeline) run(ctx context.Context, timeout time.Duration, sc, batch *goredis.Script, keys []string, args []any, late func(reply any)) (any, error) {
+	c := &scriptCall{ctx: ctx, deadline: time.Now().Add(timeout), script: sc, batch: batch, keys: keys, args: args, late: late, done: make(chan struct{})}
 	if batch != nil && p.cluster && len(keys) > 0 {
 		c.group = hashTag(keys[0])
 	}
@@ -281,10 +320,10 @@ func (p *pipeline) run(ctx context.Context, timeout time.Duration, sc, batch *go
 }
 
 // runPlain queues the plain command cmd, whose only key is key, and waits
-// for its reply as run does: in the pipeline beside the script calls,
-// after every call queued before it.
-func (p *pipeline) runPlain(ctx context.Context, timeout time.Duration, key string, cmd ...any) (any, error) {
-	c := &scriptCall{ctx: ctx, deadline: time.Now().Add(timeout), keys: []string{key}, plain: cmd, done: make(chan struct{})}
+// for its reply as run does (late as well): in the pipeline beside the
+// script calls, after every call queued before it.
+func (p *pipeline) runPlain(ctx context.Context, timeout time.Duration, late func(reply any), key string, cmd ...any) (any, error) {
+	c := &scriptCall{ctx: ctx, deadline: time.Now().Add(timeout), keys: []string{key}, plain: cmd, late: late, done: make(chan struct{})}
 	return p.call(c, timeout)
 }
 
@@ -305,22 +344,37 @@ func (p *pipeline) call(c *scriptCall, timeout time.Duration) (any, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-expired.C:
-		return nil, context.DeadlineExceeded
+		return nil, p.missed()
 	case <-p.stop:
 		return nil, goredis.ErrClosed
 	}
+	var err error
 	select {
 	case <-c.done:
 		return c.reply, c.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		err = ctx.Err()
 	case <-expired.C:
-		return nil, context.DeadlineExceeded
+		err = p.missed()
 	case <-p.stop:
 		// Enqueued as the pipeline closed: nobody may be left to answer.
-		return nil, goredis.ErrClosed
+		err = goredis.ErrClosed
 	}
+	if !c.leave() {
+		// The outcome came as the caller was leaving: it is the answer.
+		<-c.done
+		return c.reply, c.err
+	}
+	return nil, err
 }
+
+// missed is the error of a call whose deadline passed before its outcome
+// came: context.DeadlineExceeded when Redis has left a command unanswered
+// for a good part of the call timeout (Redis is late: the breaker counts
+// it, and the policy's failure mode answers), else an error wrapping
+// node.ErrOverloaded (the call waited inside the node while Redis
+// answered).
+func (p *pipeline) missed() error { return p.live.missed(p.callTimeout) }
 
 // close stops the pipeliners; calls still queued fail with ErrClosed. It
 // may be called more than once.
@@ -331,7 +385,7 @@ func (p *pipeline) close() {
 		select {
 		case c := <-p.queue:
 			c.err = goredis.ErrClosed
-			close(c.done)
+			c.finish()
 		default:
 			return
 		}
@@ -544,14 +598,19 @@ func (p *pipeline) grow() {
 func (p *pipeline) send(batch []*scriptCall) bool {
 	live := batch[:0:0]
 	now := time.Now()
+	var missed error
 	for _, c := range batch {
 		err := c.ctx.Err()
 		if err == nil && !now.Before(c.deadline) {
-			err = context.DeadlineExceeded
+			// Its caller is leaving, or about to, with the same verdict.
+			if missed == nil {
+				missed = p.missed()
+			}
+			err = missed
 		}
 		if err != nil {
 			c.err = err
-			close(c.done)
+			c.finish()
 			continue
 		}
 		live = append(live, c)
@@ -667,7 +726,7 @@ func (w *wireCall) deliver(cmd *goredis.Cmd, pace *pacer) {
 	if len(w.members) == 1 {
 		c := w.members[0]
 		c.reply, c.err = cmd.Val(), cmd.Err()
-		close(c.done)
+		c.finish()
 		pace.woke()
 		return
 	}
@@ -687,7 +746,7 @@ func (w *wireCall) deliver(cmd *goredis.Cmd, pace *pacer) {
 				c.reply = replies[i]
 			}
 		}
-		close(c.done)
+		c.finish()
 		pace.woke()
 	}
 }

@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/delayproxy"
 	"github.com/quotad/quotad/internal/redistest"
 )
 
@@ -44,7 +45,7 @@ func newWindowed(t *testing.T, window time.Duration) (*pipeline, *goredis.Script
 func call(t *testing.T, p *pipeline, sc *goredis.Script) time.Duration {
 	t.Helper()
 	start := time.Now()
-	if _, err := p.run(context.Background(), time.Hour, sc, nil, []string{"k"}, nil); err != nil {
+	if _, err := p.run(context.Background(), time.Hour, sc, nil, []string{"k"}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	return time.Since(start)
@@ -155,7 +156,7 @@ func TestCallNearItsDeadlineIsNotHeldByTheWindow(t *testing.T) {
 	// This call has less time left than two windows: it must go at once.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := p.run(ctx, time.Hour, sc, nil, []string{"k"}, nil); err != nil {
+	if _, err := p.run(ctx, time.Hour, sc, nil, []string{"k"}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := p.waited.Load(); n != 0 {
@@ -163,7 +164,7 @@ func TestCallNearItsDeadlineIsNotHeldByTheWindow(t *testing.T) {
 	}
 	// The same with the time left set by the call's own timeout.
 	busy()
-	if _, err := p.run(context.Background(), 5*time.Second, sc, nil, []string{"k"}, nil); err != nil {
+	if _, err := p.run(context.Background(), 5*time.Second, sc, nil, []string{"k"}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := p.waited.Load(); n != 0 {
@@ -273,5 +274,36 @@ func TestRedirectedCallsResentInOrderBySlot(t *testing.T) {
 	want := [][]int{{0, 2}, {1, 4}}
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("groups %v, want %v", got, want)
+	}
+}
+
+// A call whose reply comes after its caller left (its deadline passed)
+// hands the reply to the call's late function.
+func TestLateReplyGoesToTheCallsLateFunction(t *testing.T) {
+	r := redistest.Start(t)
+	px := delayproxy.Start(t, r.Addr())
+	const timeout = 50 * time.Millisecond
+	s, err := New(context.Background(), Config{URL: "redis://" + px.Addr() + "/0", Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sc := goredis.NewScript("return 'late'")
+	if err := sc.Load(context.Background(), s.client).Err(); err != nil {
+		t.Fatal(err)
+	}
+	px.SetDelay(0, 4*timeout)
+	late := make(chan any, 1)
+	_, err = s.checkPipe.run(context.Background(), timeout, sc, nil, []string{"k"}, nil, func(reply any) { late <- reply })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call whose reply is %s late, with a %s timeout: %v, want a deadline (Redis late)", 4*timeout, timeout, err)
+	}
+	select {
+	case reply := <-late:
+		if reply != "late" {
+			t.Fatalf("late reply %v", reply)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the late reply never reached the late function")
 	}
 }

@@ -57,7 +57,10 @@ type Config struct {
 	ReadFile func(path string) ([]byte, error)
 	// Timeout bounds each store call as its caller sees it: waiting for a
 	// pipeliner plus the round trip of its batch. A call that takes longer
-	// fails, and the policy's failure mode decides. Default 50ms.
+	// fails: if Redis left a command unanswered for half of it, Redis is
+	// late, and the policy's failure mode decides; else Redis was
+	// answering and the node was late, and the call fails with
+	// node.ErrOverloaded (liveness.go). Default 50ms.
 	Timeout time.Duration
 	// ConnectTimeout bounds what is not one call: opening a connection
 	// (dial, TLS, HELLO with AUTH — a few round trips, which a Redis some
@@ -193,7 +196,10 @@ type Store struct {
 	releasePipe *pipeline
 	// known remembers the keys seen holding state, for Acquire to choose
 	// between a fresh write and the script.
-	known  *keyMemory
+	known *keyMemory
+	// live watches the clients' connections, to tell a late Redis from an
+	// overloaded node (liveness.go).
+	live   *liveness
 	closed sync.Once
 }
 
@@ -221,6 +227,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		release:  make(map[algorithms.Algorithm]*goredis.Script),
 		slots:    newSlotScripts(),
 		known:    newKeyMemory(),
+		live:     newLiveness(),
+	}
+	// Before the first command, so that every connection is watched.
+	s.live.watch(client)
+	if releases != client {
+		s.live.watch(releases)
 	}
 	for _, a := range algorithms.Algorithms() {
 		s.check[a] = goredis.NewScript(algorithms.CheckScript(a))
@@ -238,10 +250,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	// redis_pipeline.go for why, on Redis Cluster); checks a slot move
 	// redirected are resent through the one that follows redirections.
 	// Releases that meet a slot move fail (see newClients).
-	s.checkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
-	s.bulkPipe = newPipeline(releases, client, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
+	s.checkPipe = newPipeline(releases, client, s.live, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
+	s.bulkPipe = newPipeline(releases, client, s.live, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
 	s.bulkPipe.wakeChunk = bulkWakeChunk
-	s.releasePipe = newPipeline(releases, nil, cfg.Timeout, cfg.netTimeout(), 0, s.loadScripts)
+	s.releasePipe = newPipeline(releases, nil, s.live, cfg.Timeout, cfg.netTimeout(), 0, s.loadScripts)
 	return s, nil
 }
 
@@ -265,7 +277,9 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	return nil
 }
 
-// Acquire implements node.Store.
+// Acquire implements node.Store. A call that fails before its reply
+// came (its deadline passed, or ctx ended) and whose reply comes later
+// hands what it took to ctx's node.LateTake, if any.
 //
 // A check of a key this node does not remember holding state, whose
 // algorithm can write a fresh state without the script
@@ -287,6 +301,7 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 		pipe = s.bulkPipe
 	}
 	keys := algorithms.Keys(l.Algorithm, base)
+	late := node.LateTake(ctx)
 	start := time.Now()
 	timeout := s.cfg.Timeout
 	if !s.known.holds(keys[0], start) && pipe.roomForTwo(timeout) {
@@ -296,7 +311,7 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 			// than all trying a fresh write of their own that only one
 			// can make.
 			s.known.note(keys[0], start, fw.TTLMillis)
-			wrote, err := s.writeFresh(ctx, pipe, keys[0], fw)
+			wrote, err := s.writeFresh(ctx, pipe, keys[0], fw, late)
 			if err != nil {
 				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 			}
@@ -311,11 +326,21 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 				return fw.Decision, fw.Grant, nil
 			}
 			if timeout -= time.Since(start); timeout <= 0 {
-				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, context.DeadlineExceeded)
+				// Redis answered the write; whether it or the node was late
+				// is the pipeline's verdict for a missed deadline.
+				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, pipe.missed())
 			}
 		}
 	}
-	reply, err := pipe.run(ctx, timeout, sc, s.batch[l.Algorithm], keys, algorithms.AcquireArgs(l, cost, want, hold, 0))
+	var lateReply func(any)
+	if late != nil {
+		lateReply = func(reply any) {
+			if _, g, err := algorithms.DecodeAcquireReply(reply); err == nil && g.Units > 0 {
+				late(g)
+			}
+		}
+	}
+	reply, err := pipe.run(ctx, timeout, sc, s.batch[l.Algorithm], keys, algorithms.AcquireArgs(l, cost, want, hold, 0), lateReply)
 	if err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
@@ -339,9 +364,18 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 const knownMargin = 100 * time.Millisecond
 
 // writeFresh sends fw's SET ... PX ... NX for key and reports whether it
-// wrote (the key held nothing).
-func (s *Store) writeFresh(ctx context.Context, pipe *pipeline, key string, fw algorithms.FreshWrite) (bool, error) {
-	reply, err := pipe.runPlain(ctx, s.cfg.Timeout, key, "set", key, fw.Value, "px", fw.TTLMillis, "nx")
+// wrote (the key held nothing). late, if not nil, is given fw's grant if
+// the write's reply comes after the caller left and says it wrote.
+func (s *Store) writeFresh(ctx context.Context, pipe *pipeline, key string, fw algorithms.FreshWrite, late func(algorithms.Grant)) (bool, error) {
+	var lateReply func(any)
+	if late != nil && fw.Grant.Units > 0 {
+		lateReply = func(reply any) {
+			if reply == "OK" {
+				late(fw.Grant)
+			}
+		}
+	}
+	reply, err := pipe.runPlain(ctx, s.cfg.Timeout, lateReply, key, "set", key, fw.Value, "px", fw.TTLMillis, "nx")
 	switch {
 	case errors.Is(err, goredis.Nil):
 		return false, nil
@@ -353,13 +387,21 @@ func (s *Store) writeFresh(ctx context.Context, pipe *pipeline, key string, fw a
 	return true, nil
 }
 
-// Release implements node.Store.
+// Release implements node.Store. It waits for its reply until ctx's
+// deadline, if ctx has one, within Timeout and ConnectTimeout + Timeout:
+// releases are off the check path (a lease or batch giving back, a late
+// take), no caller's latency rides on them, and a release that fails
+// leaves its units spent, so on a busy node it is worth waiting for.
 func (s *Store) Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
 	sc := s.release[l.Algorithm]
 	if sc == nil {
 		return 0, fmt.Errorf("redis release: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
-	reply, err := s.releasePipe.run(ctx, s.cfg.Timeout, sc, nil, algorithms.Keys(l.Algorithm, base), algorithms.ReleaseArgs(l, units, g, 0))
+	timeout := s.cfg.Timeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(max(time.Until(d), s.cfg.Timeout), s.cfg.netTimeout())
+	}
+	reply, err := s.releasePipe.run(ctx, timeout, sc, nil, algorithms.Keys(l.Algorithm, base), algorithms.ReleaseArgs(l, units, g, 0), nil)
 	if err != nil {
 		return 0, fmt.Errorf("redis release %s: %w", l.Algorithm, err)
 	}
@@ -498,6 +540,7 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeClients() error {
+	s.live.close()
 	err := s.client.Close()
 	if s.releases != s.client {
 		err = errors.Join(err, s.releases.Close())

@@ -30,7 +30,7 @@ func (s slotScripts) all() []*goredis.Script { return []*goredis.Script{s.acquir
 // a call resent after a Cluster redirection never ran, and an acquire run
 // twice under one id takes one slot.
 func (s *Store) AcquireSlot(ctx context.Context, base string, l algorithms.Limit, id string, cost int64) (algorithms.Decision, error) {
-	reply, err := s.checkPipe.run(ctx, s.cfg.Timeout, s.slots.acquire, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, cost, 0))
+	reply, err := s.checkPipe.run(ctx, s.cfg.Timeout, s.slots.acquire, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, cost, 0), nil)
 	if err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis acquire slot: %w", err)
 	}
@@ -54,7 +54,7 @@ func (s *Store) ReleaseSlot(ctx context.Context, base string, l algorithms.Limit
 }
 
 func (s *Store) slotCall(ctx context.Context, op string, p *pipeline, sc *goredis.Script, base string, l algorithms.Limit, id string) (algorithms.Decision, bool, error) {
-	reply, err := p.run(ctx, s.cfg.Timeout, sc, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, 0, 0))
+	reply, err := p.run(ctx, s.cfg.Timeout, sc, nil, algorithms.Keys(algorithms.Concurrency, base), algorithms.SlotArgs(l, id, 0, 0), nil)
 	if err != nil {
 		return algorithms.Decision{}, false, fmt.Errorf("redis %s slot: %w", op, err)
 	}

@@ -217,14 +217,18 @@ func (d *dbTelemetry) end(ctx context.Context, span trace.Span, start time.Time,
 }
 
 // redisErrorType names a failed call's error for error.type, from a small
-// set: timeout, canceled, closed, network, the Redis error code (the first
-// word of a Redis error reply, e.g. NOSCRIPT, BUSY, READONLY), or _OTHER.
+// set: overloaded (the node did not get to the call in time, while Redis
+// answered), timeout, canceled, closed, network, the Redis error code (the
+// first word of a Redis error reply, e.g. NOSCRIPT, BUSY, READONLY), or
+// _OTHER.
 func redisErrorType(err error) string {
 	var rerr goredis.Error
 	var nerr net.Error
 	switch {
 	case errors.Is(err, node.ErrBreakerOpen):
 		return "breaker_open"
+	case errors.Is(err, node.ErrOverloaded):
+		return "overloaded"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, context.Canceled):
