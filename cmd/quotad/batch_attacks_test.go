@@ -141,7 +141,7 @@ func TestDeniedBatchesListOnlyKeysTheirOwnLimitDenied(t *testing.T) {
     limit: 100
     period: 1h
 `)
-	p := startProcess(t, "--config", cfg)
+	p := startProcess(t, "--config", cfg, "--console-show-keys")
 	quotadtest.AwayFromWindowEnd(t, time.Hour, 10*time.Second)
 	client := quotadv1connect.NewQuotaServiceClient(http.DefaultClient, p.URL)
 	ctx := context.Background()
