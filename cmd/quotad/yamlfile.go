@@ -37,16 +37,7 @@ type fileError struct {
 // Error reads "config q.yaml: line 4: policies[0].limit: want a whole
 // number, got 100.5".
 func (e *fileError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "config %s: ", e.Path)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, "line %d: ", e.Line)
-	}
-	if e.Field != "" {
-		b.WriteString(e.Field + ": ")
-	}
-	b.WriteString(e.Err.Error())
-	return b.String()
+	return "config " + e.Path + ": " + (&yamlError{Line: e.Line, Field: e.Field, Err: e.Err}).Error()
 }
 
 func (e *fileError) Unwrap() error { return e.Err }
