@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/quotad/quotad/rpc/envoy"
+	"github.com/quotad/quotad/yamlbound"
 )
 
 // This file loads a directory of envoyproxy/ratelimit config files
@@ -30,14 +31,14 @@ type envoyFile struct {
 }
 
 // The bounds of an envoy config dir as a whole; each file is bounded as
-// every file quotad reads (readFileBy) and every YAML text (parseYAML).
+// every file quotad reads (readFileBy) and every YAML text (yamlbound.Parse).
 const (
 	// maxEnvoyDirBytes is the most its config files may hold in all:
 	// 4 MiB.
 	maxEnvoyDirBytes = 4 * maxFileBytes
 	// maxEnvoyDirNodes is the most YAML nodes, with aliases expanded,
 	// its config files may hold in all.
-	maxEnvoyDirNodes = 4 * maxYAMLNodes
+	maxEnvoyDirNodes = 4 * yamlbound.MaxNodes
 )
 
 // readEnvoyFiles reads dir's config files, sorted by name: the files named
@@ -169,14 +170,14 @@ func parseEnvoyFile(f envoyFile) (envoy.Domain, error) {
 }
 
 // parse parses f's YAML within the bounds of every YAML text quotad reads
-// (parseYAML), and returns its root node and how many nodes that holds
+// (yamlbound.Parse), and returns its root node and how many nodes that holds
 // with its aliases expanded. Its errors name the file.
 func (f envoyFile) parse() (*yaml.Node, int, error) {
 	w := envoyWalker{file: f.name}
-	root, nodes, err := parseYAML(f.raw)
-	var ye *yamlError
+	root, nodes, err := yamlbound.Parse(f.raw)
+	var ye *yamlbound.Error
 	if errors.As(err, &ye) {
-		if errors.Is(ye.Err, errSecondDocument) {
+		if errors.Is(ye.Err, yamlbound.ErrSecondDocument) {
 			ye.Err = errors.New("a second YAML document; one file holds one domain")
 		}
 		return nil, 0, w.errorAt(ye.Line, ye.Field, ye.Err)
@@ -191,7 +192,7 @@ func (f envoyFile) parse() (*yaml.Node, int, error) {
 func (f envoyFile) domain(root *yaml.Node) (envoy.Domain, error) {
 	w := envoyWalker{file: f.name}
 	d := envoy.Domain{File: f.name}
-	err := w.mapping(resolve(root), "", envoyFileKeys, func(key string, v *yaml.Node) error {
+	err := w.mapping(yamlbound.Resolve(root), "", envoyFileKeys, func(key string, v *yaml.Node) error {
 		var err error
 		switch key {
 		case "domain":
@@ -215,7 +216,7 @@ func (w envoyWalker) descriptors(n *yaml.Node, path string) ([]envoy.Descriptor,
 	ds := make([]envoy.Descriptor, len(n.Content))
 	for i, item := range n.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
-		item = resolve(item)
+		item = yamlbound.Resolve(item)
 		d := envoy.Descriptor{Line: item.Line}
 		err := w.mapping(item, p, envoyDescriptorKeys, func(key string, v *yaml.Node) error {
 			var err error
@@ -285,7 +286,7 @@ func (w envoyWalker) replaces(n *yaml.Node, path string) ([]string, error) {
 	names := make([]string, len(n.Content))
 	for i, item := range n.Content {
 		p := fmt.Sprintf("%s[%d]", path, i)
-		err := w.mapping(resolve(item), p, envoyReplacesKeys, func(_ string, v *yaml.Node) error {
+		err := w.mapping(yamlbound.Resolve(item), p, envoyReplacesKeys, func(_ string, v *yaml.Node) error {
 			var err error
 			names[i], err = w.str(v, p+".name")
 			return err
@@ -305,7 +306,7 @@ func (w envoyWalker) mapping(n *yaml.Node, path string, known []string, each fun
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], resolve(n.Content[i+1])
+		k, v := n.Content[i], yamlbound.Resolve(n.Content[i+1])
 		if k.Kind != yaml.ScalarNode {
 			return w.errorf(k, path, "a key must be a string")
 		}
