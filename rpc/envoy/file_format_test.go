@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -54,5 +55,41 @@ descriptors:
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("parsed\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// ParseFile's errors name the file, the line and the descriptor path, and
+// it counts the file's YAML nodes (aliases expanded) also when the walk
+// fails, so that its caller can bound many files together; a text the
+// YAML parser refuses counts none.
+func TestParseFileErrorsAndNodes(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		nodes      int
+		want       string
+	}{
+		{"fine", "domain: a\ndescriptors:\n  - &k {key: k}\n  - *k\n", 11, ""},
+		{"empty", "", 0, "e.yaml: empty: a config file needs a domain"},
+		{"not YAML", "domain: [x\n", 0, "e.yaml: line 1: YAML syntax: did not find expected ',' or ']'"},
+		{"two documents", "domain: a\n---\ndomain: b\n", 0, "e.yaml: line 2: a second YAML document; one file holds one domain"},
+		{"an alias inside what it names", "domain: a\ndescriptors: &d [{key: k, descriptors: *d}]\n", 0,
+			"e.yaml: line 2: descriptors[0].descriptors: alias *d is inside the node it names (line 2), which would make it endless"},
+		{"unknown key", "domain: a\ndescriptor: []\n", 5,
+			`e.yaml: line 2: descriptor: unknown key "descriptor" (the keys here are domain, descriptors)`},
+		{"deep path", "domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {replaces: [{name: [x]}]}\n", 21,
+			"e.yaml: line 6: descriptors[0].descriptors[0].rate_limit.replaces[0].name: want a string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, nodes, err := ParseFile("e.yaml", []byte(tc.file))
+			if got := fmt.Sprint(err); (tc.want == "" && err != nil) || (tc.want != "" && got != tc.want) {
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+			if nodes != tc.nodes {
+				t.Errorf("nodes %d, want %d", nodes, tc.nodes)
+			}
+			if d.File != "e.yaml" {
+				t.Errorf("domain's file %q, want e.yaml", d.File)
+			}
+		})
 	}
 }
