@@ -10,7 +10,8 @@ import (
 // section's domains are in quotad's schema, decoded into the structs
 // below; config_dir, shadow_mode and near_limit_ratio are settings (the
 // table in settings.go); config_dir names a directory of
-// envoyproxy/ratelimit config files (envoy_dir.go).
+// envoyproxy/ratelimit config files (read by envoy_dir.go, parsed by
+// envoy.ParseFile).
 //
 //	envoy:
 //	  domains:

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -25,60 +24,6 @@ import (
 	"github.com/quotad/quotad/rpc"
 	"github.com/quotad/quotad/rpc/envoy"
 )
-
-func u32(n uint32) *uint32 { return &n }
-
-// A file with every key of the format parses into its rules, lines and all.
-func TestParseEnvoyFile(t *testing.T) {
-	const file = `# every key envoyproxy/ratelimit documents, and quotad_policy
-domain: messaging
-descriptors:
-  - key: message_type
-    value: marketing
-    descriptors:
-      - key: to_number
-        rate_limit:
-          unit: day
-          requests_per_unit: 5
-  - key: to_number
-    detailed_metric: true
-    rate_limit: {unit: DAY, requests_per_unit: 100, name: per-number}
-  - key: id
-    value: 500
-    shadow_mode: true
-    rate_limit:
-      replaces:
-        - name: per-number
-      unit: second
-      requests_per_unit: 0
-  - key: ldap
-    rate_limit:
-      unlimited: true
-  - key: bucket
-    value: "v*"
-    rate_limit:
-      quotad_policy: per-ip
-  - key: whitelisted
-    rate_limit:
-`
-	got, err := parseEnvoyFile(envoyFile{name: "messaging.yaml", raw: []byte(file)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := envoy.Domain{Domain: "messaging", File: "messaging.yaml", Descriptors: []envoy.Descriptor{
-		{Key: "message_type", Value: "marketing", Line: 4, Descriptors: []envoy.Descriptor{
-			{Key: "to_number", Line: 7, RateLimit: &envoy.RateLimit{Unit: "day", RequestsPerUnit: u32(5)}},
-		}},
-		{Key: "to_number", Line: 11, DetailedMetric: true, RateLimit: &envoy.RateLimit{Unit: "DAY", RequestsPerUnit: u32(100), Name: "per-number"}},
-		{Key: "id", Value: "500", Line: 14, ShadowMode: true, RateLimit: &envoy.RateLimit{Replaces: []string{"per-number"}, Unit: "second", RequestsPerUnit: u32(0)}},
-		{Key: "ldap", Line: 22, RateLimit: &envoy.RateLimit{Unlimited: true}},
-		{Key: "bucket", Value: "v*", Line: 25, RateLimit: &envoy.RateLimit{Policy: "per-ip"}},
-		{Key: "whitelisted", Line: 29},
-	}}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("parsed\n got %+v\nwant %+v", got, want)
-	}
-}
 
 // Every mistake is refused naming the file, the line and the path; keys
 // quotad does not support are refused by name, not ignored.

@@ -8,6 +8,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/quotad/quotad/yamlbound"
 )
 
 // This file is how quotad reads every file it is given, at start and on
@@ -19,8 +21,9 @@ import (
 
 const (
 	// maxFileBytes is the most quotad reads of one file: 1 MiB, what one
-	// Kubernetes ConfigMap or Secret holds in all.
-	maxFileBytes = 1 << 20
+	// Kubernetes ConfigMap or Secret holds in all, and so the longest YAML
+	// text yamlbound.Parse takes.
+	maxFileBytes = yamlbound.MaxBytes
 	// fileReadTimeout is how long reading one file, or one
 	// --envoy-config-dir directory's files in all, may take: far more than
 	// a local disk needs, so that only a file system that does not answer

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/quotad/quotad/yamlbound"
 )
 
 // This file reads the YAML config file strictly, with errors a user can
@@ -77,12 +79,12 @@ func parentField(field string) string {
 
 // parseYAML parses raw, the text of the config file, into its one
 // document's root node (nil for an empty file), by the bounds every YAML
-// text quotad reads is held to (parseYAML in yamlread.go).
+// text quotad reads is held to (yamlbound.Parse).
 func (d *yamlDoc) parseYAML(raw []byte) (*yaml.Node, error) {
-	root, _, err := parseYAML(raw)
-	var ye *yamlError
+	root, _, err := yamlbound.Parse(raw)
+	var ye *yamlbound.Error
 	if errors.As(err, &ye) {
-		if errors.Is(ye.Err, errSecondDocument) {
+		if errors.Is(ye.Err, yamlbound.ErrSecondDocument) {
 			ye.Err = errors.New("a second YAML document; put every setting in one")
 		}
 		return nil, d.errorAt(ye.Line, ye.Field, ye.Err)
@@ -177,9 +179,9 @@ func (d *yamlDoc) decode(n *yaml.Node, field string, v reflect.Value) error {
 
 // valueNode follows n's alias, if it is one, to the node that holds the
 // value; nil for null ("key:" with no value, or "~"), as if the key were
-// not there. parseYAML bounded what following aliases can reach.
+// not there. yamlbound.Parse bounded what following aliases can reach.
 func valueNode(n *yaml.Node) *yaml.Node {
-	n = resolve(n)
+	n = yamlbound.Resolve(n)
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
 	}
@@ -278,11 +280,11 @@ func (d *yamlDoc) mappingPairs(n *yaml.Node, field string) ([][2]*yaml.Node, err
 			continue
 		}
 		sources := []*yaml.Node{val}
-		if resolved := resolve(val); resolved.Kind == yaml.SequenceNode {
+		if resolved := yamlbound.Resolve(val); resolved.Kind == yaml.SequenceNode {
 			sources = resolved.Content
 		}
 		for _, src := range sources {
-			src = resolve(src)
+			src = yamlbound.Resolve(src)
 			if src.Kind != yaml.MappingNode {
 				return nil, d.errorAt(k.Line, field, errors.New("<< must name a mapping or a list of mappings"))
 			}

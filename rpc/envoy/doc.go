@@ -1,7 +1,8 @@
 // Package envoy is Envoy's rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService) on a quotad node: the
 // rules' format, in quotad's schema and in envoyproxy/ratelimit's config
-// files (Config, config.go); their compilation (Compile, compile.go) into
+// files (Config, config.go), and the parser of one such file's text
+// (ParseFile, file_format.go); their compilation (Compile, compile.go) into
 // immutable Rules and the Switch a running service reads them from
 // (rules.go);
 // the match of a descriptor to its rule and the key of its counter
@@ -12,7 +13,8 @@
 // It knows no wire. Package rpc mounts Service on its connect-go and
 // grpc-go front ends and chooses the codes of its errors, which are plain:
 // ErrUnknownDomain, input errors wrapping node.ErrInvalidInput, and the
-// node's own. cmd/quotad reads the rules (its config file's envoy section
-// and envoyproxy/ratelimit's files), compiles them with Compile and swaps
-// them in on reload.
+// node's own. It reads no file: cmd/quotad reads the rules (its config
+// file's envoy section, and envoyproxy/ratelimit's files, whose text it
+// hands to ParseFile), compiles them with Compile and swaps them in on
+// reload.
 package envoy

@@ -1,4 +1,17 @@
-package main
+// Package yamlbound parses YAML texts within bounds: every YAML text
+// quotad reads (the --config file and the files of --envoy-config-dir)
+// goes through Parse. Those who walk the parsed nodes (cmd/quotad for the
+// config file, rpc/envoy for envoyproxy/ratelimit's files) build their
+// values from what Parse returns. yaml.v3 keeps an alias as a pointer to
+// the node it names, so a parsed document is as small as its text; it is a
+// walker that follows the aliases which would build each named node again
+// at every reference, 2^n times for n levels of lists naming the previous
+// level twice. So the expanded size is counted here, on the parsed nodes,
+// once for each node named, before any walker runs.
+//
+// The package is pure: it reads no file, and imports only yaml.v3 and the
+// standard library.
+package yamlbound
 
 import (
 	"bytes"
@@ -12,23 +25,16 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// This file is how quotad parses every YAML text it reads: the --config
-// file (yamlfile.go walks it) and the files of --envoy-config-dir
-// (envoy_dir.go). rpc never sees YAML: it takes the rules these walkers
-// build. yaml.v3 keeps an alias as a pointer to the node it names, so a
-// parsed document is as small as its text; it is a walker that follows
-// the aliases which would build each named node again at every
-// reference, 2^n times for n levels of lists naming the previous level
-// twice. So the expanded size is counted here, on the parsed nodes, once
-// for each node named, before any walker runs.
-
 const (
-	// maxYAMLNodes is the most nodes (keys, values, lists and mappings)
+	// MaxBytes is the longest YAML text Parse takes: 1 MiB, the most
+	// quotad reads of one file.
+	MaxBytes = 1 << 20
+	// MaxNodes is the most nodes (keys, values, lists and mappings)
 	// one YAML file may hold with its aliases expanded.
-	maxYAMLNodes = 100_000
-	// maxYAMLDepth is the deepest one YAML file may nest, with its aliases
+	MaxNodes = 100_000
+	// MaxDepth is the deepest one YAML file may nest, with its aliases
 	// expanded; the top-level mapping is level 1.
-	maxYAMLDepth = 64
+	MaxDepth = 64
 	// maxSyntaxSearchBytes is the longest YAML text in which
 	// syntaxErrorLine looks for the line of a syntax error; a longer one
 	// (a generated file, which no one indents by hand) gets the line
@@ -37,9 +43,9 @@ const (
 	maxSyntaxSearchBytes = 64 << 10
 )
 
-// yamlError is what parseYAML refuses in a YAML text: where and what.
+// Error is what Parse refuses in a YAML text: where and what.
 // Callers add the file's name.
-type yamlError struct {
+type Error struct {
 	// Line is the 1-based line; 0 when the problem has no one line.
 	Line int
 	// Field is where the problem is in the document, with its aliases
@@ -51,7 +57,7 @@ type yamlError struct {
 }
 
 // Error reads "line 4: descriptors[0].descriptors: <problem>".
-func (e *yamlError) Error() string {
+func (e *Error) Error() string {
 	var b strings.Builder
 	if e.Line > 0 {
 		fmt.Fprintf(&b, "line %d: ", e.Line)
@@ -63,24 +69,24 @@ func (e *yamlError) Error() string {
 	return b.String()
 }
 
-func (e *yamlError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// errSecondDocument is a YAML text with more than one document (---).
-var errSecondDocument = errors.New("a second YAML document")
+// ErrSecondDocument is a YAML text with more than one document (---).
+var ErrSecondDocument = errors.New("a second YAML document")
 
-// parseYAML parses raw, a YAML text of at most maxFileBytes, and returns
+// Parse parses raw, a YAML text of at most MaxBytes, and returns
 // the root node of its one document (nil for an empty text, or one of
 // comments only) and how many nodes that holds with its aliases expanded.
-// It refuses, with a *yamlError: a longer text; a syntax error, at the
+// It refuses, with a *Error: a longer text; a syntax error, at the
 // line of the mistake (syntaxErrorLine); a second document
-// (errSecondDocument, at its line); and a document that, with its aliases
-// expanded, holds more than maxYAMLNodes nodes or nests deeper than
-// maxYAMLDepth, or has an alias inside the node it names. It takes time
+// (ErrSecondDocument, at its line); and a document that, with its aliases
+// expanded, holds more than MaxNodes nodes or nests deeper than
+// MaxDepth, or has an alias inside the node it names. It takes time
 // and memory in proportion to raw, whatever the aliases, so that a
 // walker may follow the aliases of what it returns.
-func parseYAML(raw []byte) (*yaml.Node, int, error) {
-	if len(raw) > maxFileBytes {
-		return nil, 0, &yamlError{Err: fmt.Errorf("larger than %d bytes (1 MiB), the most quotad reads of one file", maxFileBytes)}
+func Parse(raw []byte) (*yaml.Node, int, error) {
+	if len(raw) > MaxBytes {
+		return nil, 0, &Error{Err: fmt.Errorf("larger than %d bytes (1 MiB), the most quotad reads of one file", MaxBytes)}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	var doc yaml.Node
@@ -96,7 +102,7 @@ func parseYAML(raw []byte) (*yaml.Node, int, error) {
 	case err != nil:
 		return nil, 0, syntaxError(raw, err)
 	default:
-		return nil, 0, &yamlError{Line: more.Line, Err: errSecondDocument}
+		return nil, 0, &Error{Line: more.Line, Err: ErrSecondDocument}
 	}
 	if len(doc.Content) == 0 {
 		return nil, 0, nil
@@ -123,15 +129,15 @@ type expansion struct {
 }
 
 // count returns the expanded size of n, which is at depth (1 at the
-// root), or a *yamlError at the node where the expansion passes a bound,
+// root), or a *Error at the node where the expansion passes a bound,
 // whose Field is the path to it. An error returns as soon as a bound is
-// passed, so the count never goes past maxYAMLNodes nor its recursion
-// past maxYAMLDepth.
+// passed, so the count never goes past MaxNodes nor its recursion
+// past MaxDepth.
 func (c *expansion) count(n *yaml.Node, depth int) (expanded, error) {
 	if n.Kind == yaml.AliasNode {
 		target := n.Alias
 		if c.open[target] {
-			return expanded{}, &yamlError{Line: n.Line, Err: fmt.Errorf("alias *%s is inside the node it names (line %d), which would make it endless", n.Value, target.Line)}
+			return expanded{}, &Error{Line: n.Line, Err: fmt.Errorf("alias *%s is inside the node it names (line %d), which would make it endless", n.Value, target.Line)}
 		}
 		s, ok := c.sizes[target]
 		if !ok {
@@ -140,13 +146,13 @@ func (c *expansion) count(n *yaml.Node, depth int) (expanded, error) {
 				return expanded{}, err
 			}
 		}
-		if depth+s.height-1 > maxYAMLDepth {
-			return expanded{}, &yamlError{Line: n.Line, Err: errTooDeep}
+		if depth+s.height-1 > MaxDepth {
+			return expanded{}, &Error{Line: n.Line, Err: errTooDeep}
 		}
 		return s, nil
 	}
-	if depth > maxYAMLDepth {
-		return expanded{}, &yamlError{Line: n.Line, Err: errTooDeep}
+	if depth > MaxDepth {
+		return expanded{}, &Error{Line: n.Line, Err: errTooDeep}
 	}
 	if n.Anchor != "" {
 		if s, ok := c.sizes[n]; ok {
@@ -161,12 +167,12 @@ func (c *expansion) count(n *yaml.Node, depth int) (expanded, error) {
 		if err == nil {
 			s.nodes += cs.nodes
 			s.height = max(s.height, cs.height+1)
-			if s.nodes > maxYAMLNodes {
-				err = &yamlError{Line: child.Line, Err: errTooManyNodes}
+			if s.nodes > MaxNodes {
+				err = &Error{Line: child.Line, Err: errTooManyNodes}
 			}
 		}
 		if err != nil {
-			var ye *yamlError
+			var ye *Error
 			if errors.As(err, &ye) {
 				ye.Field = joinYAMLField(childField(n, i), ye.Field)
 			}
@@ -180,8 +186,8 @@ func (c *expansion) count(n *yaml.Node, depth int) (expanded, error) {
 }
 
 var (
-	errTooManyNodes = fmt.Errorf("more than %d YAML nodes (keys, values, lists and mappings, with aliases expanded), the most one file may hold", maxYAMLNodes)
-	errTooDeep      = fmt.Errorf("nested deeper than %d levels (with aliases expanded), the most one file may nest", maxYAMLDepth)
+	errTooManyNodes = fmt.Errorf("more than %d YAML nodes (keys, values, lists and mappings, with aliases expanded), the most one file may hold", MaxNodes)
+	errTooDeep      = fmt.Errorf("nested deeper than %d levels (with aliases expanded), the most one file may nest", MaxDepth)
 )
 
 // childField names the i-th of n's Content as the walkers do: a mapping's
@@ -214,10 +220,10 @@ func joinYAMLField(parent, field string) string {
 // yamlLinePrefix is how yaml.v3 starts an error that knows its line.
 var yamlLinePrefix = regexp.MustCompile(`^yaml: (line (\d+): )?`)
 
-// syntaxError turns yaml.v3's syntax error in raw into a *yamlError at the
+// syntaxError turns yaml.v3's syntax error in raw into a *Error at the
 // line the mistake is on (syntaxErrorLine), or, in a text longer than
 // maxSyntaxSearchBytes, at the line yaml.v3 reports.
-func syntaxError(raw []byte, err error) *yamlError {
+func syntaxError(raw []byte, err error) *Error {
 	msg := yamlLinePrefix.ReplaceAllString(err.Error(), "")
 	line := 0
 	if len(raw) <= maxSyntaxSearchBytes {
@@ -228,7 +234,7 @@ func syntaxError(raw []byte, err error) *yamlError {
 			line, _ = strconv.Atoi(m[2])
 		}
 	}
-	return &yamlError{Line: line, Err: fmt.Errorf("YAML syntax: %s", msg)}
+	return &Error{Line: line, Err: fmt.Errorf("YAML syntax: %s", msg)}
 }
 
 // syntaxErrorLine finds the line of a YAML syntax error whose message,
@@ -283,8 +289,8 @@ func parseAllYAML(b []byte) error {
 	}
 }
 
-// resolve follows a YAML alias to the node it names.
-func resolve(n *yaml.Node) *yaml.Node {
+// Resolve follows a YAML alias to the node it names.
+func Resolve(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}

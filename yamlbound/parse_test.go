@@ -1,4 +1,4 @@
-package main
+package yamlbound
 
 import (
 	"errors"
@@ -18,35 +18,35 @@ func listBomb(n int) string {
 	return b.String()
 }
 
-// parseYAML counts nodes with aliases expanded, and refuses, naming the
+// Parse counts nodes with aliases expanded, and refuses, naming the
 // line and the field where the bound is passed, what passes
-// maxYAMLNodes or maxYAMLDepth, an alias inside what it names, and a text
-// over maxFileBytes.
+// MaxNodes or MaxDepth, an alias inside what it names, and a text
+// over MaxBytes.
 func TestParseYAMLBounds(t *testing.T) {
 	// A mapping (1) of 2 keys and 2 lists of 3 nodes, the second an alias.
-	if _, n, err := parseYAML([]byte("a: &a [x, y]\nb: *a\n")); err != nil || n != 9 {
+	if _, n, err := Parse([]byte("a: &a [x, y]\nb: *a\n")); err != nil || n != 9 {
 		t.Errorf("nodes %d, %v; want 9", n, err)
 	}
 	flow := func(items int) []byte {
 		return []byte("[" + strings.TrimSuffix(strings.Repeat("x,", items), ",") + "]")
 	}
-	if _, n, err := parseYAML(flow(maxYAMLNodes - 1)); err != nil || n != maxYAMLNodes {
-		t.Errorf("a list of %d: nodes %d, %v; want %d and no error", maxYAMLNodes-1, n, err, maxYAMLNodes)
+	if _, n, err := Parse(flow(MaxNodes - 1)); err != nil || n != MaxNodes {
+		t.Errorf("a list of %d: nodes %d, %v; want %d and no error", MaxNodes-1, n, err, MaxNodes)
 	}
 	nested := func(levels int) []byte {
 		return []byte(strings.Repeat("[", levels-1) + "x" + strings.Repeat("]", levels-1))
 	}
-	if _, _, err := parseYAML(nested(maxYAMLDepth)); err != nil {
-		t.Errorf("%d levels: %v", maxYAMLDepth, err)
+	if _, _, err := Parse(nested(MaxDepth)); err != nil {
+		t.Errorf("%d levels: %v", MaxDepth, err)
 	}
 	deepAlias := "a: &a " + strings.Repeat("[", 40) + "x" + strings.Repeat("]", 40) + "\nb: " + strings.Repeat("[", 30) + "*a" + strings.Repeat("]", 30) + "\n"
 	for _, tc := range []struct {
 		name, text string
 		want       string
 	}{
-		{"a list of 100000", string(flow(maxYAMLNodes)), "line 1: [99999]: more than 100000 YAML nodes (keys, values, lists and mappings, with aliases expanded), the most one file may hold"},
+		{"a list of 100000", string(flow(MaxNodes)), "line 1: [99999]: more than 100000 YAML nodes (keys, values, lists and mappings, with aliases expanded), the most one file may hold"},
 		{"lists naming lists", listBomb(40), "line 15: l14: more than 100000 YAML nodes"},
-		{"nested lists", string(nested(maxYAMLDepth + 1)), "line 1: " + strings.Repeat("[0]", maxYAMLDepth) + ": nested deeper than 64 levels (with aliases expanded), the most one file may nest"},
+		{"nested lists", string(nested(MaxDepth + 1)), "line 1: " + strings.Repeat("[0]", MaxDepth) + ": nested deeper than 64 levels (with aliases expanded), the most one file may nest"},
 		{"an alias nested deeper", deepAlias, "line 2: b" + strings.Repeat("[0]", 30) + ": nested deeper than 64 levels"},
 		{"an alias inside what it names", "a: &a [x, *a]\n", "line 1: a[1]: alias *a is inside the node it names (line 1), which would make it endless"},
 		{"merge keys naming merges", "a: &a {x: 1, y: 2}\n" + func() string {
@@ -56,12 +56,12 @@ func TestParseYAMLBounds(t *testing.T) {
 			}
 			return b.String()
 		}(), "more than 100000 YAML nodes"},
-		{"over 1 MiB", "# " + strings.Repeat("x", maxFileBytes), "larger than 1048576 bytes (1 MiB), the most quotad reads of one file"},
+		{"over 1 MiB", "# " + strings.Repeat("x", MaxBytes), "larger than 1048576 bytes (1 MiB), the most quotad reads of one file"},
 		{"a second document", "a: 1\n---\nb: 2\n", "line 2: a second YAML document"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := parseYAML([]byte(tc.text))
-			var ye *yamlError
+			_, _, err := Parse([]byte(tc.text))
+			var ye *Error
 			if !errors.As(err, &ye) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%v, want %q", err, tc.want)
 			}
@@ -84,11 +84,10 @@ func TestSyntaxErrorLineInALargeFile(t *testing.T) {
 	for _, tc := range []struct {
 		text, want string
 	}{
-		{policies(800) + " bad: x\n", "config q.yaml: line 3202: YAML syntax: did not find expected key"},
-		{policies(10_000) + " bad: x\n", "config q.yaml: line 40001: YAML syntax: did not find expected key"},
+		{policies(800) + " bad: x\n", "line 3202: YAML syntax: did not find expected key"},
+		{policies(10_000) + " bad: x\n", "line 40001: YAML syntax: did not find expected key"},
 	} {
-		c := defaultConfig()
-		err := parseFile(&c, "q.yaml", []byte(tc.text))
+		_, _, err := Parse([]byte(tc.text))
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%d bytes: %v, want %q", len(tc.text), err, tc.want)
 		}
