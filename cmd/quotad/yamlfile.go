@@ -39,7 +39,7 @@ type fileError struct {
 // Error reads "config q.yaml: line 4: policies[0].limit: want a whole
 // number, got 100.5".
 func (e *fileError) Error() string {
-	return "config " + e.Path + ": " + (&yamlError{Line: e.Line, Field: e.Field, Err: e.Err}).Error()
+	return "config " + e.Path + ": " + (&yamlbound.Error{Line: e.Line, Field: e.Field, Err: e.Err}).Error()
 }
 
 func (e *fileError) Unwrap() error { return e.Err }
