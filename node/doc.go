@@ -13,7 +13,7 @@
 //     front of a remote store (breaker.go); the stores are packages
 //     node/store/redis and node/store/memory;
 //   - in front of a remote store, the local layer (local.go, leasing.go):
-//     leases (lease.go, lease_table.go), remembered denials (denials.go),
+//     leases (lease.go, in a leases.Table), remembered denials (denials.go),
 //     coalesced store calls (refill.go), and the watch that drops them when
 //     the store loses its state (store_state.go);
 //   - the Cluster interface through which it sizes leases and gossips

@@ -12,7 +12,7 @@ import (
 )
 
 // This file is the layer of local pre-aggregation a node keeps in front of
-// a remote store: the leases (lease.go, lease_table.go), the remembered
+// a remote store: the leases (lease.go, in a leases.Table), the remembered
 // denials (denials.go), the coalesced store calls (refill.go), and the
 // janitor that gives back what expired.
 
