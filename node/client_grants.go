@@ -52,14 +52,7 @@ type keyGrants struct {
 func (c *clientLeases) reserve(k leaseKey, want, share, nodeHeld, now int64) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.byKey == nil {
-		c.byID, c.byKey = map[string]*clientGrant{}, map[leaseKey]*keyGrants{}
-	}
-	kg := c.byKey[k]
-	if kg == nil {
-		kg = &keyGrants{grants: map[string]*clientGrant{}}
-		c.byKey[k] = kg
-	}
+	kg := c.keyLocked(k)
 	held, holders := kg.reserved, kg.reserving+1
 	for _, cg := range kg.grants {
 		if now >= cg.expiresAt {
@@ -101,11 +94,8 @@ func (c *clientLeases) settle(k leaseKey, reserved int64, cg *clientGrant) {
 	c.cleanLocked(k, kg)
 }
 
-// add records the grant cg of k, for which nothing was reserved (a lease
-// taken ahead of need whose only unit is its own check's cost).
-func (c *clientLeases) add(k leaseKey, cg *clientGrant) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// keyLocked returns k's entry, adding an empty one. c.mu held.
+func (c *clientLeases) keyLocked(k leaseKey) *keyGrants {
 	if c.byKey == nil {
 		c.byID, c.byKey = map[string]*clientGrant{}, map[leaseKey]*keyGrants{}
 	}
@@ -114,6 +104,15 @@ func (c *clientLeases) add(k leaseKey, cg *clientGrant) {
 		kg = &keyGrants{grants: map[string]*clientGrant{}}
 		c.byKey[k] = kg
 	}
+	return kg
+}
+
+// add records the grant cg of k, for which nothing was reserved (a lease
+// taken ahead of need whose only unit is its own check's cost).
+func (c *clientLeases) add(k leaseKey, cg *clientGrant) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kg := c.keyLocked(k)
 	kg.grants[cg.id] = cg
 	c.byID[cg.id] = cg
 }
