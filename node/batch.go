@@ -90,10 +90,17 @@ const batchCallTimeout = 10 * time.Second
 // batch then stops taking, gives back what it took, and spends nothing.
 // It may block on the store until ctx is done.
 func (n *Node) CheckAll(ctx context.Context, items []Item) ([]Result, error) {
+	return n.CheckAllWith(ctx, items, CheckOptions{})
+}
+
+// CheckAllWith is CheckAll made as o says: CheckAll is CheckAllWith with
+// the zero CheckOptions.
+func (n *Node) CheckAllWith(ctx context.Context, items []Item, o CheckOptions) ([]Result, error) {
 	b, err := n.newBatch(items)
 	if err != nil {
 		return nil, err
 	}
+	b.opts = o
 	// The batch runs to its end on its own goroutine, like a lease refill:
 	// only a batch that runs to completion knows what it took, and so can
 	// give it back.
@@ -134,6 +141,8 @@ func (n *Node) CheckAll(ctx context.Context, items []Item) ([]Result, error) {
 type batch struct {
 	n      *Node
 	groups []*batchGroup
+	// opts are the options of the CheckAllWith the batch decides.
+	opts CheckOptions
 	// denied is set once an item did not fit (or the caller left).
 	denied bool
 	// shed is the first group's shed, once decide has returned: the batch
@@ -341,7 +350,7 @@ func (b *batch) ask(ctx context.Context, g *batchGroup) {
 	defer cancel()
 	start := n.clock()
 	g.late = n.newLateTake(leaseKey{g.p.Name, g.key}, g.base, g.p.Limit)
-	d, taken, err := n.store.Acquire(g.late.ctx(ctx), g.base, g.p.Limit, g.cost, g.cost, 0)
+	d, taken, err := n.store.Acquire(g.late.ctx(ctx), AcquireRequest{Base: g.base, Limit: g.p.Limit, Cost: g.cost, Want: g.cost, Bulk: b.opts.Bulk})
 	if err != nil {
 		// Nothing is known of the item, not even whether it spent; its
 		// failure mode decides whether it fits, unless the node did not

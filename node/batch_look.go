@@ -21,7 +21,7 @@ func (b *batch) look(ctx context.Context, g *batchGroup) {
 	defer cancel()
 	d, err := n.looks.do(ctx, lookKey{g.base, g.p.Limit}, func() (algorithms.Decision, error) {
 		start := n.clock()
-		d, _, err := n.store.Acquire(ctx, g.base, g.p.Limit, 0, 0, 0)
+		d, _, err := n.store.Acquire(ctx, AcquireRequest{Base: g.base, Limit: g.p.Limit, Bulk: b.opts.Bulk})
 		if err == nil && !d.Allowed {
 			b.rememberDenial(g, 0, d, start)
 		}

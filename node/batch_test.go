@@ -177,11 +177,11 @@ type failingStore struct {
 	family string
 }
 
-func (s failingStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
-	if strings.HasPrefix(base, s.family) {
+func (s failingStore) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
+	if strings.HasPrefix(r.Base, s.family) {
 		return algorithms.Decision{}, algorithms.Grant{}, errFlaky
 	}
-	return s.Store.Acquire(ctx, base, l, cost, want, hold)
+	return s.Store.Acquire(ctx, r)
 }
 
 // A store failure on one item takes that item's failure mode: open lets
@@ -221,12 +221,12 @@ type gatedStore struct {
 	waiting atomic.Int64
 }
 
-func (s *gatedStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
-	if strings.HasPrefix(base, s.family) && cost > 0 {
+func (s *gatedStore) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
+	if strings.HasPrefix(r.Base, s.family) && r.Cost > 0 {
 		s.waiting.Add(1)
 		<-s.open
 	}
-	return s.Store.Acquire(ctx, base, l, cost, want, hold)
+	return s.Store.Acquire(ctx, r)
 }
 
 // A caller that gives up mid-batch gets its context's error, and the batch

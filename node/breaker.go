@@ -183,12 +183,12 @@ type breakerStore struct {
 	b *breaker
 }
 
-func (s breakerStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+func (s breakerStore) Acquire(ctx context.Context, r AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
 	if err := s.b.allow(); err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, err
 	}
 	s.b.calls.Add(1)
-	d, g, err := s.Store.Acquire(ctx, base, l, cost, want, hold)
+	d, g, err := s.Store.Acquire(ctx, r)
 	s.b.record(ctx, err)
 	return d, g, err
 }

@@ -36,15 +36,15 @@ var errOverloaded = fmt.Errorf("%w: flaky store's call waited too long in the no
 
 var errFlaky = errors.New("flaky store is down")
 
-func (s *flakyStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+func (s *flakyStore) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
 	s.acquires.Add(1)
 	if s.down.Load() {
 		return algorithms.Decision{}, algorithms.Grant{}, errFlaky
 	}
-	if s.overloaded.Load() || s.overloadKey != "" && strings.HasPrefix(base, s.overloadKey) {
+	if s.overloaded.Load() || s.overloadKey != "" && strings.HasPrefix(r.Base, s.overloadKey) {
 		return algorithms.Decision{}, algorithms.Grant{}, errOverloaded
 	}
-	return s.remoteMemory.Acquire(ctx, base, l, cost, want, hold)
+	return s.remoteMemory.Acquire(ctx, r)
 }
 
 func (s *flakyStore) Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {

@@ -1,14 +1,21 @@
 package node
 
-import "context"
+// This file is how a check is made beside what it decides (CheckOptions),
+// and the bounds on a batch's concurrent checks.
 
-// A bulk call is a store call made for one item of a batch (CheckBatch):
-// its caller waits for the whole batch, while a single check's caller
-// waits for that one call. A store may keep the two apart so that a big
-// batch never holds back single checks. The Redis store does: bulk calls
-// go through a pipeline of their own (node/store/redis), so that a single
-// check never waits for a round trip full of a batch's items to come
-// back, nor goes in one.
+// CheckOptions say how a check (CheckWith) or a batch (CheckAllWith) is
+// made, beside what it decides. The zero value is a single check's.
+type CheckOptions struct {
+	// Bulk marks the checks as items of a batch (a CheckBatch): their
+	// caller waits for the whole batch, while a single check's caller
+	// waits for that one check. Their store calls carry it
+	// (AcquireRequest.Bulk), so that a store may keep them apart from
+	// single checks'. The Redis store does: bulk calls go through a
+	// pipeline of their own (node/store/redis), so that a single check
+	// never waits for a round trip full of a batch's items to come back,
+	// nor goes in one.
+	Bulk bool
+}
 
 // BatchParallel bounds the checks of one batch decided at once: the items
 // of a plain CheckBatch (rpc) and the groups of a CheckAll asked together.
@@ -26,17 +33,3 @@ const BatchParallel = 64
 // between, lets it run in between; the workers' store calls still queue up
 // together for the round trips in flight.
 const BatchSpawnChunk = 8
-
-// bulkKey is the context key of WithBulk.
-type bulkKey struct{}
-
-// WithBulk returns ctx marked as bulk: the store calls made under it are
-// for a batch's items.
-func WithBulk(ctx context.Context) context.Context {
-	return context.WithValue(ctx, bulkKey{}, true)
-}
-
-// IsBulk reports whether ctx was marked by WithBulk.
-func IsBulk(ctx context.Context) bool {
-	return ctx.Value(bulkKey{}) != nil
-}

@@ -15,9 +15,9 @@ import (
 // and have no place in logs), the outcome, who decided, and how long it
 // took. A failed check (bad input, the caller's context ending) logs its
 // error instead of an outcome.
-func (n *Node) checkLogged(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+func (n *Node) checkLogged(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error) {
 	start := time.Now()
-	res, err := n.checkMeasured(ctx, p, key, cost)
+	res, err := n.checkMeasured(ctx, p, key, cost, o)
 	took := time.Since(start)
 	if err != nil {
 		n.log.LogAttrs(ctx, slog.LevelDebug, "check failed",

@@ -19,11 +19,11 @@ type baseRecorder struct {
 	base string
 }
 
-func (s *baseRecorder) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+func (s *baseRecorder) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
 	s.mu.Lock()
-	s.base = base
+	s.base = r.Base
 	s.mu.Unlock()
-	return s.Store.Acquire(ctx, base, l, cost, want, hold)
+	return s.Store.Acquire(ctx, r)
 }
 
 func (s *baseRecorder) lastBase() string {
@@ -72,7 +72,7 @@ func TestCachedDenialGivesALargerCostItsOwnRetryAfter(t *testing.T) {
 			if err != nil || five.Allowed {
 				t.Fatalf("cost 5: %+v, %v; want a denial", five, err)
 			}
-			truth, _, err := authority.Acquire(ctx, rec.lastBase(), lim, 5, 5, 0)
+			truth, _, err := authority.Acquire(ctx, node.AcquireRequest{Base: rec.lastBase(), Limit: lim, Cost: 5, Want: 5})
 			t2 := time.Now()
 			if err != nil || truth.Allowed {
 				t.Fatalf("the authority on cost 5: %+v, %v; want a denial", truth, err)

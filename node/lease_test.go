@@ -323,9 +323,9 @@ type slowStore struct {
 	delay time.Duration
 }
 
-func (s slowStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+func (s slowStore) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
 	time.Sleep(s.delay)
-	return s.Store.Acquire(ctx, base, l, cost, want, hold)
+	return s.Store.Acquire(ctx, r)
 }
 
 // Callers that give up while a lease is being taken do not lose its units:
@@ -373,7 +373,7 @@ func TestAbandonedChecksLoseNoLeasedUnits(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d, _, _ := mem.Acquire(context.Background(), "{quotad:impatient:k}", lim, 0, 0, 0)
+	d, _, _ := mem.Acquire(context.Background(), node.AcquireRequest{Base: "{quotad:impatient:k}", Limit: lim})
 	used := lim.Limit - d.Remaining
 	t.Logf("%d admitted, %d abandoned, authority counts %d used", admitted.Load(), abandoned.Load(), used)
 	if used < admitted.Load() || used > admitted.Load()+abandoned.Load() {

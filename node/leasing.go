@@ -133,7 +133,7 @@ func (n *leasing) close() { n.denials.cache.Close() }
 
 // check implements local: the key's lease, then its remembered denials,
 // then the store (refill.go).
-func (n *leasing) check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+func (n *leasing) check(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error) {
 	k := leaseKey{p.Name, key}
 	now := n.clock()
 	l := n.leases.Get(k)
@@ -154,7 +154,7 @@ func (n *leasing) check(ctx context.Context, p Policy, key string, cost int64) (
 		l = n.lease(k, now)
 		l.demand.Asked.Add(max(cost, 1))
 	}
-	return n.refill(ctx, k, l, p, cost)
+	return n.refill(ctx, k, l, p, cost, o)
 }
 
 // answerLocally answers a check of cost of k under lim without the store:

@@ -21,7 +21,7 @@ import (
 type local interface {
 	// check decides a valid check of a rate limit (not a concurrency
 	// limit), as Check documents.
-	check(ctx context.Context, p Policy, key string, cost int64) (Result, error)
+	check(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error)
 	// denied returns a remembered denial of cost units of k under lim
 	// that holds at now (node clock).
 	denied(k leaseKey, lim algorithms.Limit, cost, now int64) (algorithms.Decision, bool)
@@ -76,9 +76,9 @@ type localFigures struct {
 type direct struct{ n *Node }
 
 // check implements local: one store call.
-func (s direct) check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+func (s direct) check(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error) {
 	n := s.n
-	d, _, err := n.store.Acquire(ctx, n.keyBase(p, key), p.Limit, cost, cost, 0)
+	d, _, err := n.store.Acquire(ctx, AcquireRequest{Base: n.keyBase(p, key), Limit: p.Limit, Cost: cost, Want: cost, Bulk: o.Bulk})
 	if err == nil {
 		return Result{Decision: d, Source: SourceStore}, nil
 	}

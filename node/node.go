@@ -208,20 +208,26 @@ func (n *Node) Store() string { return n.store.Describe() }
 // At debug level it logs a line per decision (decision_log.go); the check
 // pays for one level test when the level is off.
 func (n *Node) Check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+	return n.CheckWith(ctx, p, key, cost, CheckOptions{})
+}
+
+// CheckWith is Check made as o says: Check is CheckWith with the zero
+// CheckOptions, a single check.
+func (n *Node) CheckWith(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error) {
 	if n.log.Enabled(ctx, slog.LevelDebug) {
-		return n.checkLogged(ctx, p, key, cost)
+		return n.checkLogged(ctx, p, key, cost, o)
 	}
-	return n.checkMeasured(ctx, p, key, cost)
+	return n.checkMeasured(ctx, p, key, cost, o)
 }
 
 // checkMeasured is Check without the debug log.
-func (n *Node) checkMeasured(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+func (n *Node) checkMeasured(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error) {
 	var res Result
 	var err error
 	if n.tel.observed() {
-		res, err = n.checkObserved(ctx, p, key, cost)
+		res, err = n.checkObserved(ctx, p, key, cost, o)
 	} else {
-		res, err = n.check(ctx, p, key, cost)
+		res, err = n.check(ctx, p, key, cost, o)
 	}
 	if err == nil {
 		n.count(p.Name, key, res)
@@ -230,7 +236,7 @@ func (n *Node) checkMeasured(ctx context.Context, p Policy, key string, cost int
 }
 
 // check is Check without telemetry.
-func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+func (n *Node) check(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error) {
 	p, err := p.validated()
 	if err != nil {
 		return Result{}, err
@@ -245,7 +251,7 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64) (Res
 		// Never leased nor answered from the denied cache (slots.go).
 		return n.checkSlot(ctx, p, key, cost)
 	}
-	return n.local.check(ctx, p, key, cost)
+	return n.local.check(ctx, p, key, cost, o)
 }
 
 // storeFailed logs a failed store call and returns the policy's

@@ -164,7 +164,7 @@ func TestMemoryStoreForgetsRestoredKeys(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	tb := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Period: time.Second}
-	d, _, _ := s.Acquire(ctx, "{a}", tb, 10, 10, 0)
+	d, _, _ := s.Acquire(ctx, node.AcquireRequest{Base: "{a}", Limit: tb, Cost: 10, Want: 10})
 	if !d.Allowed || s.Len() != 1 {
 		t.Fatalf("%+v, len %d", d, s.Len())
 	}
@@ -178,7 +178,7 @@ func TestMemoryStoreForgetsRestoredKeys(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if d, _, _ := s.Acquire(ctx, "{a}", tb, 0, 0, 0); d.Remaining != 10 {
+	if d, _, _ := s.Acquire(ctx, node.AcquireRequest{Base: "{a}", Limit: tb}); d.Remaining != 10 {
 		t.Fatalf("after restore: %+v", d)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/redistest"
+	"github.com/quotad/quotad/node"
 	redisstore "github.com/quotad/quotad/node/store/redis"
 )
 
@@ -65,7 +66,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 			fresh0 := s.FreshWrites()
 			trips0 := s.RoundTrips()
 			measureRedisCPU(b, r, func(i int64) error {
-				_, _, err := s.Acquire(ctx, keyOf("c", i), l, 1, 1, 0)
+				_, _, err := s.Acquire(ctx, node.AcquireRequest{Base: keyOf("c", i), Limit: l, Cost: 1, Want: 1})
 				return err
 			})
 			calls1 := s.ScriptCalls()

@@ -76,7 +76,7 @@ type storeCall struct {
 // a ctx whose deadline comes before the store's call timeout: such a call
 // also runs to its end on its own goroutine, so that its failure still
 // counts for the breaker (see allowsCall).
-func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
+func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64, o CheckOptions) (Result, error) {
 	// budget starts with the first wait and bounds the later ones; a nil
 	// channel never fires, so the first wait is for the call's outcome.
 	var budget *time.Timer
@@ -89,7 +89,7 @@ func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, co
 	l.mu.Lock()
 	for l.refilling != nil {
 		if p.Lease == LeaseOff && l.beside < maxBeside && l.quick.Load() {
-			return n.call(ctx, k, l, p, cost)
+			return n.call(ctx, k, l, p, cost, o)
 		}
 		f := l.refilling
 		l.mu.Unlock()
@@ -103,7 +103,7 @@ func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, co
 		case <-later:
 			// Waited long enough for others: call beside them.
 			l.mu.Lock()
-			return n.call(ctx, k, l, p, cost)
+			return n.call(ctx, k, l, p, cost, o)
 		case <-ctx.Done():
 			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
 		}
@@ -115,14 +115,14 @@ func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, co
 		}
 		l.mu.Lock()
 	}
-	return n.call(ctx, k, l, p, cost)
+	return n.call(ctx, k, l, p, cost, o)
 }
 
 // call makes the store call for a check refill could not answer, with l.mu
 // held (it unlocks it). With no call in flight for the key it is the key's
 // refill and may take a lease; beside one in flight it is a plain check of
 // cost, so the key never holds two grants.
-func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64) (Result, error) {
+func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost int64, o CheckOptions) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		// A caller that has gone spends nothing. (Below, its call would race
 		// ctx.Done in the select and could win it.)
@@ -133,7 +133,7 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 	if l.dead {
 		// Reset removed this lease while we held it: use the key's new one.
 		l.mu.Unlock()
-		return n.refill(ctx, k, n.lease(k, start), p, cost)
+		return n.refill(ctx, k, n.lease(k, start), p, cost, o)
 	}
 	f := &storeCall{done: make(chan struct{})}
 	want, hold := cost, time.Duration(0)
@@ -149,13 +149,13 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 		// A plain call: no goroutine to start (and grow a stack) and no
 		// hand-off back to this one, which the store path of a cold or
 		// lease-off check would otherwise pay every time.
-		n.callStore(ctx, k, l, f, p, cost, want, hold, start)
+		n.callStore(ctx, k, l, f, p, cost, want, hold, start, o)
 		if f.abandoned {
 			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
 		}
 		return f.res, f.err
 	}
-	go n.callStore(context.WithoutCancel(ctx), k, l, f, p, cost, want, hold, start)
+	go n.callStore(context.WithoutCancel(ctx), k, l, f, p, cost, want, hold, start, o)
 	select {
 	case <-f.done:
 		return f.res, f.err
@@ -182,7 +182,7 @@ func (n *leasing) allowsCall(ctx context.Context) bool {
 // whoever still waits: the store bounds each call (the Redis store by its
 // Config.Timeout). A plain call on its caller's goroutine runs under its
 // caller's ctx, and is abandoned if that ends first.
-func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeCall, p Policy, cost, want int64, hold time.Duration, start int64) {
+func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeCall, p Policy, cost, want int64, hold time.Duration, start int64, o CheckOptions) {
 	defer func() {
 		if !f.abandoned {
 			l.quick.Store(f.failed == nil && n.clock()-start < int64(n.coalesceFor/quickCall))
@@ -213,7 +213,7 @@ func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeC
 	}
 	base := n.keyBase(p, k.key)
 	late := n.newLateTake(k, base, p.Limit)
-	d, taken, err := n.store.Acquire(late.ctx(ctx), base, p.Limit, cost, want, hold)
+	d, taken, err := n.store.Acquire(late.ctx(ctx), AcquireRequest{Base: base, Limit: p.Limit, Cost: cost, Want: want, Hold: hold, Bulk: o.Bulk})
 	if err != nil && ctx.Err() != nil {
 		// The caller left (a plain call): not a store failure, and the
 		// check spent nothing.

@@ -17,18 +17,15 @@ type Store interface {
 	// SlotStore holds concurrency limits' slots (slots.go); Acquire and
 	// Release are never called with a concurrency limit.
 	SlotStore
-	// Acquire decides whether cost units of l fit for the limit stored
-	// under base (a key base: a Redis hash tag, the family, maybe followed
-	// by an inline limit's variant; see keys.go) and,
-	// if so, spends between cost and want units, reporting the extra as a
-	// grant to be spent within hold (docs/algorithms.md, "Leases"). A plain
-	// check passes want = cost and hold = 0. l, cost and want (cost ≤ want
-	// ≤ capacity) must be valid. It may block on the network until ctx is
-	// done; an error means nothing is known about the decision, except
-	// ErrStoreFull, which means nothing was spent. An error wrapping
+	// Acquire decides whether r.Cost units of r.Limit fit for the limit
+	// stored under r.Base and, if so, spends between r.Cost and r.Want
+	// units, reporting the extra as a grant to be spent within r.Hold
+	// (AcquireRequest). r must be valid. It may block on the network until
+	// ctx is done; an error means nothing is known about the decision,
+	// except ErrStoreFull, which means nothing was spent. An error wrapping
 	// ErrOverloaded says that the call did not fail for the store's sake:
 	// the node did not get to it in time.
-	Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error)
+	Acquire(ctx context.Context, r AcquireRequest) (algorithms.Decision, algorithms.Grant, error)
 	// Release gives back up to units unused units of grant g and reports
 	// how many made a difference. Each grant's units may be given back at
 	// most once (the sliding log can tell; the other algorithms cannot).
@@ -57,6 +54,31 @@ type Store interface {
 	Describe() string
 	// Close releases the store's resources. It is called once.
 	Close() error
+}
+
+// AcquireRequest is one Store.Acquire call: what it decides, and how the
+// call is made.
+type AcquireRequest struct {
+	// Base is the key base the limit is stored under: a Redis hash tag,
+	// the family, maybe followed by an inline limit's variant (keys.go).
+	Base string
+	// Limit is the limit decided; it must be valid, and not a concurrency
+	// limit (SlotStore).
+	Limit algorithms.Limit
+	// Cost is the units the check spends, Want the units spent if they
+	// fit (cost ≤ want ≤ capacity), the extra granted as a lease to be
+	// spent within Hold (docs/algorithms.md, "Leases"). A plain check has
+	// Want = Cost and Hold = 0.
+	Cost, Want int64
+	Hold       time.Duration
+	// Bulk marks a call made for one item of a batch (a CheckBatch): its
+	// caller waits for the whole batch, while a single check's caller
+	// waits for that one call. A store may keep the two apart so that a
+	// big batch never holds back single checks. The Redis store does: bulk
+	// calls go through a pipeline of their own, so that a single check
+	// never waits for a round trip full of a batch's items to come back,
+	// nor goes in one.
+	Bulk bool
 }
 
 // ErrStoreFull means a store holds as many keys as it may (the memory

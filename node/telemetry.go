@@ -231,7 +231,7 @@ func (t *telemetry) close() {
 // checkObserved is check inside a span, counted and timed. Nothing here
 // waits on an exporter: spans end into the provider's processor (a
 // batching one never blocks), and instruments aggregate in memory.
-func (n *Node) checkObserved(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+func (n *Node) checkObserved(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error) {
 	t := n.tel
 	start := time.Now()
 	var span trace.Span
@@ -241,7 +241,7 @@ func (n *Node) checkObserved(ctx context.Context, p Policy, key string, cost int
 		// samplers do not look at attributes.)
 		ctx, span = t.tracer.Start(ctx, checkSpanName)
 	}
-	res, err := n.check(ctx, p, key, cost)
+	res, err := n.check(ctx, p, key, cost, o)
 	if span != nil {
 		if span.IsRecording() {
 			span.SetAttributes(attrPolicy.String(p.Name), attrAlgorithm.String(p.Limit.Algorithm.String()), attrCost.Int64(cost))

@@ -43,18 +43,19 @@ func TestCheckBatchKeepsEachKeysOrder(t *testing.T) {
 	}
 }
 
-// bulkRecorder counts the store calls made with and without node.WithBulk.
+// bulkRecorder counts the store calls made with and without
+// node.AcquireRequest.Bulk.
 type bulkRecorder struct {
 	node.Store
 	mu   sync.Mutex
 	bulk map[bool]int
 }
 
-func (s *bulkRecorder) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+func (s *bulkRecorder) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
 	s.mu.Lock()
-	s.bulk[node.IsBulk(ctx)]++
+	s.bulk[r.Bulk]++
 	s.mu.Unlock()
-	return s.Store.Acquire(ctx, base, l, cost, want, hold)
+	return s.Store.Acquire(ctx, r)
 }
 
 func (s *bulkRecorder) counts() (single, bulk int) {
@@ -63,9 +64,9 @@ func (s *bulkRecorder) counts() (single, bulk int) {
 	return s.bulk[false], s.bulk[true]
 }
 
-// A CheckBatch's items reach the store as bulk calls (node.WithBulk), in
-// either mode, so that a store can keep them from holding back single
-// checks; a Check's call is not bulk.
+// A CheckBatch's items reach the store as bulk calls
+// (node.AcquireRequest.Bulk), in either mode, so that a store can keep
+// them from holding back single checks; a Check's call is not bulk.
 func TestCheckBatchItemsAreBulkStoreCalls(t *testing.T) {
 	store := &bulkRecorder{Store: memory.New(nil, 0), bulk: map[bool]int{}}
 	ts := startServer(t, store, Config{}, node.Policy{Name: "five", Limit: fiveAMinute})

@@ -37,17 +37,18 @@ var _ quotadv1connect.QuotaServiceHandler = (*service)(nil)
 
 // Check implements QuotaService.Check.
 func (s *service) Check(ctx context.Context, req *connect.Request[quotadv1.CheckRequest]) (*connect.Response[quotadv1.CheckResponse], error) {
-	res, err := s.check(ctx, s.node.PolicySet(), req.Msg)
+	res, err := s.check(ctx, s.node.PolicySet(), req.Msg, node.CheckOptions{})
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(res), nil
 }
 
-// check decides one request with the configured policies set. Errors are
+// check decides one request with the configured policies set, made as o
+// says. Errors are
 // returned unwrapped: node's and this package's already name the field, and
 // that text is what the client reads.
-func (s *service) check(ctx context.Context, set *node.PolicySet, req *quotadv1.CheckRequest) (*quotadv1.CheckResponse, error) {
+func (s *service) check(ctx context.Context, set *node.PolicySet, req *quotadv1.CheckRequest, o node.CheckOptions) (*quotadv1.CheckResponse, error) {
 	// node.Check validates the key too; validating it before resolving the
 	// policy makes a malformed request InvalidArgument even when its policy
 	// is also unknown.
@@ -58,7 +59,7 @@ func (s *service) check(ctx context.Context, set *node.PolicySet, req *quotadv1.
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.node.Check(ctx, p, req.GetKey(), costFromProto(req))
+	res, err := s.node.CheckWith(ctx, p, req.GetKey(), costFromProto(req), o)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +69,7 @@ func (s *service) check(ctx context.Context, set *node.PolicySet, req *quotadv1.
 // checkNow decides one request with the policies configured now: Check's
 // core, for the gRPC front end.
 func (s *service) checkNow(ctx context.Context, req *quotadv1.CheckRequest) (*quotadv1.CheckResponse, error) {
-	return s.check(ctx, s.node.PolicySet(), req)
+	return s.check(ctx, s.node.PolicySet(), req, node.CheckOptions{})
 }
 
 // CheckBatch implements QuotaService.CheckBatch.
@@ -93,22 +94,22 @@ func (s *service) checkBatch(ctx context.Context, procedure string, req *quotadv
 	ctx, span := s.tracer.Start(ctx, batchSpanName, trace.WithAttributes(attrBatchSize.Int(len(items))))
 	defer span.End()
 	// The caller waits for every item: a store may serve single checks
-	// before them (node.WithBulk).
-	ctx = node.WithBulk(ctx)
+	// before them (node.CheckOptions.Bulk).
+	bulk := node.CheckOptions{Bulk: true}
 	// One set for the whole batch: a reload in the middle of it does not
 	// decide some items by the old policies and others by the new.
 	set := s.node.PolicySet()
 	if req.GetAllOrNothing() {
-		return s.checkAll(ctx, set, items)
+		return s.checkAll(ctx, set, items, bulk)
 	}
-	return s.checkEach(ctx, procedure, set, items)
+	return s.checkEach(ctx, procedure, set, items, bulk)
 }
 
 // checkEach decides items independently, up to node.BatchParallel at once.
 // Items of one policy and key are decided one after another in request
 // order, as they would be alone, so that an earlier item is never denied
 // for a later one's cost.
-func (s *service) checkEach(ctx context.Context, procedure string, set *node.PolicySet, items []*quotadv1.CheckRequest) (*quotadv1.CheckBatchResponse, error) {
+func (s *service) checkEach(ctx context.Context, procedure string, set *node.PolicySet, items []*quotadv1.CheckRequest, o node.CheckOptions) (*quotadv1.CheckBatchResponse, error) {
 	results := make([]*quotadv1.CheckBatchResult, len(items))
 	groups := groupByKey(items)
 	run := func(group []int) {
@@ -118,7 +119,7 @@ func (s *service) checkEach(ctx context.Context, procedure string, set *node.Pol
 			if ctx.Err() != nil {
 				return
 			}
-			results[i] = s.checkItem(ctx, procedure, set, items[i])
+			results[i] = s.checkItem(ctx, procedure, set, items[i], o)
 		}
 	}
 	if workers := min(len(groups), node.BatchParallel); workers <= 1 {
@@ -153,8 +154,8 @@ func (s *service) checkEach(ctx context.Context, procedure string, set *node.Pol
 }
 
 // checkItem decides one item of a batch: its response or its error.
-func (s *service) checkItem(ctx context.Context, procedure string, set *node.PolicySet, item *quotadv1.CheckRequest) *quotadv1.CheckBatchResult {
-	res, err := s.check(ctx, set, item)
+func (s *service) checkItem(ctx context.Context, procedure string, set *node.PolicySet, item *quotadv1.CheckRequest, o node.CheckOptions) *quotadv1.CheckBatchResult {
+	res, err := s.check(ctx, set, item, o)
 	if err != nil {
 		ce := connectError(ctx, s.log, procedure, err)
 		return &quotadv1.CheckBatchResult{Result: &quotadv1.CheckBatchResult_Error{
@@ -187,7 +188,7 @@ func groupByKey(items []*quotadv1.CheckRequest) [][]int {
 // checkAll decides a batch all or nothing (node.CheckAll). An invalid item
 // fails the whole call, named as requests[i], with that item's code: with
 // nothing decided, there is no result to give the others.
-func (s *service) checkAll(ctx context.Context, set *node.PolicySet, reqs []*quotadv1.CheckRequest) (*quotadv1.CheckBatchResponse, error) {
+func (s *service) checkAll(ctx context.Context, set *node.PolicySet, reqs []*quotadv1.CheckRequest, o node.CheckOptions) (*quotadv1.CheckBatchResponse, error) {
 	items := make([]node.Item, len(reqs))
 	for i, req := range reqs {
 		// As in check: a malformed key is InvalidArgument even when the
@@ -201,7 +202,7 @@ func (s *service) checkAll(ctx context.Context, set *node.PolicySet, reqs []*quo
 		}
 		items[i] = node.Item{Policy: p, Key: req.GetKey(), Cost: costFromProto(req)}
 	}
-	res, err := s.node.CheckAll(ctx, items)
+	res, err := s.node.CheckAllWith(ctx, items, o)
 	if ie := (*node.ItemError)(nil); errors.As(err, &ie) {
 		return nil, fmt.Errorf("requests[%d]: %w", ie.Index, ie.Err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/quotad/quotad/internal/delayproxy"
 	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
+	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/node/store/redis"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
@@ -103,7 +104,7 @@ func TestDeniedBatchGivesBackALateTake(t *testing.T) {
 	defer store.Close()
 	lim := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Period: time.Hour}
 	remaining := func(key string) int64 {
-		d, _, err := store.Acquire(ctx, "{quotad:aon:"+key+"}", lim, 0, 0, 0)
+		d, _, err := store.Acquire(ctx, node.AcquireRequest{Base: "{quotad:aon:" + key + "}", Limit: lim})
 		if err != nil {
 			t.Fatal(err)
 		}

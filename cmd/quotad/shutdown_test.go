@@ -19,6 +19,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
+	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/node/store/redis"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
@@ -95,7 +96,7 @@ func sigtermUnderLoad(t *testing.T, protocol string) {
 	}
 	defer store.Close()
 	used := func() int64 {
-		d, _, err := store.Acquire(context.Background(), "{quotad:leased:k}", lim, 0, 0, 0)
+		d, _, err := store.Acquire(context.Background(), node.AcquireRequest{Base: "{quotad:leased:k}", Limit: lim})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -46,9 +46,9 @@ type CountingStore struct {
 }
 
 // Acquire implements node.Store.
-func (s *CountingStore) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+func (s *CountingStore) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
 	s.Acquires.Add(1)
-	d, g, err := s.Store.Acquire(ctx, base, l, cost, want, hold)
+	d, g, err := s.Store.Acquire(ctx, r)
 	if err == nil && !d.Allowed {
 		s.Denials.Add(1)
 	}

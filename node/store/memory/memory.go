@@ -155,7 +155,8 @@ func (s *Store) shard(base string) *stateShard {
 // Acquire implements node.Store. It never blocks on I/O. Its only error is
 // node.ErrStoreFull, for a check that would add a state to a full store; a check
 // that leaves nothing to remember (cost 0, a denial) never fails.
-func (s *Store) Acquire(_ context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+func (s *Store) Acquire(_ context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
+	base, l := r.Base, r.Limit
 	nowMs := s.now().UnixMilli()
 	k := stateKey{base, l.Algorithm}
 	sh := s.shard(base)
@@ -171,7 +172,7 @@ func (s *Store) Acquire(_ context.Context, base string, l algorithms.Limit, cost
 		// Concurrency: slots go through AcquireSlot.
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("memory check: %w %s has no State", algorithms.ErrUnknownAlgorithm, l.Algorithm)
 	}
-	d, g := e.state.Acquire(l, nowMs, cost, want, hold.Milliseconds())
+	d, g := e.state.Acquire(l, nowMs, r.Cost, r.Want, r.Hold.Milliseconds())
 	switch {
 	case d.ResetAfter > 0 && !held:
 		if !s.reserve() {

@@ -15,7 +15,7 @@ import (
 	"github.com/quotad/quotad/node"
 )
 
-// A batch's items (node.WithBulk) go through a pipeline of their own: a
+// A batch's items (node.AcquireRequest.Bulk) go through a pipeline of their own: a
 // single check never queues behind them, nor rides in their round trips.
 func TestBulkChecksGoThroughTheirOwnPipeline(t *testing.T) {
 	r := redistest.Start(t)
@@ -28,14 +28,14 @@ func TestBulkChecksGoThroughTheirOwnPipeline(t *testing.T) {
 	trips := func() (check, bulk int64) { return s.checkPipe.roundTrips.Load(), s.bulkPipe.roundTrips.Load() }
 
 	check0, bulk0 := trips()
-	if _, _, err := s.Acquire(node.WithBulk(context.Background()), "{item}", l, 1, 1, 0); err != nil {
+	if _, _, err := s.Acquire(context.Background(), node.AcquireRequest{Base: "{item}", Limit: l, Cost: 1, Want: 1, Bulk: true}); err != nil {
 		t.Fatal(err)
 	}
 	check1, bulk1 := trips()
 	if check1 != check0 || bulk1 != bulk0+1 {
 		t.Fatalf("a batch item's check made %d round trips on the check pipeline and %d on the bulk one, want 0 and 1", check1-check0, bulk1-bulk0)
 	}
-	if _, _, err := s.Acquire(context.Background(), "{single}", l, 1, 1, 0); err != nil {
+	if _, _, err := s.Acquire(context.Background(), node.AcquireRequest{Base: "{single}", Limit: l, Cost: 1, Want: 1}); err != nil {
 		t.Fatal(err)
 	}
 	check2, bulk2 := trips()
@@ -53,7 +53,8 @@ func TestBulkChecksGoThroughTheirOwnPipeline(t *testing.T) {
 // new 1 KiB keys as fast as Redis answers, the way the items of a
 // CheckBatch of cold keys do (node.BatchParallel). "shared": the flood's
 // calls are not marked bulk, so they share the single checks' pipeline, as
-// they did before the bulk pipeline; "bulk": they are (node.WithBulk), as
+// they did before the bulk pipeline; "bulk": they are
+// (node.AcquireRequest.Bulk), as
 // a CheckBatch's are. Each op is one single check, back to back:
 //
 //	go test -run '^$' -bench SingleCheckBesideBatchFlood -benchtime 2000x ./node/store/redis
@@ -69,16 +70,13 @@ func BenchmarkSingleCheckBesideBatchFlood(b *testing.B) {
 	for _, mode := range []string{"shared", "bulk"} {
 		b.Run(mode, func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
-			floodCtx := ctx
-			if mode == "bulk" {
-				floodCtx = node.WithBulk(ctx)
-			}
+			bulk := mode == "bulk"
 			var wg sync.WaitGroup
 			var flood atomic.Int64
 			for w := range 64 {
 				wg.Go(func() {
 					for i := 0; ctx.Err() == nil; i++ {
-						_, _, _ = s.Acquire(floodCtx, fmt.Sprintf("{%s-%d-%d-%s}", mode, w, i, pad), l, 1, 1, 0)
+						_, _, _ = s.Acquire(ctx, node.AcquireRequest{Base: fmt.Sprintf("{%s-%d-%d-%s}", mode, w, i, pad), Limit: l, Cost: 1, Want: 1, Bulk: bulk})
 						flood.Add(1)
 					}
 				})
@@ -87,7 +85,7 @@ func BenchmarkSingleCheckBesideBatchFlood(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				start := time.Now()
-				if _, _, err := s.Acquire(context.Background(), "{single}", l, 1, 1, 0); err != nil {
+				if _, _, err := s.Acquire(context.Background(), node.AcquireRequest{Base: "{single}", Limit: l, Cost: 1, Want: 1}); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, time.Since(start))

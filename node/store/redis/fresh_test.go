@@ -12,6 +12,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/delayproxy"
 	"github.com/quotad/quotad/internal/redistest"
+	"github.com/quotad/quotad/node"
 )
 
 // A check of a key with no state is one plain SET, not a script call; the
@@ -38,7 +39,7 @@ func TestColdKeysAreWrittenWithoutTheScript(t *testing.T) {
 	acquire := func(s *Store, l algorithms.Limit, wantFresh, wantScripts, wantRemaining int64) {
 		t.Helper()
 		fresh0, scripts0 := calls(s)
-		d, _, err := s.Acquire(ctx, "{cold}", l, 1, 1, 0)
+		d, _, err := s.Acquire(ctx, node.AcquireRequest{Base: "{cold}", Limit: l, Cost: 1, Want: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +92,7 @@ func TestFreshWritesOnlyWhereTwoRoundTripsFit(t *testing.T) {
 	acquire := func(s *Store, l algorithms.Limit, key string) (fresh, scripts int64) {
 		t.Helper()
 		fresh0, scripts0 := s.FreshWrites(), s.ScriptCalls()
-		d, _, err := s.Acquire(ctx, key, l, 1, 1, 0)
+		d, _, err := s.Acquire(ctx, node.AcquireRequest{Base: key, Limit: l, Cost: 1, Want: 1})
 		if err != nil || !d.Allowed {
 			t.Fatalf("%s %s: %+v, %v", l.Algorithm, key, d, err)
 		}

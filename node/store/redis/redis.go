@@ -41,7 +41,8 @@ type Store struct {
 	release   map[algorithms.Algorithm]*goredis.Script
 	slots     slotScripts
 	checkPipe *pipeline
-	// bulkPipe runs the checks made for a batch's items (node.IsBulk):
+	// bulkPipe runs the checks made for a batch's items
+	// (node.AcquireRequest.Bulk):
 	// a CheckBatch of many cold keys keeps its pipeline's round trips
 	// full, and a single check queued behind them would wait for one to
 	// come back and then ride in the next, behind the items in it.
@@ -144,16 +145,17 @@ func (s *Store) loadScripts(ctx context.Context) error {
 // two to fit in the timeout with room to spare (pipeline.roomForTwo): on a
 // Redis some way off every check goes straight to the script, which decides
 // a key with no state as well, in one round trip.
-func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+func (s *Store) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
+	l, cost, want := r.Limit, r.Cost, r.Want
 	sc := s.check[l.Algorithm]
 	if sc == nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
 	pipe := s.checkPipe
-	if node.IsBulk(ctx) {
+	if r.Bulk {
 		pipe = s.bulkPipe
 	}
-	keys := algorithms.Keys(l.Algorithm, base)
+	keys := algorithms.Keys(l.Algorithm, r.Base)
 	late := node.LateTake(ctx)
 	start := time.Now()
 	timeout := s.cfg.Timeout
@@ -193,7 +195,7 @@ func (s *Store) Acquire(ctx context.Context, base string, l algorithms.Limit, co
 			}
 		}
 	}
-	reply, err := pipe.run(ctx, timeout, sc, s.batch[l.Algorithm], keys, algorithms.AcquireArgs(l, cost, want, hold, 0), lateReply)
+	reply, err := pipe.run(ctx, timeout, sc, s.batch[l.Algorithm], keys, algorithms.AcquireArgs(l, cost, want, r.Hold, 0), lateReply)
 	if err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}

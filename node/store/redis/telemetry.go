@@ -84,21 +84,21 @@ type observed struct {
 }
 
 // Acquire is next's, inside a span and measured.
-func (o observed) Acquire(ctx context.Context, base string, l algorithms.Limit, cost, want int64, hold time.Duration) (algorithms.Decision, algorithms.Grant, error) {
+func (o observed) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
 	var span trace.Span
-	if want > cost {
-		ctx, span = o.db.start(ctx, l.Algorithm.String(), attrLeaseWant.Int64(want-cost))
+	if r.Want > r.Cost {
+		ctx, span = o.db.start(ctx, r.Limit.Algorithm.String(), attrLeaseWant.Int64(r.Want-r.Cost))
 	} else {
-		ctx, span = o.db.start(ctx, l.Algorithm.String())
+		ctx, span = o.db.start(ctx, r.Limit.Algorithm.String())
 	}
 	if span != nil {
 		ctx = context.WithValue(ctx, callSpanKey{}, span)
 	}
 	start := time.Now()
-	d, g, err := o.Store.Acquire(ctx, base, l, cost, want, hold)
+	d, g, err := o.Store.Acquire(ctx, r)
 	var granted []attribute.KeyValue
-	if span != nil && want > cost {
-		granted = []attribute.KeyValue{attrLeaseGranted.Int64(max(0, g.Units-cost))}
+	if span != nil && r.Want > r.Cost {
+		granted = []attribute.KeyValue{attrLeaseGranted.Int64(max(0, g.Units-r.Cost))}
 	}
 	o.db.end(ctx, span, start, err, granted...)
 	return d, g, err
