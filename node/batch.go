@@ -350,7 +350,7 @@ func (b *batch) ask(ctx context.Context, g *batchGroup) {
 	defer cancel()
 	start := n.clock()
 	g.late = n.newLateTake(leaseKey{g.p.Name, g.key}, g.base, g.p.Limit)
-	d, taken, err := n.store.Acquire(g.late.ctx(ctx), AcquireRequest{Base: g.base, Limit: g.p.Limit, Cost: g.cost, Want: g.cost, Bulk: b.opts.Bulk})
+	d, taken, err := n.store.Acquire(ctx, AcquireRequest{Base: g.base, Limit: g.p.Limit, Cost: g.cost, Want: g.cost, Bulk: b.opts.Bulk, Late: g.late.arrived})
 	if err != nil {
 		// Nothing is known of the item, not even whether it spent; its
 		// failure mode decides whether it fits, unless the node did not

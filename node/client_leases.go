@@ -192,7 +192,7 @@ func (n *leasing) decideLease(ctx context.Context, p Policy, key string, cost, w
 	}
 	base := n.keyBase(p, key)
 	late := n.newLateTake(k, base, p.Limit)
-	d, taken, err := n.store.Acquire(late.ctx(context.WithoutCancel(ctx)), AcquireRequest{Base: base, Limit: p.Limit, Cost: cost, Want: cost + extra, Hold: hold})
+	d, taken, err := n.store.Acquire(context.WithoutCancel(ctx), AcquireRequest{Base: base, Limit: p.Limit, Cost: cost, Want: cost + extra, Hold: hold, Late: late.arrived})
 	if err != nil {
 		n.clients.settle(k, extra, nil)
 		if ctxErr := ctx.Err(); ctxErr != nil {

@@ -20,25 +20,6 @@ import (
 // connection failed) leaves them spent until the window ends or the bucket
 // refills, as for any lost reply.
 
-// lateTakeKey is the context key of WithLateTake.
-type lateTakeKey struct{}
-
-// WithLateTake returns ctx carrying fn for Store.Acquire. When Acquire
-// fails before the store's reply came (its deadline passed, or ctx ended)
-// and the reply comes later, a store that can tell calls fn once, on a
-// goroutine of its own, with the grant the reply says was taken, if it
-// took any units. A store that cannot tell (the memory store answers at
-// once) never calls it.
-func WithLateTake(ctx context.Context, fn func(taken algorithms.Grant)) context.Context {
-	return context.WithValue(ctx, lateTakeKey{}, fn)
-}
-
-// LateTake returns the function ctx carries (WithLateTake), or nil.
-func LateTake(ctx context.Context) func(taken algorithms.Grant) {
-	fn, _ := ctx.Value(lateTakeKey{}).(func(algorithms.Grant))
-	return fn
-}
-
 // lateTake settles one store call's late take: what its caller's answer
 // spent is kept, the rest given back, whichever of the reply and the
 // answer comes first. Safe for concurrent use.
@@ -59,12 +40,7 @@ func (n *Node) newLateTake(k leaseKey, base string, lim algorithms.Limit) *lateT
 	return &lateTake{n: n, k: k, base: base, lim: lim}
 }
 
-// ctx returns parent carrying t for the store call.
-func (t *lateTake) ctx(parent context.Context) context.Context {
-	return WithLateTake(parent, t.arrived)
-}
-
-// arrived is the store's report of a late take.
+// arrived is the store's report of a late take (AcquireRequest.Late).
 func (t *lateTake) arrived(g algorithms.Grant) {
 	t.mu.Lock()
 	if !t.settled {

@@ -213,7 +213,7 @@ func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeC
 	}
 	base := n.keyBase(p, k.key)
 	late := n.newLateTake(k, base, p.Limit)
-	d, taken, err := n.store.Acquire(late.ctx(ctx), AcquireRequest{Base: base, Limit: p.Limit, Cost: cost, Want: want, Hold: hold, Bulk: o.Bulk})
+	d, taken, err := n.store.Acquire(ctx, AcquireRequest{Base: base, Limit: p.Limit, Cost: cost, Want: want, Hold: hold, Bulk: o.Bulk, Late: late.arrived})
 	if err != nil && ctx.Err() != nil {
 		// The caller left (a plain call): not a store failure, and the
 		// check spent nothing.

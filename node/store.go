@@ -79,6 +79,13 @@ type AcquireRequest struct {
 	// never waits for a round trip full of a batch's items to come back,
 	// nor goes in one.
 	Bulk bool
+	// Late, if not nil, is given what a call took when it failed before
+	// the store's reply came (its deadline passed, or ctx ended) and the
+	// reply comes later: a store that can tell calls it once, on a
+	// goroutine of its own, with the grant the reply says was taken, if it
+	// took any units. A store that cannot tell (the memory store answers at
+	// once) never calls it. (late.go gives it back.)
+	Late func(taken algorithms.Grant)
 }
 
 // ErrStoreFull means a store holds as many keys as it may (the memory

@@ -133,7 +133,7 @@ func (s *Store) loadScripts(ctx context.Context) error {
 
 // Acquire implements node.Store. A call that fails before its reply
 // came (its deadline passed, or ctx ended) and whose reply comes later
-// hands what it took to ctx's node.LateTake, if any.
+// hands what it took to r.Late, if any.
 //
 // A check of a key this node does not remember holding state, whose
 // algorithm can write a fresh state without the script
@@ -156,7 +156,7 @@ func (s *Store) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.
 		pipe = s.bulkPipe
 	}
 	keys := algorithms.Keys(l.Algorithm, r.Base)
-	late := node.LateTake(ctx)
+	late := r.Late
 	start := time.Now()
 	timeout := s.cfg.Timeout
 	if !s.known.holds(keys[0], start) && pipe.roomForTwo(timeout) {
