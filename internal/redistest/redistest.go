@@ -37,9 +37,9 @@ type Server struct {
 	// range).
 	cluster bool
 	busPort int
-	// ownSession starts the server in a session of its own, at a raised
+	// ownSchedGroup starts the server in a scheduling group of its own (setsid), at a raised
 	// priority (OwnMachine).
-	ownSession bool
+	ownSchedGroup bool
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -62,14 +62,15 @@ func WithDurableWrites() Option {
 
 // OwnMachine makes the server behave as a Redis on a machine of its own
 // would, for tests that keep every core of this one busy (a node driven
-// past its CPU): it runs in a session of its own, so that where Linux
-// schedules by session (autogroup, the default on most distributions) it
+// past its CPU): it runs in a scheduling group of its own (setsid), so that
+// where Linux schedules by such groups (autogroup, the default on most
+// distributions) it
 // gets a share of the processors of its own, and, where the test may
 // (root, or CAP_SYS_NICE), at a raised priority. Without them a healthy
 // Redis beside such a test answers tens or hundreds of milliseconds late,
 // and a node rightly takes it for a slow one.
 func OwnMachine() Option {
-	return func(s *Server) { s.ownSession = true }
+	return func(s *Server) { s.ownSchedGroup = true }
 }
 
 // withConfigFile writes text to name in the server's directory and starts
@@ -185,14 +186,14 @@ func (s *Server) start() error {
 	cmd.Dir = s.dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	if s.ownSession {
-		cmd.SysProcAttr = ownSessionAttr()
+	if s.ownSchedGroup {
+		cmd.SysProcAttr = ownSchedGroupAttr()
 	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return fmt.Errorf("start redis-server: %w", err)
 	}
-	if s.ownSession {
+	if s.ownSchedGroup {
 		if err := raisePriority(cmd.Process.Pid); err != nil {
 			s.t.Logf("redistest: redis-server keeps the default priority (%v): a test that keeps every core busy may make it answer late", err)
 		}

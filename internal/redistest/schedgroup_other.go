@@ -7,8 +7,8 @@ import (
 	"syscall"
 )
 
-// ownSessionAttr: no sessions to start here.
-func ownSessionAttr() *syscall.SysProcAttr { return nil }
+// ownSchedGroupAttr: no scheduling group of its own here.
+func ownSchedGroupAttr() *syscall.SysProcAttr { return nil }
 
 // raisePriority: not here.
 func raisePriority(int) error { return errors.New("no process priorities on this system") }
