@@ -82,6 +82,9 @@ type breaker struct {
 	failures atomic.Int64
 	opens    atomic.Int64
 	errors   atomic.Int64
+	// refusals counts the calls refused while open, which never reach
+	// the store (and so are not in its own telemetry).
+	refusals atomic.Int64
 	// calls counts the calls let through to the store; overloads those
 	// of them that failed with ErrOverloaded.
 	calls, overloads atomic.Int64
@@ -97,6 +100,7 @@ func newBreaker(ctx context.Context, cfg BreakerConfig, ping func(context.Contex
 // allow reports ErrBreakerOpen while the breaker is open.
 func (b *breaker) allow() error {
 	if b.open.Load() {
+		b.refusals.Add(1)
 		return ErrBreakerOpen
 	}
 	return nil

@@ -136,8 +136,8 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		n.breaker, n.stopBreaker = newBreaker(ctx, cfg.Breaker, store.Ping, log), cancel
 		n.store = breakerStore{Store: store, b: n.breaker}
 	}
-	if o, ok := store.(ObservedStore); ok {
-		if n.store, err = o.Observe(n.store, cfg.Telemetry); err != nil {
+	if o, ok := store.(InstrumentedStore); ok {
+		if err = o.Instrument(cfg.Telemetry); err != nil {
 			return fail(fmt.Errorf("telemetry: %w", err))
 		}
 	}

@@ -100,6 +100,15 @@ func (n *Node) storeOverloads() int64 {
 	return n.breaker.overloads.Load()
 }
 
+// breakerRefusals is how many store calls the circuit breaker refused
+// while open; 0 for the memory store.
+func (n *Node) breakerRefusals() int64 {
+	if n.breaker == nil {
+		return 0
+	}
+	return n.breaker.refusals.Load()
+}
+
 // StoreAvailable reports whether checks reach the store: false while the
 // circuit breaker is open. The memory store is always available.
 func (n *Node) StoreAvailable() bool { return n.breaker == nil || !n.breaker.open.Load() }

@@ -120,16 +120,17 @@ type callTimeouter interface {
 	CallTimeout() time.Duration
 }
 
-// ObservedStore is a store that traces or measures itself: the Redis
-// store's calls become client spans and db.client metrics, the memory
-// store reports how full it is. New calls Observe once with its
-// Telemetry and uses the store Observe returns, which wraps next (the
-// store behind the node's circuit breaker, if any), so that the calls the
-// breaker refuses are observed too. The store's instruments share the
-// node's instrumentation scope (Telemetry.Tracer, Telemetry.Meter).
-type ObservedStore interface {
+// InstrumentedStore is a store that traces or measures its own calls:
+// the Redis store's calls become client spans and db.client metrics, the
+// memory store reports how full it is. New calls Instrument once, before
+// the node's first call, with its Telemetry; the store's instruments share
+// the node's instrumentation scope (Telemetry.Tracer, Telemetry.Meter).
+// The calls a circuit breaker refuses never reach the store: the node
+// counts them itself (quotad.breaker.refusals).
+type InstrumentedStore interface {
 	Store
-	// Observe returns next, or next wrapped so that its calls are traced
-	// and measured with t. The store stops reporting when it closes.
-	Observe(next Store, t Telemetry) (Store, error)
+	// Instrument makes the store trace and measure its calls with t (it
+	// does nothing with neither a tracer nor a meter in t). The store
+	// stops reporting when it closes.
+	Instrument(t Telemetry) error
 }

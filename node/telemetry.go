@@ -193,6 +193,7 @@ func (t *telemetry) instrument(meter metric.Meter, n *Node) error {
 		{name: "quotad.store.overloads", unit: "{call}", desc: "Store calls whose deadline passed inside the node while Redis answered: their checks were shed as overloaded, not answered by a failure mode.", value: n.storeOverloads},
 		// A state has no unit: unit "1" would make Prometheus call it a
 		// ratio (quotad_breaker_state_ratio).
+		{name: "quotad.breaker.refusals", unit: "{call}", desc: "Store calls the open circuit breaker refused without trying: their checks took their policy's failure mode.", value: n.breakerRefusals},
 		{name: "quotad.breaker.state", desc: "Redis circuit breaker: 0 closed, 1 half-open, 2 open.", gauge: true, value: breakerState},
 		{name: "quotad.cluster.members", unit: "{node}", desc: "Nodes sharing the store, as the node sizes leases by.", gauge: true, value: func() int64 { return int64(n.cluster.Size()) }},
 	}

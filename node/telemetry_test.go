@@ -290,6 +290,7 @@ func TestMetrics(t *testing.T) {
 		"quotad.lease.grants":           {"": 0},
 		"quotad.cluster.members":        {"": 3},
 		"quotad.breaker.state":          {"": 0},
+		"quotad.breaker.refusals":       {"": 0},
 	}
 	for name, series := range want {
 		if fmt.Sprint(got[name]) != fmt.Sprint(series) {
@@ -320,8 +321,12 @@ func TestMetrics(t *testing.T) {
 	if res, _ := n.Check(ctx, node.Policy{Name: "down", Limit: fiveAMinute}, "k2", 1); res.Source != node.SourceFailOpen {
 		t.Fatalf("with the breaker open: source %s", res.Source)
 	}
-	if e := sums(t, reader)["quotad.store.errors"]["db.operation.name=EVALSHA,db.system.name=redis,error.type=breaker_open"]; e != 1 {
-		t.Errorf("quotad.store.errors = %v, want 1 breaker_open", sums(t, reader)["quotad.store.errors"])
+	got = sums(t, reader)
+	if r := got["quotad.breaker.refusals"][""]; r != 1 {
+		t.Errorf("quotad.breaker.refusals = %v, want 1", got["quotad.breaker.refusals"])
+	}
+	if e := got["quotad.store.errors"]["db.operation.name=EVALSHA,db.system.name=redis,error.type=network"]; e != 1 {
+		t.Errorf("quotad.store.errors = %v, want still 1 network error: a refused call never reached Redis", got["quotad.store.errors"])
 	}
 }
 

@@ -13,31 +13,30 @@ import (
 // This file is the memory store's metrics: how full it is
 // (docs/observability.md).
 
-var _ node.ObservedStore = (*Store)(nil)
+var _ node.InstrumentedStore = (*Store)(nil)
 
-// Observe implements node.ObservedStore: with a meter in t, the store
-// reports quotad.memory_store.keys, .max_keys and .refusals at each
-// collection, until it closes. It returns next unchanged: the store's
-// calls are in process and not traced.
-func (s *Store) Observe(next node.Store, t node.Telemetry) (node.Store, error) {
+// Instrument implements node.InstrumentedStore: with a meter in t, the
+// store reports quotad.memory_store.keys, .max_keys and .refusals at each
+// collection, until it closes. Its calls are in process and not traced.
+func (s *Store) Instrument(t node.Telemetry) error {
 	meter := t.Meter()
 	if meter == nil {
-		return next, nil
+		return nil
 	}
 	keys, err := meter.Int64ObservableGauge("quotad.memory_store.keys", metric.WithUnit("{key}"),
 		metric.WithDescription("States the embedded memory store holds (one per key and algorithm, expired ones until swept); it refuses new keys at quotad.memory_store.max_keys."))
 	if err != nil {
-		return nil, fmt.Errorf("quotad.memory_store.keys: %w", err)
+		return fmt.Errorf("quotad.memory_store.keys: %w", err)
 	}
 	maxKeys, err := meter.Int64ObservableGauge("quotad.memory_store.max_keys", metric.WithUnit("{key}"),
 		metric.WithDescription("The most states the embedded memory store holds."))
 	if err != nil {
-		return nil, fmt.Errorf("quotad.memory_store.max_keys: %w", err)
+		return fmt.Errorf("quotad.memory_store.max_keys: %w", err)
 	}
 	refused, err := meter.Int64ObservableCounter("quotad.memory_store.refusals", metric.WithUnit("{check}"),
 		metric.WithDescription("Checks refused with ResourceExhausted because the memory store was full."))
 	if err != nil {
-		return nil, fmt.Errorf("quotad.memory_store.refusals: %w", err)
+		return fmt.Errorf("quotad.memory_store.refusals: %w", err)
 	}
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(keys, int64(s.Len()))
@@ -46,8 +45,8 @@ func (s *Store) Observe(next node.Store, t node.Telemetry) (node.Store, error) {
 		return nil
 	}, keys, maxKeys, refused)
 	if err != nil {
-		return nil, fmt.Errorf("register the memory store's instruments: %w", err)
+		return fmt.Errorf("register the memory store's instruments: %w", err)
 	}
 	s.unregister = sync.OnceFunc(func() { _ = reg.Unregister() }) // fails only if already unregistered
-	return next, nil
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
@@ -53,7 +54,10 @@ type Store struct {
 	known *keyMemory
 	// live watches the clients' connections, to tell a late Redis from an
 	// overloaded node (liveness.go).
-	live   *liveness
+	live *liveness
+	// db traces and measures Acquire and Release once the node has
+	// instrumented the store (telemetry.go); nil: not instrumented.
+	db     *dbTelemetry
 	closed sync.Once
 }
 
@@ -131,7 +135,8 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	return nil
 }
 
-// Acquire implements node.Store. A call that fails before its reply
+// acquire is Acquire (telemetry.go) without its telemetry; span is the
+// call's own span, or nil. A call that fails before its reply
 // came (its deadline passed, or ctx ended) and whose reply comes later
 // hands what it took to r.Late, if any.
 //
@@ -145,7 +150,7 @@ func (s *Store) loadScripts(ctx context.Context) error {
 // two to fit in the timeout with room to spare (pipeline.roomForTwo): on a
 // Redis some way off every check goes straight to the script, which decides
 // a key with no state as well, in one round trip.
-func (s *Store) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
+func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.Span) (algorithms.Decision, algorithms.Grant, error) {
 	l, cost, want := r.Limit, r.Cost, r.Want
 	sc := s.check[l.Algorithm]
 	if sc == nil {
@@ -177,7 +182,7 @@ func (s *Store) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.
 				// from before the round trip, which a state that lives a few
 				// ms (a high rate, a small cost) outlives by that trip.
 				s.known.note(keys[0], time.Now(), fw.TTLMillis+knownMargin.Milliseconds())
-				markFreshWrite(ctx)
+				markFreshWrite(span)
 				return fw.Decision, fw.Grant, nil
 			}
 			if timeout -= time.Since(start); timeout <= 0 {
@@ -242,12 +247,13 @@ func (s *Store) writeFresh(ctx context.Context, pipe *pipeline, key string, fw a
 	return true, nil
 }
 
-// Release implements node.Store. It waits for its reply until ctx's
-// deadline, if ctx has one, within Timeout and ConnectTimeout + Timeout:
+// giveBack is Release (telemetry.go) without its telemetry. It waits for
+// its reply until ctx's deadline, if ctx has one, within Timeout and
+// ConnectTimeout + Timeout:
 // releases are off the check path (a lease or batch giving back, a late
 // take), no caller's latency rides on them, and a release that fails
 // leaves its units spent, so on a busy node it is worth waiting for.
-func (s *Store) Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
+func (s *Store) giveBack(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
 	sc := s.release[l.Algorithm]
 	if sc == nil {
 		return 0, fmt.Errorf("redis release: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))

@@ -58,58 +58,57 @@ const (
 // seconds: a call takes about a millisecond on a LAN.
 var durationBuckets = []float64{1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-var _ node.ObservedStore = (*Store)(nil)
+var _ node.InstrumentedStore = (*Store)(nil)
 
-// Observe implements node.ObservedStore: next's Acquire and Release calls
-// (next being this store, behind the node's circuit breaker) are traced
-// and measured; with neither a tracer nor a meter in t, next is returned
-// as it is. A call the breaker refuses is recorded with error.type
-// breaker_open.
-func (s *Store) Observe(next node.Store, t node.Telemetry) (node.Store, error) {
+// Instrument implements node.InstrumentedStore: from then on the store's
+// Acquire and Release calls are traced and measured with t; with neither a
+// tracer nor a meter in t, they are not. It must be called before the
+// store's first call.
+func (s *Store) Instrument(t node.Telemetry) error {
 	tracer, meter := t.Tracer(), t.Meter()
 	if tracer == nil && meter == nil {
-		return next, nil
+		return nil
 	}
 	db, err := newDBTelemetry(tracer, meter, s.dbAttributes())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return observed{Store: next, db: db}, nil
+	s.db = db
+	return nil
 }
 
-// observed is a store whose calls are traced and measured.
-type observed struct {
-	node.Store
-	db *dbTelemetry
-}
-
-// Acquire is next's, inside a span and measured.
-func (o observed) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
+// Acquire implements node.Store: acquire, inside a span and measured when
+// the store is instrumented.
+func (s *Store) Acquire(ctx context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
+	if s.db == nil {
+		return s.acquire(ctx, r, nil)
+	}
 	var span trace.Span
 	if r.Want > r.Cost {
-		ctx, span = o.db.start(ctx, r.Limit.Algorithm.String(), attrLeaseWant.Int64(r.Want-r.Cost))
+		ctx, span = s.db.start(ctx, r.Limit.Algorithm.String(), attrLeaseWant.Int64(r.Want-r.Cost))
 	} else {
-		ctx, span = o.db.start(ctx, r.Limit.Algorithm.String())
-	}
-	if span != nil {
-		ctx = context.WithValue(ctx, callSpanKey{}, span)
+		ctx, span = s.db.start(ctx, r.Limit.Algorithm.String())
 	}
 	start := time.Now()
-	d, g, err := o.Store.Acquire(ctx, r)
+	d, g, err := s.acquire(ctx, r, span)
 	var granted []attribute.KeyValue
 	if span != nil && r.Want > r.Cost {
 		granted = []attribute.KeyValue{attrLeaseGranted.Int64(max(0, g.Units-r.Cost))}
 	}
-	o.db.end(ctx, span, start, err, granted...)
+	s.db.end(ctx, span, start, err, granted...)
 	return d, g, err
 }
 
-// Release is next's, inside a span and measured.
-func (o observed) Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
-	ctx, span := o.db.start(ctx, "release_"+l.Algorithm.String(), attrLeaseReleased.Int64(units))
+// Release implements node.Store: giveBack, inside a span and measured when
+// the store is instrumented.
+func (s *Store) Release(ctx context.Context, base string, l algorithms.Limit, units int64, g algorithms.Grant) (int64, error) {
+	if s.db == nil {
+		return s.giveBack(ctx, base, l, units, g)
+	}
+	ctx, span := s.db.start(ctx, "release_"+l.Algorithm.String(), attrLeaseReleased.Int64(units))
 	start := time.Now()
-	returned, err := o.Store.Release(ctx, base, l, units, g)
-	o.db.end(ctx, span, start, err)
+	returned, err := s.giveBack(ctx, base, l, units, g)
+	s.db.end(ctx, span, start, err)
 	return returned, err
 }
 
@@ -122,16 +121,11 @@ const redisOperation = "EVALSHA"
 // (algorithms.Fresh): a plain SET ... NX.
 const freshOperation = "SET"
 
-// callSpanKey is the context key of a store call's own span (observed
-// puts it there): not trace.SpanFromContext, which without one would
-// return the check's span.
-type callSpanKey struct{}
-
-// markFreshWrite renames the span of the store call in ctx, if it has one,
-// for a check a fresh write decided: it made no script call. The metrics
-// keep one operation name for every call.
-func markFreshWrite(ctx context.Context) {
-	if span, ok := ctx.Value(callSpanKey{}).(trace.Span); ok {
+// markFreshWrite renames a store call's span, if it has one, for a check
+// a fresh write decided: it made no script call. The metrics keep one
+// operation name for every call.
+func markFreshWrite(span trace.Span) {
+	if span != nil {
 		span.SetName(freshOperation)
 		span.SetAttributes(semconv.DBOperationName(freshOperation))
 	}
@@ -225,8 +219,6 @@ func redisErrorType(err error) string {
 	var rerr goredis.Error
 	var nerr net.Error
 	switch {
-	case errors.Is(err, node.ErrBreakerOpen):
-		return "breaker_open"
 	case errors.Is(err, node.ErrOverloaded):
 		return "overloaded"
 	case errors.Is(err, context.DeadlineExceeded):
