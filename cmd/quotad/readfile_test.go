@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotad/quotad/internal/testpki"
 )
 
 // returnsWithin calls f and fails the test if f has not returned within
@@ -97,10 +99,10 @@ func TestReadGivesUpAtItsDeadline(t *testing.T) {
 func TestEveryFileRefusesANamedPipe(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "pipe")
 	mkfifo(t, fifo)
-	ca := newCA(t, "ca")
-	server := ca.issue(t, "quotad", true)
-	crt := writeFile(t, "tls.crt", string(server.certPEM))
-	key := writeFile(t, "tls.key", string(server.keyPEM))
+	ca := testpki.NewCA(t, "ca")
+	server := ca.Issue(t, "quotad", true)
+	crt := writeFile(t, "tls.crt", string(server.CertPEM))
+	key := writeFile(t, "tls.key", string(server.KeyPEM))
 	noEnv := func(string) string { return "" }
 	want := fifo + " is a named pipe, not a regular file"
 	for _, tc := range []struct {

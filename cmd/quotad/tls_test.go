@@ -2,17 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io"
 	"math/big"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -28,107 +21,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/quotad/quotad/internal/testpki"
 	commonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
 	"github.com/quotad/quotad/rpc/quotadclient"
 )
-
-// ---- a test PKI, made with crypto/x509 ----
-
-// testCA is a certificate authority that issues the test's server and
-// client certificates.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-var serial int64 = 1
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func newCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key := newKey(t)
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issued is a certificate and its key, in PEM and ready for crypto/tls.
-type issued struct {
-	certPEM, keyPEM []byte
-	pair            tls.Certificate
-	serial          *big.Int
-}
-
-// issue signs a certificate for name: a server certificate for 127.0.0.1
-// and localhost, or a client certificate.
-func (ca *testCA) issue(t *testing.T, name string, server bool) issued {
-	t.Helper()
-	key := newKey(t)
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		tmpl.DNSNames = []string{"localhost"}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := issued{
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-		serial:  tmpl.SerialNumber,
-	}
-	if c.pair, err = tls.X509KeyPair(c.certPEM, c.keyPEM); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func (ca *testCA) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
-	return p
-}
 
 // secretDir lays out files the way Kubernetes mounts a Secret: each name
 // is a symlink into ..data, itself a symlink to a timestamped directory,
@@ -188,10 +86,10 @@ envoy:
 
 // tlsClient is the client side of one TLS setup: the roots that trust
 // quotad's CA and, for mutual TLS, a client certificate.
-func tlsClient(ca *testCA, cert *issued) *tls.Config {
-	tc := &tls.Config{RootCAs: ca.pool(), MinVersion: tls.VersionTLS12}
+func tlsClient(ca *testpki.CA, cert *testpki.Issued) *tls.Config {
+	tc := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
 	if cert != nil {
-		tc.Certificates = []tls.Certificate{cert.pair}
+		tc.Certificates = []tls.Certificate{cert.Pair}
 	}
 	return tc
 }
@@ -310,9 +208,9 @@ func firstRead(base string, tc *tls.Config) error {
 // nothing in cleartext. A certificate replaced on disk, the way Kubernetes
 // updates a Secret, is served on new connections.
 func TestTLSServesEveryProtocolAndReloadsItsCertificate(t *testing.T) {
-	ca := newCA(t, "quotad test CA")
-	first := ca.issue(t, "quotad-1", true)
-	secret := newSecretDir(t, map[string][]byte{"tls.crt": first.certPEM, "tls.key": first.keyPEM})
+	ca := testpki.NewCA(t, "quotad test CA")
+	first := ca.Issue(t, "quotad-1", true)
+	secret := newSecretDir(t, map[string][]byte{"tls.crt": first.CertPEM, "tls.key": first.KeyPEM})
 	p := startProcess(t, "--config", writeFile(t, "q.yaml", tlsTestConfig),
 		"--tls-cert-file", secret.path("tls.crt"), "--tls-key-file", secret.path("tls.key"))
 	if !strings.HasPrefix(p.URL, "https://") {
@@ -322,8 +220,8 @@ func TestTLSServesEveryProtocolAndReloadsItsCertificate(t *testing.T) {
 	if err := callAll(t, p.URL, tc); err != nil {
 		t.Fatalf("over TLS: %v\n%s", err, p.stderr.tail())
 	}
-	if proto, got := negotiated(t, p.URL, tc); proto != "h2" || got.Cmp(first.serial) != 0 {
-		t.Errorf("ALPN %q, certificate serial %v; want h2 and %v", proto, got, first.serial)
+	if proto, got := negotiated(t, p.URL, tc); proto != "h2" || got.Cmp(first.Serial) != 0 {
+		t.Errorf("ALPN %q, certificate serial %v; want h2 and %v", proto, got, first.Serial)
 	}
 
 	// Cleartext is refused: HTTP/1.1 gets net/http's 400, and a client
@@ -341,16 +239,16 @@ func TestTLSServesEveryProtocolAndReloadsItsCertificate(t *testing.T) {
 
 	// The kubelet swaps the Secret's ..data symlink: the next handshake
 	// presents the new certificate, with no restart.
-	second := ca.issue(t, "quotad-2", true)
-	secret.update(t, map[string][]byte{"tls.crt": second.certPEM, "tls.key": second.keyPEM})
+	second := ca.Issue(t, "quotad-2", true)
+	secret.update(t, map[string][]byte{"tls.crt": second.CertPEM, "tls.key": second.KeyPEM})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, got := negotiated(t, p.URL, tc)
-		if got.Cmp(second.serial) == 0 {
+		if got.Cmp(second.Serial) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still serving serial %v 10s after the swap, want %v\n%s", got, second.serial, p.stderr.tail())
+			t.Fatalf("still serving serial %v 10s after the swap, want %v\n%s", got, second.Serial, p.stderr.tail())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -363,23 +261,23 @@ func TestTLSServesEveryProtocolAndReloadsItsCertificate(t *testing.T) {
 
 	// A half-written update (a key that does not match the certificate)
 	// is not applied: the last good certificate is still served.
-	third := ca.issue(t, "quotad-3", true)
-	secret.update(t, map[string][]byte{"tls.crt": third.certPEM, "tls.key": first.keyPEM})
+	third := ca.Issue(t, "quotad-3", true)
+	secret.update(t, map[string][]byte{"tls.crt": third.CertPEM, "tls.key": first.KeyPEM})
 	// quotad notices the change on a later handshake or its poll, as with
 	// the good update above: until it has logged the refusal, every
 	// handshake must still get the previous certificate.
 	deadline = time.Now().Add(10 * time.Second)
 	for !strings.Contains(p.stderr.tail(), "do not load") {
-		if _, got := negotiated(t, p.URL, tc); got.Cmp(second.serial) != 0 {
-			t.Fatalf("after a mismatched update: serial %v, want the previous %v", got, second.serial)
+		if _, got := negotiated(t, p.URL, tc); got.Cmp(second.Serial) != 0 {
+			t.Fatalf("after a mismatched update: serial %v, want the previous %v", got, second.Serial)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the mismatched update was not logged within 10s:\n%s", p.stderr.tail())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, got := negotiated(t, p.URL, tc); got.Cmp(second.serial) != 0 {
-		t.Errorf("after the mismatched update was refused: serial %v, want the previous %v", got, second.serial)
+	if _, got := negotiated(t, p.URL, tc); got.Cmp(second.Serial) != 0 {
+		t.Errorf("after the mismatched update was refused: serial %v, want the previous %v", got, second.Serial)
 	}
 }
 
@@ -389,10 +287,10 @@ func TestTLSServesEveryProtocolAndReloadsItsCertificate(t *testing.T) {
 // (Unauthenticated) or with another (PermissionDenied), done with it, from
 // quotadclient, grpc-go and quotad check.
 func TestMutualTLSAndAdminToken(t *testing.T) {
-	ca := newCA(t, "quotad test CA")
-	server := ca.issue(t, "quotad", true)
-	client := ca.issue(t, "client", false)
-	stranger := newCA(t, "another CA").issue(t, "stranger", false)
+	ca := testpki.NewCA(t, "quotad test CA")
+	server := ca.Issue(t, "quotad", true)
+	client := ca.Issue(t, "client", false)
+	stranger := testpki.NewCA(t, "another CA").Issue(t, "stranger", false)
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
 		path := filepath.Join(dir, name)
@@ -404,8 +302,8 @@ func TestMutualTLSAndAdminToken(t *testing.T) {
 	const token = "s3cret-admin-token"
 	tokenFile := write("token", []byte(token+"\n"))
 	p := startProcess(t, "--config", writeFile(t, "q.yaml", tlsTestConfig),
-		"--tls-cert-file", write("tls.crt", server.certPEM), "--tls-key-file", write("tls.key", server.keyPEM),
-		"--tls-client-ca-file", write("ca.crt", ca.pem), "--admin-token-file", tokenFile)
+		"--tls-cert-file", write("tls.crt", server.CertPEM), "--tls-key-file", write("tls.key", server.KeyPEM),
+		"--tls-client-ca-file", write("ca.crt", ca.PEM), "--admin-token-file", tokenFile)
 
 	if err := callAll(t, p.URL, tlsClient(ca, &client)); err != nil {
 		t.Fatalf("with a client certificate: %v\n%s", err, p.stderr.tail())
@@ -464,7 +362,7 @@ func TestMutualTLSAndAdminToken(t *testing.T) {
 
 	// quotad check --reset, over mutual TLS, with and without the token.
 	certs := []string{"--addr", p.URL, "--tls-ca-file", filepath.Join(dir, "ca.crt"),
-		"--tls-cert-file", write("client.crt", client.certPEM), "--tls-key-file", write("client.key", client.keyPEM)}
+		"--tls-cert-file", write("client.crt", client.CertPEM), "--tls-key-file", write("client.key", client.KeyPEM)}
 	if code, out, errOut := runCheck(t, append(certs, "--policy", "api", "--key", "k")...); code != checkAllowed || !strings.HasPrefix(out, "allowed") {
 		t.Errorf("quotad check over mutual TLS: exit %d, %q %q", code, out, errOut)
 	}
@@ -479,11 +377,11 @@ func TestMutualTLSAndAdminToken(t *testing.T) {
 // The TLS settings come from flags, environment and the file like every
 // other, and bad files stop quotad at start with an error naming them.
 func TestTLSSettings(t *testing.T) {
-	ca := newCA(t, "ca")
-	server := ca.issue(t, "quotad", true)
-	crt := writeFile(t, "tls.crt", string(server.certPEM))
-	key := writeFile(t, "tls.key", string(server.keyPEM))
-	caFile := writeFile(t, "ca.crt", string(ca.pem))
+	ca := testpki.NewCA(t, "ca")
+	server := ca.Issue(t, "quotad", true)
+	crt := writeFile(t, "tls.crt", string(server.CertPEM))
+	key := writeFile(t, "tls.key", string(server.KeyPEM))
+	caFile := writeFile(t, "ca.crt", string(ca.PEM))
 	tok := writeFile(t, "token", "t0ken\n")
 	file := writeFile(t, "q.yaml", "tls:\n  cert_file: "+crt+"\n  key_file: "+key+"\nadmin_token_file: "+tok+"\n")
 	c, err := loadConfig([]string{"--config", file}, func(k string) string {
@@ -508,7 +406,7 @@ func TestTLSSettings(t *testing.T) {
 		{"cert without key", []string{"--tls-cert-file", crt}, []string{"--tls-cert-file and --tls-key-file"}},
 		{"client CA without cert", []string{"--tls-client-ca-file", caFile}, []string{"--tls-client-ca-file needs --tls-cert-file"}},
 		{"missing cert", []string{"--tls-cert-file", "/nonexistent/tls.crt", "--tls-key-file", key}, []string{"/nonexistent/tls.crt"}},
-		{"key of another cert", []string{"--tls-cert-file", crt, "--tls-key-file", writeFile(t, "other.key", string(ca.issue(t, "x", true).keyPEM))}, []string{"tls", "private key does not match"}},
+		{"key of another cert", []string{"--tls-cert-file", crt, "--tls-key-file", writeFile(t, "other.key", string(ca.Issue(t, "x", true).KeyPEM))}, []string{"tls", "private key does not match"}},
 		{"client CA not PEM", []string{"--tls-cert-file", crt, "--tls-key-file", key, "--tls-client-ca-file", notPEM}, []string{"client CA file", "no PEM certificate"}},
 		{"empty token", []string{"--admin-token-file", writeFile(t, "empty", "\n")}, []string{"admin token file", "empty"}},
 		{"missing token", []string{"--admin-token-file", "/nonexistent/token"}, []string{"admin token file", "/nonexistent/token"}},
@@ -538,7 +436,7 @@ func TestCheckResetAndTLSFlagErrors(t *testing.T) {
 		{[]string{"--reset", "--cost", "2"}, "--reset takes --policy and --key only"},
 		{[]string{"--reset", "--json"}, "--reset takes --policy and --key only"},
 		{[]string{"--tls-cert-file", "c.pem"}, "--tls-cert-file and --tls-key-file go together"},
-		{[]string{"--tls-ca-file", "/nonexistent/ca.pem"}, "--tls-ca-file"},
+		{[]string{"--tls-ca-file", "/nonexistent/ca.PEM"}, "--tls-ca-file"},
 		{[]string{"--admin-token-file", "/nonexistent/token"}, "--admin-token-file"},
 	} {
 		code, out, errOut := runCheck(t, append([]string{"--policy", "api", "--key", "k"}, tc.args...)...)
