@@ -2,8 +2,9 @@
 # A local three-node quotad cluster sharing one redis-server, for `make
 # cluster`: node-1 to node-3 on 127.0.0.1 to 127.0.0.3, gossip encrypted
 # with a fresh key. It starts Redis and waits until it answers, starts the
-# nodes and waits until each listens, then stays in the foreground, saying
-# when a node or Redis dies, until Ctrl-C (or SIGTERM) stops everything.
+# nodes and waits until each listens and sees all three members, then
+# stays in the foreground, saying when a node or Redis dies, until Ctrl-C
+# (or SIGTERM) stops everything.
 #
 # Environment: QUOTAD_BIN (the quotad binary, required), CLUSTER_REDIS_PORT
 # (6390), CLUSTER_API_PORT (8080), CLUSTER_GOSSIP_PORT (7946),
@@ -67,6 +68,32 @@ await() {
 	done
 }
 
+# cluster_size prints the cluster's size as the node on $host:$port sees
+# it (GET /cluster, over bash's /dev/tcp).
+cluster_size() {
+	local reply
+	exec 3<>"/dev/tcp/$1/$2" || return 1
+	printf 'GET /cluster HTTP/1.0\r\nHost: %s\r\n\r\n' "$1" >&3
+	reply=$(cat <&3)
+	exec 3<&-
+	sed -n 's/^ *"size": *\([0-9]*\),.*/\1/p' <<<"$reply" | head -n 1
+}
+
+# await_members waits until the node on $host:$port sees all three
+# members: nodes join in the background, after they listen.
+await_members() {
+	local name=$1 host=$2 port=$3 log=$4
+	local deadline=$((SECONDS + start_timeout))
+	until [ "$(cluster_size "$host" "$port" 2>/dev/null)" = 3 ]; do
+		if [ $SECONDS -ge $deadline ]; then
+			say "$name does not see three members after ${start_timeout}s; its log ($log) ends:"
+			tail_of "$log" 10
+			exit 1
+		fi
+		sleep 0.1
+	done
+}
+
 dir=${CLUSTER_DIR:-$(mktemp -d)}
 head -c 32 /dev/urandom | base64 >"$dir/gossip.key"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
@@ -83,6 +110,9 @@ done
 for i in 1 2 3; do
 	await "node-$i" "127.0.0.$i" "$api_port" "$dir/node-$i.log"
 	echo "node-$i: http://127.0.0.$i:$api_port (pid ${pids[node-$i]}, log $dir/node-$i.log)"
+done
+for i in 1 2 3; do
+	await_members "node-$i" "127.0.0.$i" "$api_port" "$dir/node-$i.log"
 done
 echo "cluster up: redis on 127.0.0.1:$redis_port (pid ${pids[redis]}); status: curl -s 127.0.0.1:$api_port/cluster; logs in $dir; Ctrl-C stops the cluster"
 

@@ -2,6 +2,8 @@ package deploy_test
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -143,6 +145,7 @@ func TestLocalClusterStartsWaitsAndReportsADeadNode(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
+	quickStartAnswersAsTheDocSays(t, apiPort)
 	m := c.waitOutput(t, regexp.MustCompile(`node-2: \S+ \(pid (\d+),`), time.Second)
 	pid, _ := strconv.Atoi(m[1])
 	// The node is the script's child, in the process group the test made.
@@ -176,5 +179,56 @@ func TestLocalClusterStartsWaitsAndReportsADeadNode(t *testing.T) {
 			t.Fatal("redis-server still listens after the script stopped")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// quickStartAnswersAsTheDocSays runs docs/cluster.md's Quick start
+// commands against the cluster on apiPort: node-2 sees three members
+// alive; of six checks of one key round the nodes, the first five are
+// allowed and the sixth denied.
+func quickStartAnswersAsTheDocSays(t *testing.T, apiPort int) {
+	t.Helper()
+	page, err := os.ReadFile("../docs/cluster.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(page), "## Quick start\n")
+	fences := strings.Split(rest, "```")
+	if !ok || len(fences) < 4 || !strings.HasPrefix(fences[3], "sh\n") {
+		t.Fatal("docs/cluster.md's Quick start no longer has its second shell block where this test reads it")
+	}
+	script := strings.ReplaceAll(strings.TrimPrefix(fences[3], "sh\n"), ":8080", ":"+strconv.Itoa(apiPort))
+	out, err := exec.Command("bash", "-euo", "pipefail", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("the Quick start commands failed: %v\n%s", err, out)
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	var view struct {
+		Members []struct {
+			State string `json:"state"`
+		} `json:"members"`
+	}
+	if err := dec.Decode(&view); err != nil {
+		t.Fatalf("node-2's view: %v\n%s", err, out)
+	}
+	alive := 0
+	for _, m := range view.Members {
+		if m.State == "alive" {
+			alive++
+		}
+	}
+	if alive != 3 {
+		t.Errorf("node-2's view has %d members alive, want 3:\n%s", alive, out)
+	}
+	for i := 0; dec.More(); i++ {
+		var a struct {
+			Allowed bool `json:"allowed"`
+		}
+		if err := dec.Decode(&a); err != nil {
+			t.Fatalf("check %d: %v\n%s", i+1, err, out)
+		}
+		if a.Allowed != (i < 5) || i >= 6 {
+			t.Errorf("check %d allowed %v; want six answers, the first five allowed and the sixth denied:\n%s", i+1, a.Allowed, out)
+		}
 	}
 }
