@@ -15,11 +15,13 @@ BENCHTIME ?= 1s
 # helm renders the chart in deploy/helm in `make test`; built from the Go module proxy.
 HELM_VERSION ?= v3.22.0
 HELM      := $(TOOLS)/helm-$(HELM_VERSION)/helm
+GRPCURL_VERSION ?= v1.9.4
+GRPCURL   := $(TOOLS)/grpcurl-$(GRPCURL_VERSION)/grpcurl
 # -buildvcs=auto overrides a GOFLAGS=-buildvcs=false, so that `quotad version` names the
 # commit (the Go toolchain stamps it from git when the checkout's .git is a directory).
 BUILDFLAGS := -buildvcs=auto -trimpath
 
-.PHONY: help run build install test soak redis-server chromium helm shell-tools lint proto proto-check bench cluster screenshots
+.PHONY: help run build install test soak redis-server chromium helm grpcurl shell-tools lint proto proto-check bench cluster screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -34,8 +36,8 @@ install: ## install quotad into $(go env GOBIN), else $(go env GOPATH)/bin
 	$(GO) install $(BUILDFLAGS) ./cmd/quotad
 	@d=$$($(GO) env GOBIN); echo "installed $${d:-$$($(GO) env GOPATH)/bin}/quotad"
 
-test: redis-server chromium helm shell-tools lint ## the whole test suite (installs redis-server, chromium, helm, curl and jq when missing)
-	HELM=$(HELM) $(GO) test -race -count=1 -timeout 12m ./...
+test: redis-server chromium helm grpcurl shell-tools lint ## the whole test suite (installs redis-server, chromium, helm, grpcurl, curl and jq when missing)
+	HELM=$(HELM) GRPCURL=$(GRPCURL) $(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAcquireReply$$' -fuzztime $(FUZZTIME_FAST) ./algorithms
@@ -82,6 +84,11 @@ helm: ## install helm $(HELM_VERSION) into .tools/helm-$(HELM_VERSION) when miss
 	@[ -x $(HELM) ] || { echo "installing helm $(HELM_VERSION) into $(dir $(HELM))"; \
 		GOBIN=$(dir $(HELM)) GOFLAGS=-buildvcs=false $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); }
 	@echo "helm: $(HELM)"
+
+grpcurl: ## install grpcurl $(GRPCURL_VERSION) into .tools/grpcurl-$(GRPCURL_VERSION) when missing (the docs' gRPC examples, which the tests run, use it)
+	@[ -x $(GRPCURL) ] || { echo "installing grpcurl $(GRPCURL_VERSION) into $(dir $(GRPCURL))"; \
+		GOBIN=$(dir $(GRPCURL)) GOFLAGS=-buildvcs=false $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION); }
+	@echo "grpcurl: $(GRPCURL)"
 
 # lint runs three checkers, each for what the others miss:
 #  - go vet: the toolchain's checks of suspicious constructs (printf verbs, copied locks,

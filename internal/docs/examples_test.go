@@ -108,7 +108,7 @@ func runShell(t *testing.T, script, addr string) string {
 }
 
 // durations are the parts of an answer that depend on the clock.
-var durations = regexp.MustCompile(`"(resetAfter|retryAfter|reset_after_ms|retry_after_ms)":\s*("[0-9.]+s"|[0-9]+)`)
+var durations = regexp.MustCompile(`"(resetAfter|retryAfter|reset_after_ms|retry_after_ms|durationUntilReset)":\s*("[0-9.]+s"|[0-9]+)`)
 
 // normalized is an answer without white space, with its clock-dependent
 // waits marked as zero or not (a denial's wait is above zero, an allowed
