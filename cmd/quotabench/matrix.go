@@ -161,10 +161,13 @@ func (m *matrix) start(ctx context.Context) error {
 	}
 	for i, t := range m.cfg.Targets {
 		var s *server
-		if t.Binary == "" {
+		switch {
+		case t.Kind == peerRatelimit:
+			s, err = startRatelimit(t.Name, t.Binary, m.redis.addr, m.tmp, m.cfg.PeerEnv)
+		case t.Binary == "":
 			s = &server{name: t.Name, addr: t.Addr, pid: t.PID}
 			err = s.dial()
-		} else {
+		default:
 			// Each target on a database of its own: one's keys are never
 			// another's state.
 			args := append([]string{"--listen", "127.0.0.1:0", "--redis", m.redis.url(i), "--config", m.config, "--log-level", "warn"}, m.cfg.QuotadArgs...)
@@ -225,7 +228,10 @@ func (m *matrix) plan() []cell {
 				if m.cfg.Floors && sc.floor == "redis" && vi == 0 {
 					cells = append(cells, cell{sc: sc, via: via, clients: c, redisFloor: true})
 				}
-				for _, t := range m.targets {
+				for i, t := range m.targets {
+					if m.cfg.Targets[i].Kind == peerRatelimit && via != viaRLS {
+						continue // envoyproxy/ratelimit speaks rls only
+					}
 					cells = append(cells, cell{sc: sc, via: via, clients: c, srv: t})
 					if m.cfg.Floors && sc.floor == "redis" {
 						cells = append(cells, cell{sc: sc, via: via, clients: c, redisFloor: true, pacedAfter: t.name})

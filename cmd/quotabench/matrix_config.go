@@ -23,14 +23,18 @@ type matrixTarget struct {
 	// Addr and PID of a given quotad.
 	Addr string `json:"addr,omitempty"`
 	PID  int    `json:"pid,omitempty"`
+	// Kind is "" for quotad, peerRatelimit for envoyproxy/ratelimit (a
+	// peer, measured over rls only).
+	Kind string `json:"kind,omitempty"`
 }
 
 // matrixConfig is a matrix run, parsed and validated.
 type matrixConfig struct {
 	Targets     []matrixTarget
 	QuotadArgs  []string
-	RedisServer string // binary to start; "" when Redis is given
-	Redis       string // given Redis host:port
+	PeerEnv     []string // extra KEY=VALUE for envoyproxy/ratelimit peers
+	RedisServer string   // binary to start; "" when Redis is given
+	Redis       string   // given Redis host:port
 	Scenarios   []matrixScenario
 	Vias        []string
 	Clients     []int
@@ -53,9 +57,11 @@ func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 func parseMatrixConfig(args []string, stdout io.Writer) (matrixConfig, bool, error) {
 	fs := flag.NewFlagSet("quotabench matrix", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var quotads, quotadArgs repeated
+	var quotads, quotadArgs, ratelimits, ratelimitEnv repeated
 	fs.Var(&quotads, "quotad", "a quotad `[name=]binary` to start and measure; repeat to compare builds in one run (at most 4). Name defaults to the file name")
 	fs.Var(&quotadArgs, "quotad-arg", "an extra `flag` for every started quotad, e.g. -quotad-arg=--pprof-addr=127.0.0.1:6060; repeatable")
+	fs.Var(&ratelimits, "ratelimit", "an envoyproxy/ratelimit `[name=]binary` (its src/service_cmd) to start on the same Redis and measure beside the quotad targets, over rls only; name defaults to ratelimit")
+	fs.Var(&ratelimitEnv, "ratelimit-env", "an extra `KEY=VALUE` of envoyproxy/ratelimit's environment for every -ratelimit, e.g. LOCAL_CACHE_SIZE_IN_BYTES=1048576; repeatable")
 	addr := fs.String("addr", "", "a running quotad's gRPC `host:port` on loopback, instead of -quotad; start it with -print-config's file on the Redis of -redis")
 	pid := fs.Int("pid", 0, "with -addr: the quotad's process id, whose /proc figures are its CPU and syscalls")
 	redisServer := fs.String("redis-server", "redis-server", "redis-server `binary` to start on a free loopback port for the run")
@@ -86,7 +92,7 @@ func parseMatrixConfig(args []string, stdout io.Writer) (matrixConfig, bool, err
 	if fs.NArg() > 0 {
 		return matrixConfig{}, false, fmt.Errorf("unexpected argument %q (see quotabench matrix -help)", fs.Arg(0))
 	}
-	c := matrixConfig{QuotadArgs: quotadArgs, Duration: *duration, Warmup: *warmup, MaxCalls: *maxCalls,
+	c := matrixConfig{QuotadArgs: quotadArgs, PeerEnv: ratelimitEnv, Duration: *duration, Warmup: *warmup, MaxCalls: *maxCalls,
 		Timeout: *timeout, NKeys: *nkeys, Batch: *batch, Floors: *floors, JSONPath: *jsonPath}
 	names := map[string]bool{"grpc-floor": true, "redis-floor": true}
 	for _, q := range quotads {
@@ -116,8 +122,24 @@ func parseMatrixConfig(args []string, stdout io.Writer) (matrixConfig, bool, err
 	case *pid != 0:
 		return matrixConfig{}, false, errors.New("-pid: only with -addr (started binaries are measured by their own pid)")
 	}
+	for _, r := range ratelimits {
+		name, bin, ok := strings.Cut(r, "=")
+		if !ok {
+			name, bin = "ratelimit", r
+		}
+		if name == "" || bin == "" || names[name] {
+			return matrixConfig{}, false, fmt.Errorf("-ratelimit %q: want [name=]binary with a name of its own", r)
+		}
+		names[name] = true
+		c.Targets = append(c.Targets, matrixTarget{Name: name, Binary: bin, Kind: peerRatelimit})
+	}
+	for _, e := range ratelimitEnv {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return matrixConfig{}, false, fmt.Errorf("-ratelimit-env %q: want KEY=VALUE", e)
+		}
+	}
 	if len(c.Targets) > maxTargets {
-		return matrixConfig{}, false, fmt.Errorf("-quotad: %d targets, at most %d", len(c.Targets), maxTargets)
+		return matrixConfig{}, false, fmt.Errorf("-quotad and -ratelimit: %d targets, at most %d", len(c.Targets), maxTargets)
 	}
 	if *redisAddr != "" {
 		if err := checkLoopback(*redisAddr); err != nil {
@@ -178,6 +200,7 @@ gRPC floor's (same transport and clients), Redis CPU to INCRBY+PEXPIRE's.
 
 Usage:
   quotabench matrix -quotad before=/tmp/quotad-main -quotad after=./quotad [flags]
+  quotabench matrix -quotad ./quotad -ratelimit ./ratelimit [flags]   (beside envoyproxy/ratelimit)
   quotabench matrix -addr 127.0.0.1:8080 -pid PID -redis 127.0.0.1:6390 [flags]
   quotabench matrix -print-config > matrix.yaml   (the config a given quotad needs)
   quotabench compare [-a NAME -b NAME] run.json [after.json]

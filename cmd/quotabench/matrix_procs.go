@@ -45,6 +45,9 @@ type server struct {
 	cmd   *exec.Cmd      // nil when the matrix was given the server
 	stdin io.WriteCloser // the floor stops when it closes
 	tail  *tailBuffer    // the end of its stderr, for error messages
+	// exited, if not nil, is closed once cmd has exited: its Wait is
+	// already running.
+	exited chan struct{}
 }
 
 // tailBuffer keeps the last 4 KiB written to it.
@@ -141,11 +144,14 @@ func (s *server) stop() {
 	}
 	s.stdin.Close()
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		_ = s.cmd.Wait()
-		close(done)
-	}()
+	done := s.exited
+	if done == nil {
+		done = make(chan struct{})
+		go func() {
+			_ = s.cmd.Wait()
+			close(done)
+		}()
+	}
 	select {
 	case <-done:
 	case <-time.After(15 * time.Second):

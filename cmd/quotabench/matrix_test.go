@@ -161,6 +161,11 @@ func TestMatrixFlagErrors(t *testing.T) {
 		{[]string{"-quotad", "/x", "-nkeys", "1"}, "-nkeys"},
 		{[]string{"-quotad", "a", "-quotad", "b", "-quotad", "c", "-quotad", "d", "-quotad", "e"}, "at most 4"},
 		{[]string{"-quotad", "/x", "stray"}, "stray"},
+		{[]string{"-ratelimit", "/r"}, "-quotad or -addr"},
+		{[]string{"-quotad", "/x", "-ratelimit", "x=/r"}, "-ratelimit"},
+		{[]string{"-quotad", "/x", "-ratelimit", "/r", "-ratelimit", "/s"}, "-ratelimit"},
+		{[]string{"-quotad", "/x", "-ratelimit", "/r", "-ratelimit-env", "NOVALUE"}, "-ratelimit-env"},
+		{[]string{"-quotad", "a", "-quotad", "b", "-quotad", "c", "-quotad", "d", "-ratelimit", "/r"}, "at most 4"},
 	} {
 		err := run(context.Background(), append([]string{"matrix"}, c.args...), &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
