@@ -30,6 +30,7 @@ Usage:
   quotad [flags]
   quotad check --policy NAME --key KEY [flags]   (one decision; see quotad check --help)
   quotad version                                 (version, commit, Go version)
+  quotad envoy-ratelimit                         (configured by envoyproxy/ratelimit's environment, on its ports)
 
 Settings come from defaults, then the --config file, then QUOTAD_* environment
 variables, then flags. SIGHUP, or a change to the content of the --config file or

@@ -5,7 +5,8 @@
 // makes Redis the authoritative store. `quotad --help` lists every setting.
 //
 // `quotad check` asks a running quotad for one decision; `quotad check
-// --help` explains it. `quotad version` (or --version) prints the version,
+// --help` explains it. `quotad envoy-ratelimit` runs quotad configured by
+// envoyproxy/ratelimit's environment variables, on its ports. `quotad version` (or --version) prints the version,
 // commit and Go version.
 package main
 
@@ -32,7 +33,11 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+	runIt := func() error { return run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr) }
+	if len(os.Args) > 1 && os.Args[1] == "envoy-ratelimit" {
+		runIt = func() error { return envoyRatelimit(ctx, os.Args[2:], os.Environ(), os.Stdout, os.Stderr) }
+	}
+	if err := runIt(); err != nil {
 		if err != errHelp {
 			fmt.Fprintln(os.Stderr, "quotad:", err)
 			os.Exit(1)

@@ -37,6 +37,16 @@ func parseLogLevel(s string) (slog.Level, error) {
 //
 // It returns nil after a shutdown that ctx asked for.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return runWith(ctx, args, getenv, stdout, stderr, nil)
+}
+
+// alsoServe opens more listeners for the API handler once it serves, each
+// with its own routes in front (`quotad envoy-ratelimit`'s HTTP and
+// metrics ports); it returns what to print and the servers to shut down.
+type alsoServe func(api http.Handler, health *rpc.Health, log *slog.Logger) ([]string, []*http.Server, []net.Listener, error)
+
+// runWith is run, with the extra listeners also opens (nil: none).
+func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, also alsoServe) error {
 	ld, err := load(args, getenv, stderr)
 	if errors.Is(err, errVersion) {
 		_, err = fmt.Fprintln(stdout, versionText())
@@ -145,6 +155,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	serveErr := make(chan error, 1)
+	if also != nil {
+		lines, servers, listeners, err := also(tel.handler(handler), health, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		for _, l := range lines {
+			fmt.Fprintln(stdout, l)
+		}
+		for i, s := range servers {
+			go func() { serveErr <- s.Serve(listeners[i]) }()
+			defer s.Close()
+		}
+	}
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {
 	case err := <-serveErr:

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// This file reads envoyproxy/ratelimit's environment for `quotad
+// envoy-ratelimit`: every variable that project documents is either
+// translated into quotad's settings, accepted as having nothing to do in
+// quotad (and said so at start), or refused with a line that says why and
+// what to do. No variable upstream documents is ignored without a word.
+
+// ratelimitEnv is envoyproxy/ratelimit's environment translated into a
+// quotad run.
+type ratelimitEnv struct {
+	// args are quotad's flags.
+	args []string
+	// env overlays the process environment for quotad (e.g.
+	// QUOTAD_REDIS_PASSWORD, OTEL_SERVICE_NAME): secrets stay out of args.
+	env map[string]string
+	// httpListen is upstream's HTTP port (HOST:PORT): /healthcheck, /json
+	// and the whole API; metricsListen and metricsPath upstream's
+	// Prometheus endpoint, when USE_PROMETHEUS is true.
+	httpListen, metricsListen, metricsPath string
+	// notes say, one line each, what quotad does instead of an upstream
+	// setting or default that has nothing to do here.
+	notes []string
+}
+
+// ratelimitDefaults are upstream's defaults (src/settings/settings.go), by
+// variable; a variable left unset takes its default here as there.
+var ratelimitDefaults = map[string]string{
+	"HOST": "0.0.0.0", "PORT": "8080", "DEBUG_HOST": "0.0.0.0", "DEBUG_PORT": "6070",
+	"GRPC_HOST": "0.0.0.0", "GRPC_PORT": "8081", "LOG_LEVEL": "WARN", "LOG_FORMAT": "text",
+	"CONFIG_TYPE": "FILE", "RUNTIME_ROOT": "/srv/runtime_data/current", "RUNTIME_APPDIRECTORY": "config",
+	"USE_STATSD": "true", "PROMETHEUS_ADDR": ":9090", "PROMETHEUS_PATH": "/metrics",
+	"NEAR_LIMIT_RATIO": "0.8", "BACKEND_TYPE": "redis",
+	"REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "SINGLE", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock",
+	"TRACING_SERVICE_NAME": "RateLimit", "TRACING_EXPORTER_PROTOCOL": "http", "TRACING_SAMPLING_RATE": "1",
+	"LIMIT_LIMIT_HEADER": "RateLimit-Limit", "LIMIT_REMAINING_HEADER": "RateLimit-Remaining", "LIMIT_RESET_HEADER": "RateLimit-Reset",
+}
+
+// ratelimitNoOps are variables whose setting has nothing to do in quotad,
+// with what quotad does instead; setting one is accepted and the line is
+// said at start.
+var ratelimitNoOps = map[string]string{
+	"REDIS_POOL_SIZE":                          "quotad pipelines every check over a few connections of its own; it has no pool to size",
+	"REDIS_PIPELINE_WINDOW":                    "quotad batches Redis calls by itself (--redis-batch-window)",
+	"REDIS_PIPELINE_LIMIT":                     "quotad batches Redis calls by itself (--redis-batch-window)",
+	"REDIS_CLUSTER_PIPELINE_PARALLELISM":       "quotad pipelines to every Redis Cluster shard in parallel",
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR":             "quotad has no connection pool to run empty",
+	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION":     "quotad's circuit breaker probes Redis and /healthcheck reports it",
+	"REDIS_STARTUP_INITIAL_INTERVAL":           "quotad starts at once and its circuit breaker reconnects to Redis",
+	"REDIS_STARTUP_MAX_INTERVAL":               "quotad starts at once and its circuit breaker reconnects to Redis",
+	"REDIS_STARTUP_MAX_ELAPSED_TIME":           "quotad starts at once and its circuit breaker reconnects to Redis",
+	"EXPIRATION_JITTER_MAX_SECONDS":            "quotad's counters expire with their window; a restart keeps them",
+	"RUNTIME_WATCH_ROOT":                       "quotad watches the config directory's files themselves, each config reload atomic",
+	"STATS_FLUSH_INTERVAL":                     "quotad's statistics are read on demand from /metrics",
+	"DISABLE_STATS":                            "quotad's statistics cost nothing until /metrics is read",
+	"EXTRA_TAGS":                               "quotad's Prometheus metrics carry their own labels",
+	"PROMETHEUS_MAPPER_YAML":                   "quotad names its Prometheus metrics itself (docs/envoy.md, Statistics)",
+	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "quotad's durations are seconds, as Prometheus recommends",
+	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED":  "quotad is healthy with no rules loaded, as upstream by default; a directory that does not load stops quotad at start",
+	"FORCE_START_WITHOUT_INITIAL_CONFIG":       "quotad starts with an empty or missing set of rules files",
+	"STATSD_HOST":                              "no statsd: quotad serves Prometheus metrics (USE_PROMETHEUS)",
+	"STATSD_PORT":                              "no statsd: quotad serves Prometheus metrics (USE_PROMETHEUS)",
+	"USE_DOG_STATSD_MOGRIFIERS":                "no statsd: quotad serves Prometheus metrics (USE_PROMETHEUS)",
+	"TRACING_SERVICE_NAMESPACE":                "set OTEL_RESOURCE_ATTRIBUTES=service.namespace=... instead",
+	"TRACING_SERVICE_INSTANCE_ID":              "set OTEL_RESOURCE_ATTRIBUTES=service.instance.id=... instead",
+}
+
+// ratelimitRefusals are settings quotad cannot honour, by variable: the
+// value (lower case) that is refused ("" for any value set) and why.
+var ratelimitRefusals = []struct{ name, value, why string }{
+	{"GRPC_UDS", "", "quotad listens on TCP only; unset GRPC_UDS and use GRPC_HOST and GRPC_PORT"},
+	{"GRPC_MAX_CONNECTION_AGE", "", "quotad does not age out connections; unset it (a load balancer in front can)"},
+	{"GRPC_MAX_CONNECTION_AGE_GRACE", "", "quotad does not age out connections; unset it"},
+	{"GRPC_CLIENT_TLS_SAN", "", "quotad checks that a client certificate is signed by GRPC_CLIENT_TLS_CACERT, not its name; unset it"},
+	{"LOG_FORMAT", "json", "quotad logs text (logfmt) only; unset LOG_FORMAT"},
+	{"USE_STATSD", "true", "quotad does not send statsd; set USE_STATSD=false and USE_PROMETHEUS=true to scrape its metrics"},
+	{"USE_DOG_STATSD", "true", "quotad does not send statsd; set USE_DOG_STATSD=false and USE_PROMETHEUS=true"},
+	{"BACKEND_TYPE", "memcache", "quotad counts in Redis (or in memory on one node), not memcached; set BACKEND_TYPE=redis"},
+	{"REDIS_PERSECOND", "true", "quotad keeps every limit in one Redis; set REDIS_PERSECOND=false (its per-second Redis is not needed)"},
+	{"REDIS_TLS_CLIENT_CERT", "", "quotad does not present a client certificate to Redis; authenticate with REDIS_AUTH"},
+	{"REDIS_TLS_CLIENT_KEY", "", "quotad does not present a client certificate to Redis; authenticate with REDIS_AUTH"},
+	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "quotad always verifies Redis's certificate; give its CA in REDIS_TLS_CACERT"},
+	{"CACHE_KEY_PREFIX", "", "quotad names its Redis keys itself (--key-prefix): its counters are not upstream's, so a switch starts every window afresh; unset CACHE_KEY_PREFIX"},
+	{"CONFIG_TYPE", "grpc_xds_sotw", "quotad reads its rules from files only; serve them as files in RUNTIME_ROOT (CONFIG_TYPE=FILE)"},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "true", "quotad does not add rate limit response headers yet; unset LIMIT_RESPONSE_HEADERS_ENABLED"},
+	{"QUOTA_MODE", "true", "quotad has no quota mode yet; unset QUOTA_MODE"},
+	{"RESPONSE_DYNAMIC_METADATA", "true", "quotad does not answer with dynamic metadata yet; unset RESPONSE_DYNAMIC_METADATA"},
+	{"MERGE_DOMAIN_CONFIG", "true", "quotad refuses two files of one domain; merge them into one file and unset MERGE_DOMAIN_CONFIG"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true", "quotad never counts a hit that does not fit yet; unset it"},
+}
+
+// ratelimitHonoured are the variables translate reads; with the no-ops and
+// the refusals, every variable upstream documents (TestRatelimitEnvKnowsEveryVariable).
+var ratelimitHonoured = []string{
+	"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_HOST", "GRPC_PORT",
+	"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
+	"LOG_LEVEL", "LOG_FORMAT", "CONFIG_TYPE",
+	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES",
+	"USE_STATSD", "USE_DOG_STATSD", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
+	"LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "BACKEND_TYPE", "SHADOW_MODE",
+	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS",
+	"REDIS_TLS_CACERT", "REDIS_TIMEOUT", "REDIS_PERSECOND",
+	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
+	"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER",
+}
+
+// ratelimitFamilies are prefixes of variables that only matter with a
+// setting refused or unused above: the per-second Redis (REDIS_PERSECOND),
+// memcached (BACKEND_TYPE=memcache) and xDS (CONFIG_TYPE=GRPC_XDS_SOTW).
+// Setting one is accepted, as upstream accepts it, and said at start.
+var ratelimitFamilies = []struct{ prefix, note string }{
+	{"REDIS_PERSECOND_", "used only with REDIS_PERSECOND=true"},
+	{"MEMCACHE_", "used only with BACKEND_TYPE=memcache"},
+	{"CONFIG_GRPC_XDS_", "used only with CONFIG_TYPE=GRPC_XDS_SOTW"},
+	{"XDS_CLIENT_", "used only with CONFIG_TYPE=GRPC_XDS_SOTW"},
+}
+
+// ratelimitMinLocalCache is the smallest local cache upstream's freecache
+// makes, whatever LOCAL_CACHE_SIZE_IN_BYTES asks for (512 KiB).
+const ratelimitMinLocalCache = 512 * 1024
+
+// translateRatelimitEnv reads upstream's variables from environ
+// (KEY=VALUE, as os.Environ).
+func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
+	vars := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	getenv := func(name string) string { return vars[name] }
+	var out ratelimitEnv
+	out.env = map[string]string{}
+	value := func(name string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return ratelimitDefaults[name]
+	}
+	set := func(name string) bool { return getenv(name) != "" }
+	boolean := func(name string) (bool, error) {
+		v := value(name)
+		if v == "" {
+			return false, nil
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, fmt.Errorf("%s=%q: want true or false", name, v)
+		}
+		return b, nil
+	}
+	var problems []string
+	fail := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+
+	for _, r := range ratelimitRefusals {
+		v := strings.ToLower(getenv(r.name))
+		if v != "" && (r.value == "" || v == r.value || (r.value == "true" && v == "1")) {
+			fail("%s=%s: %s", r.name, getenv(r.name), r.why)
+		}
+	}
+	for name, note := range ratelimitNoOps {
+		if set(name) {
+			out.notes = append(out.notes, fmt.Sprintf("%s is not needed: %s", name, note))
+		}
+	}
+	for name, v := range vars {
+		for _, f := range ratelimitFamilies {
+			if strings.HasPrefix(name, f.prefix) && v != "" {
+				out.notes = append(out.notes, fmt.Sprintf("%s is not needed: %s", name, f.note))
+			}
+		}
+	}
+
+	// Ports: gRPC is quotad's one API port; the HTTP port serves the API
+	// too, with upstream's /healthcheck and /json.
+	out.args = append(out.args, "--listen", net.JoinHostPort(value("GRPC_HOST"), value("GRPC_PORT")))
+	out.httpListen = net.JoinHostPort(value("HOST"), value("PORT"))
+	out.args = append(out.args, "--pprof-addr", net.JoinHostPort(value("DEBUG_HOST"), value("DEBUG_PORT")))
+	if tls, err := boolean("GRPC_SERVER_USE_TLS"); err != nil {
+		fail("%v", err)
+	} else if tls {
+		if !set("GRPC_SERVER_TLS_CERT") || !set("GRPC_SERVER_TLS_KEY") {
+			fail("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		}
+		out.args = append(out.args, "--tls-cert-file", getenv("GRPC_SERVER_TLS_CERT"), "--tls-key-file", getenv("GRPC_SERVER_TLS_KEY"))
+		if set("GRPC_CLIENT_TLS_CACERT") {
+			out.args = append(out.args, "--tls-client-ca-file", getenv("GRPC_CLIENT_TLS_CACERT"))
+		}
+	}
+
+	switch l := strings.ToLower(value("LOG_LEVEL")); l {
+	case "trace", "debug":
+		out.args = append(out.args, "--log-level", "debug")
+	case "info", "warn", "error":
+		out.args = append(out.args, "--log-level", l)
+	case "warning":
+		out.args = append(out.args, "--log-level", "warn")
+	case "fatal", "panic":
+		out.args = append(out.args, "--log-level", "error")
+	default:
+		fail("LOG_LEVEL=%q: want trace, debug, info, warn, error, fatal or panic", value("LOG_LEVEL"))
+	}
+
+	// Rules: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, as
+	// upstream's file provider reads them.
+	out.args = append(out.args, "--envoy-config-dir", filepath.Join(value("RUNTIME_ROOT"), value("RUNTIME_SUBDIRECTORY"), value("RUNTIME_APPDIRECTORY")))
+	if _, err := boolean("RUNTIME_IGNOREDOTFILES"); err != nil {
+		fail("%v", err)
+	} else if set("RUNTIME_IGNOREDOTFILES") {
+		out.notes = append(out.notes, "RUNTIME_IGNOREDOTFILES is not needed: quotad reads the *.yaml and *.yml files of the directory and never a name starting with a dot")
+	}
+	if ratio := value("NEAR_LIMIT_RATIO"); set("NEAR_LIMIT_RATIO") {
+		out.args = append(out.args, "--envoy-near-limit-ratio", ratio)
+	}
+	if shadow, err := boolean("SHADOW_MODE"); err != nil {
+		fail("%v", err)
+	} else if shadow {
+		out.args = append(out.args, "--envoy-shadow-mode")
+	}
+	if v := getenv("LOCAL_CACHE_SIZE_IN_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case err != nil || n < 0:
+			fail("LOCAL_CACHE_SIZE_IN_BYTES=%q: want a number of bytes", v)
+		case n > 0:
+			out.args = append(out.args, "--denied-cache-bytes", strconv.FormatInt(max(n, ratelimitMinLocalCache), 10))
+			if n < ratelimitMinLocalCache {
+				out.notes = append(out.notes, fmt.Sprintf("LOCAL_CACHE_SIZE_IN_BYTES=%d: the denied-key cache holds %d bytes, the least upstream's cache holds too", n, ratelimitMinLocalCache))
+			}
+		}
+	}
+
+	// Metrics and traces.
+	if statsd, _ := boolean("USE_STATSD"); statsd && !set("USE_STATSD") {
+		out.notes = append(out.notes, "USE_STATSD defaults to true upstream: quotad sends no statsd; its Prometheus metrics are at /metrics on every port")
+	}
+	if prom, err := boolean("USE_PROMETHEUS"); err != nil {
+		fail("%v", err)
+	} else if prom {
+		out.metricsListen, out.metricsPath = value("PROMETHEUS_ADDR"), value("PROMETHEUS_PATH")
+		if !strings.HasPrefix(out.metricsPath, "/") {
+			fail("PROMETHEUS_PATH=%q: want a path starting with /", out.metricsPath)
+		}
+	}
+	if tracing, err := boolean("TRACING_ENABLED"); err != nil {
+		fail("%v", err)
+	} else if tracing {
+		switch p := strings.ToLower(value("TRACING_EXPORTER_PROTOCOL")); p {
+		case "http":
+			out.args = append(out.args, "--trace-exporter", "otlp-http")
+		case "grpc":
+			out.args = append(out.args, "--trace-exporter", "otlp-grpc")
+		default:
+			fail("TRACING_EXPORTER_PROTOCOL=%q: want http or grpc", p)
+		}
+		out.args = append(out.args, "--trace-sample-ratio", value("TRACING_SAMPLING_RATE"))
+		out.env["OTEL_SERVICE_NAME"] = value("TRACING_SERVICE_NAME")
+	}
+	for _, h := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
+		if set(h) && !set("LIMIT_RESPONSE_HEADERS_ENABLED") {
+			out.notes = append(out.notes, h+" is not needed: used only with LIMIT_RESPONSE_HEADERS_ENABLED=true")
+		}
+	}
+
+	if err := out.redis(value, set, boolean); err != nil {
+		fail("%v", err)
+	}
+	if len(problems) > 0 {
+		return ratelimitEnv{}, fmt.Errorf("envoy-ratelimit: quotad cannot run with this environment:\n  %s", strings.Join(problems, "\n  "))
+	}
+	slices.Sort(out.notes)
+	return out, nil
+}
+
+// redis translates REDIS_*: one server over TCP or a Unix socket, Sentinel
+// (REDIS_URL "master,host:port,...") or Cluster (REDIS_URL
+// "host:port,..."), with REDIS_AUTH ("password" or "user:password") and
+// REDIS_TLS.
+func (out *ratelimitEnv) redis(value func(string) string, set func(string) bool, boolean func(string) (bool, error)) error {
+	tls, err := boolean("REDIS_TLS")
+	if err != nil {
+		return err
+	}
+	if set("REDIS_TLS_CACERT") {
+		if !tls {
+			return fmt.Errorf("REDIS_TLS_CACERT needs REDIS_TLS=true")
+		}
+		out.args = append(out.args, "--redis-tls-ca", value("REDIS_TLS_CACERT"))
+	}
+	if set("REDIS_TIMEOUT") {
+		d, err := time.ParseDuration(value("REDIS_TIMEOUT"))
+		if err != nil || d <= 0 {
+			return fmt.Errorf("REDIS_TIMEOUT=%q: want a duration such as 10s", value("REDIS_TIMEOUT"))
+		}
+		out.args = append(out.args, "--redis-connect-timeout", d.String())
+		out.notes = append(out.notes, "REDIS_TIMEOUT bounds opening a Redis connection (--redis-connect-timeout); a check waits at most --redis-timeout (50ms) for its reply, and a failing Redis opens the circuit breaker")
+	}
+	user, password := "", value("REDIS_AUTH")
+	if u, p, ok := strings.Cut(password, ":"); ok {
+		user, password = u, p
+	}
+	addrs := strings.Split(value("REDIS_URL"), ",")
+	for i := range addrs {
+		addrs[i] = strings.TrimSpace(addrs[i])
+	}
+	socket := strings.ToLower(value("REDIS_SOCKET_TYPE"))
+	if socket != "tcp" && socket != "unix" {
+		return fmt.Errorf("REDIS_SOCKET_TYPE=%q: want tcp or unix", value("REDIS_SOCKET_TYPE"))
+	}
+	t := strings.ToLower(value("REDIS_TYPE"))
+	if set("REDIS_SENTINEL_AUTH") && t != "sentinel" {
+		out.notes = append(out.notes, "REDIS_SENTINEL_AUTH is not needed: used only with REDIS_TYPE=sentinel")
+	}
+	switch t {
+	case "single":
+		u := &url.URL{Scheme: "redis", Host: addrs[0], Path: "/0"}
+		if tls {
+			u.Scheme = "rediss"
+		}
+		if socket == "unix" {
+			if tls {
+				return fmt.Errorf("REDIS_TLS=true over REDIS_SOCKET_TYPE=unix: TLS needs tcp")
+			}
+			u = &url.URL{Scheme: "unix", Path: addrs[0]}
+		}
+		if len(addrs) != 1 || addrs[0] == "" {
+			return fmt.Errorf("REDIS_URL=%q: REDIS_TYPE=single wants one address", value("REDIS_URL"))
+		}
+		if password != "" {
+			u.User = url.UserPassword(user, password)
+		}
+		out.args = append(out.args, "--redis", u.String())
+		return nil
+	case "sentinel", "cluster":
+		if socket != "tcp" {
+			return fmt.Errorf("REDIS_TYPE=%s needs REDIS_SOCKET_TYPE=tcp", t)
+		}
+		if user != "" {
+			out.args = append(out.args, "--redis-username", user)
+		}
+		if password != "" {
+			out.env["QUOTAD_REDIS_PASSWORD"] = password
+		}
+		if tls {
+			out.args = append(out.args, "--redis-tls")
+		}
+		if t == "cluster" {
+			out.args = append(out.args, "--redis-cluster", strings.Join(addrs, ","))
+			return nil
+		}
+		if len(addrs) < 2 {
+			return fmt.Errorf("REDIS_URL=%q: REDIS_TYPE=sentinel wants the master's name, then the sentinels: mymaster,host:port,...", value("REDIS_URL"))
+		}
+		out.args = append(out.args, "--redis-master", addrs[0], "--redis-sentinel", strings.Join(addrs[1:], ","))
+		if a := value("REDIS_SENTINEL_AUTH"); a != "" {
+			su, sp := "", a
+			if u, p, ok := strings.Cut(a, ":"); ok {
+				su, sp = u, p
+			}
+			if su != "" {
+				out.args = append(out.args, "--redis-sentinel-username", su)
+			}
+			out.env["QUOTAD_REDIS_SENTINEL_PASSWORD"] = sp
+		}
+		return nil
+	default:
+		return fmt.Errorf("REDIS_TYPE=%q: want single, sentinel or cluster", value("REDIS_TYPE"))
+	}
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/quotad/quotad/internal/quotadtest"
+	"github.com/quotad/quotad/internal/redistest"
+	commonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
+)
+
+// upstreamVariables are the environment variables envoyproxy/ratelimit
+// reads (its src/settings/settings.go at commit f2fb157, 2026-07-05).
+var upstreamVariables = strings.Fields(`HOST PORT DEBUG_HOST DEBUG_PORT GRPC_UDS GRPC_HOST GRPC_PORT
+GRPC_MAX_CONNECTION_AGE GRPC_MAX_CONNECTION_AGE_GRACE GRPC_SERVER_USE_TLS GRPC_SERVER_TLS_CERT
+GRPC_SERVER_TLS_KEY GRPC_CLIENT_TLS_CACERT GRPC_CLIENT_TLS_SAN LOG_LEVEL LOG_FORMAT CONFIG_TYPE
+FORCE_START_WITHOUT_INITIAL_CONFIG CONFIG_GRPC_XDS_NODE_ID CONFIG_GRPC_XDS_NODE_METADATA
+CONFIG_GRPC_XDS_SERVER_URL CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL
+CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS CONFIG_GRPC_XDS_SERVER_USE_TLS CONFIG_GRPC_XDS_CLIENT_TLS_CERT
+CONFIG_GRPC_XDS_CLIENT_TLS_KEY CONFIG_GRPC_XDS_SERVER_TLS_CACERT CONFIG_GRPC_XDS_SERVER_TLS_SAN
+XDS_CLIENT_BACKOFF_INITIAL_INTERVAL XDS_CLIENT_BACKOFF_MAX_INTERVAL XDS_CLIENT_BACKOFF_RANDOM_FACTOR
+XDS_CLIENT_BACKOFF_JITTER XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES USE_DOG_STATSD USE_DOG_STATSD_MOGRIFIERS
+USE_STATSD STATSD_HOST STATSD_PORT EXTRA_TAGS STATS_FLUSH_INTERVAL DISABLE_STATS USE_PROMETHEUS
+PROMETHEUS_ADDR PROMETHEUS_PATH PROMETHEUS_MAPPER_YAML PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS
+RUNTIME_ROOT RUNTIME_SUBDIRECTORY RUNTIME_APPDIRECTORY RUNTIME_IGNOREDOTFILES RUNTIME_WATCH_ROOT
+EXPIRATION_JITTER_MAX_SECONDS LOCAL_CACHE_SIZE_IN_BYTES NEAR_LIMIT_RATIO CACHE_KEY_PREFIX BACKEND_TYPE
+STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT LIMIT_RESPONSE_HEADERS_ENABLED LIMIT_LIMIT_HEADER
+LIMIT_REMAINING_HEADER LIMIT_RESET_HEADER HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED REDIS_SOCKET_TYPE
+REDIS_TYPE REDIS_URL REDIS_POOL_SIZE REDIS_AUTH REDIS_TLS REDIS_TLS_CLIENT_CERT REDIS_TLS_CLIENT_KEY
+REDIS_TLS_CACERT REDIS_TLS_SKIP_HOSTNAME_VERIFICATION REDIS_PIPELINE_WINDOW REDIS_PIPELINE_LIMIT
+REDIS_CLUSTER_PIPELINE_PARALLELISM REDIS_PERSECOND REDIS_PERSECOND_SOCKET_TYPE REDIS_PERSECOND_TYPE
+REDIS_PERSECOND_URL REDIS_PERSECOND_POOL_SIZE REDIS_PERSECOND_AUTH REDIS_PERSECOND_TLS
+REDIS_SENTINEL_AUTH REDIS_PERSECOND_SENTINEL_AUTH REDIS_PERSECOND_PIPELINE_WINDOW
+REDIS_PERSECOND_PIPELINE_LIMIT REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM
+REDIS_HEALTH_CHECK_ACTIVE_CONNECTION REDIS_TIMEOUT REDIS_PERSECOND_TIMEOUT REDIS_POOL_ON_EMPTY_BEHAVIOR
+REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR REDIS_STARTUP_INITIAL_INTERVAL REDIS_STARTUP_MAX_INTERVAL
+REDIS_STARTUP_MAX_ELAPSED_TIME MEMCACHE_HOST_PORT MEMCACHE_MAX_IDLE_CONNS MEMCACHE_SRV
+MEMCACHE_SRV_REFRESH MEMCACHE_TLS MEMCACHE_TLS_CLIENT_CERT MEMCACHE_TLS_CLIENT_KEY MEMCACHE_TLS_CACERT
+MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION SHADOW_MODE QUOTA_MODE RESPONSE_DYNAMIC_METADATA
+MERGE_DOMAIN_CONFIG TRACING_ENABLED TRACING_SERVICE_NAME TRACING_SERVICE_NAMESPACE
+TRACING_SERVICE_INSTANCE_ID TRACING_EXPORTER_PROTOCOL TRACING_SAMPLING_RATE`)
+
+// Every variable upstream reads is translated, accepted as not needed
+// (and said so), or refused: none is passed over without a word.
+func TestRatelimitEnvKnowsEveryVariable(t *testing.T) {
+	if len(upstreamVariables) != 114 {
+		t.Fatalf("%d upstream variables listed, want the 114 of its settings", len(upstreamVariables))
+	}
+	for _, v := range upstreamVariables {
+		known := slices.Contains(ratelimitHonoured, v) || ratelimitNoOps[v] != ""
+		known = known || slices.ContainsFunc(ratelimitRefusals, func(r struct{ name, value, why string }) bool { return r.name == v })
+		known = known || slices.ContainsFunc(ratelimitFamilies, func(f struct{ prefix, note string }) bool { return strings.HasPrefix(v, f.prefix) })
+		if !known {
+			t.Errorf("%s: neither translated, accepted as not needed, nor refused", v)
+		}
+	}
+	// docs/envoy.md's table names each, or its family (MEMCACHE_*).
+	page, err := os.ReadFile("../../docs/envoy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(page), "| upstream variables | what quotad does |")
+	table, _, _ = strings.Cut(table, "\n\n")
+	for _, v := range upstreamVariables {
+		named := strings.Contains(table, "`"+v+"`") || strings.Contains(table, "`"+v+"=")
+		for _, f := range ratelimitFamilies {
+			named = named || (strings.HasPrefix(v, f.prefix) && strings.Contains(table, "`"+f.prefix+"*`"))
+		}
+		if !named {
+			t.Errorf("docs/envoy.md's table of upstream's variables does not name %s", v)
+		}
+	}
+}
+
+func TestRatelimitEnvTranslates(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		env      []string
+		args     string // quotad flags, joined by spaces
+		env2     map[string]string
+		notes    []string
+		problems []string
+	}{
+		{name: "upstream's defaults", env: nil,
+			args:  "--listen 0.0.0.0:8081 --pprof-addr 0.0.0.0:6070 --log-level warn --envoy-config-dir /srv/runtime_data/current/config --redis unix:///var/run/nutcracker/ratelimit.sock",
+			notes: []string{"USE_STATSD defaults to true upstream"}},
+		{name: "docker compose", env: []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379",
+			"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "MEMCACHE_HOST_PORT=memcached:11211"},
+			args:  "--listen 0.0.0.0:8081 --pprof-addr 0.0.0.0:6070 --log-level debug --envoy-config-dir /data/ratelimit/config --redis redis://redis:6379/0",
+			notes: []string{"MEMCACHE_HOST_PORT is not needed: used only with BACKEND_TYPE=memcache"}},
+		{name: "password and TLS", env: []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=r:6380", "REDIS_AUTH=s3cret", "REDIS_TLS=true", "REDIS_TLS_CACERT=/ca.pem", "USE_STATSD=false"},
+			args: "--redis-tls-ca /ca.pem --redis rediss://:s3cret@r:6380/0"},
+		{name: "sentinel", env: []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=sentinel", "REDIS_URL=mymaster,s1:26379,s2:26379", "REDIS_AUTH=u:p", "REDIS_SENTINEL_AUTH=sp", "USE_STATSD=false"},
+			args: "--redis-username u --redis-master mymaster --redis-sentinel s1:26379,s2:26379",
+			env2: map[string]string{"QUOTAD_REDIS_PASSWORD": "p", "QUOTAD_REDIS_SENTINEL_PASSWORD": "sp"}},
+		{name: "cluster", env: []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=CLUSTER", "REDIS_URL=a:7000, b:7000", "REDIS_TLS=true", "USE_STATSD=false"},
+			args: "--redis-tls --redis-cluster a:7000,b:7000"},
+		{name: "settings", env: []string{"USE_STATSD=false", "SHADOW_MODE=true", "NEAR_LIMIT_RATIO=0.9", "LOCAL_CACHE_SIZE_IN_BYTES=1000", "REDIS_POOL_SIZE=20",
+			"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=grpc", "TRACING_SAMPLING_RATE=0.1", "GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=/c", "GRPC_SERVER_TLS_KEY=/k"},
+			args: "--tls-cert-file /c --tls-key-file /k --log-level warn --envoy-config-dir /srv/runtime_data/current/config --envoy-near-limit-ratio 0.9 --envoy-shadow-mode --denied-cache-bytes 524288 --trace-exporter otlp-grpc --trace-sample-ratio 0.1",
+			env2: map[string]string{"OTEL_SERVICE_NAME": "RateLimit"},
+			notes: []string{"LOCAL_CACHE_SIZE_IN_BYTES=1000: the denied-key cache holds 524288 bytes",
+				"REDIS_POOL_SIZE is not needed: quotad pipelines every check"}},
+		{name: "refusals", env: []string{"USE_STATSD=true", "BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC_XDS_SOTW", "GRPC_UDS=/s.sock", "LOG_LEVEL=loud", "REDIS_TYPE=ring"},
+			problems: []string{"USE_STATSD=true: quotad does not send statsd", "BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC_XDS_SOTW",
+				"GRPC_UDS=/s.sock", `LOG_LEVEL="loud"`, `REDIS_TYPE="ring": want single, sentinel or cluster`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr, err := translateRatelimitEnv(c.env)
+			if len(c.problems) > 0 {
+				if err == nil {
+					t.Fatalf("accepted, want refused: %v", tr.args)
+				}
+				for _, p := range c.problems {
+					if !strings.Contains(err.Error(), p) {
+						t.Errorf("error %q does not say %q", err, p)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(tr.args, " "); !strings.Contains(got, c.args) {
+				t.Errorf("args %q, want them to contain %q", got, c.args)
+			}
+			for k, v := range c.env2 {
+				if tr.env[k] != v {
+					t.Errorf("env %s=%q, want %q", k, tr.env[k], v)
+				}
+			}
+			for _, n := range c.notes {
+				if !slices.ContainsFunc(tr.notes, func(s string) bool { return strings.HasPrefix(s, n) }) {
+					t.Errorf("notes %q, want one starting %q", tr.notes, n)
+				}
+			}
+		})
+	}
+}
+
+// freeTCPAddr returns a loopback port nothing listens on.
+func freeTCPPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// `quotad envoy-ratelimit` with the environment of envoyproxy/ratelimit's
+// docker-compose.yml (its Redis and rules directory moved to the test's,
+// its ports to free ones, LOCAL_CACHE_SIZE_IN_BYTES=1000 from its
+// integration settings) serves upstream's ports: /healthcheck, /json (OK,
+// then 429 when over the limit), the gRPC service, the debug port's
+// profiler and the Prometheus endpoint.
+func TestEnvoyRatelimitServesUpstreamsPorts(t *testing.T) {
+	r := redistest.Start(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rules := "domain: rl\ndescriptors:\n  - key: category\n    value: account\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	grpcPort, httpPort, debugPort, promPort := freeTCPPort(t), freeTCPPort(t), freeTCPPort(t), freeTCPPort(t)
+	cmd := exec.Command(quotadtest.Binary(t), "envoy-ratelimit")
+	cmd.Env = []string{
+		"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + r.Addr(),
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "MEMCACHE_HOST_PORT=memcached:11211",
+		"LOCAL_CACHE_SIZE_IN_BYTES=1000", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + promPort,
+		"HOST=127.0.0.1", "PORT=" + httpPort, "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + grpcPort,
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + debugPort,
+	}
+	var stdout, stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := "http://127.0.0.1:" + httpPort
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if res, err := http.Get(base + "/healthcheck"); err == nil {
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || string(body) != "OK" {
+				t.Fatalf("/healthcheck: %d %q, want 200 OK", res.StatusCode, body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the HTTP port never answered:\n%s\n%s", stdout.tail(), stderr.tail())
+		}
+	}
+	if !stderr.contains("MEMCACHE_HOST_PORT is not needed") {
+		t.Errorf("the start does not say MEMCACHE_HOST_PORT is not needed:\n%s", stderr.tail())
+	}
+
+	ask := `{"domain":"rl","descriptors":[{"entries":[{"key":"category","value":"account"}]}]}`
+	for i, want := range []int{200, 200, 429} {
+		res, err := http.Post(base+"/json", "application/json", strings.NewReader(ask))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		var answer struct {
+			OverallCode string `json:"overallCode"`
+			Statuses    []struct {
+				LimitRemaining int `json:"limitRemaining"`
+			} `json:"statuses"`
+		}
+		if err := json.Unmarshal(body, &answer); err != nil || res.StatusCode != want {
+			t.Fatalf("/json %d: %d %s (%v), want %d", i+1, res.StatusCode, body, err, want)
+		}
+		if wantCode := map[int]string{200: "OK", 429: "OVER_LIMIT"}[want]; answer.OverallCode != wantCode {
+			t.Errorf("/json %d: overallCode %s, want %s", i+1, answer.OverallCode, wantCode)
+		}
+	}
+	if res, err := http.Post(base+"/json", "application/json", strings.NewReader("not json")); err != nil || res.StatusCode != 400 {
+		t.Errorf("/json with a body that is not a request: %v %v, want 400", res, err)
+	}
+
+	// The gRPC port is quotad's API: Envoy's service, over the same
+	// counters (the key is over its limit by now).
+	conn, err := grpc.NewClient("127.0.0.1:"+grpcPort, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var res rlsv3.RateLimitResponse
+	req := &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "category", Value: "account"}}}}}
+	if err := conn.Invoke(ctx, shouldRateLimitPath, req, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("gRPC answered %v, want OVER_LIMIT", res.GetOverallCode())
+	}
+
+	for _, u := range []string{"http://127.0.0.1:" + debugPort + "/debug/pprof/", "http://127.0.0.1:" + promPort + "/metrics"} {
+		res, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || (strings.HasSuffix(u, "/metrics") && !bytes.Contains(body, []byte("quotad_envoy"))) {
+			t.Errorf("%s: %d, want 200 (and quotad's Envoy statistics on /metrics)", u, res.StatusCode)
+		}
+	}
+}
+
+// A variable quotad cannot honour stops it at start with the line that
+// says why and what to do.
+func TestEnvoyRatelimitRefusesWhatItCannotHonour(t *testing.T) {
+	cmd := exec.Command(quotadtest.Binary(t), "envoy-ratelimit")
+	cmd.Env = []string{"USE_STATSD=true", "STATSD_HOST=statsd"}
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("started with USE_STATSD=true:\n%s", out)
+	}
+	want := "USE_STATSD=true: quotad does not send statsd; set USE_STATSD=false and USE_PROMETHEUS=true to scrape its metrics"
+	if !strings.Contains(string(out), want) {
+		t.Errorf("output:\n%s\nwant the line %q", out, want)
+	}
+	cmd = exec.Command(quotadtest.Binary(t), "envoy-ratelimit", "--redis", "x")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "envoy-ratelimit takes no arguments") {
+		t.Errorf("with flags: %v\n%s", err, out)
+	}
+}
