@@ -161,7 +161,7 @@ Flags:
 	if a.adminToken, err = readAdminToken(*tokenFile); err != nil {
 		return checkArgs{}, fmt.Errorf("--admin-token-file: %w", err)
 	}
-	if a.tls, err = clientTLS(*caFile, *certFile, *keyFile); err != nil {
+	if a.tls, err = clientTLS("--tls", *caFile, *certFile, *keyFile); err != nil {
 		return checkArgs{}, err
 	}
 	set := map[string]bool{}
@@ -230,9 +230,10 @@ func printDecisionJSON(w io.Writer, d quotadclient.Decision) error {
 	})
 }
 
-// clientTLS is the TLS configuration of `quotad check --tls-*`: nil when
-// no flag is set (the system's roots).
-func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+// clientTLS is the TLS configuration of a client's flags prefix-ca-file,
+// prefix-cert-file and prefix-key-file (`quotad check --tls-*`, prefix
+// "--tls"): nil when no flag is set (the system's roots).
+func clientTLS(prefix, caFile, certFile, keyFile string) (*tls.Config, error) {
 	if caFile == "" && certFile == "" && keyFile == "" {
 		return nil, nil
 	}
@@ -240,20 +241,20 @@ func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 	if caFile != "" {
 		raw, err := readFile(caFile)
 		if err != nil {
-			return nil, fmt.Errorf("--tls-ca-file: %w", err)
+			return nil, fmt.Errorf("%s-ca-file: %w", prefix, err)
 		}
 		tc.RootCAs = x509.NewCertPool()
 		if !tc.RootCAs.AppendCertsFromPEM(raw) {
-			return nil, fmt.Errorf("--tls-ca-file %s: no PEM certificate in it", caFile)
+			return nil, fmt.Errorf("%s-ca-file %s: no PEM certificate in it", prefix, caFile)
 		}
 	}
 	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
+		return nil, fmt.Errorf("%s-cert-file and %s-key-file go together", prefix, prefix)
 	}
 	if certFile != "" {
 		pair, err := loadKeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("--tls-cert-file: %w", err)
+			return nil, fmt.Errorf("%s-cert-file: %w", prefix, err)
 		}
 		tc.Certificates = []tls.Certificate{pair}
 	}

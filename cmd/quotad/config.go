@@ -71,6 +71,9 @@ type config struct {
 	// domains Envoy's rate limit service serves beside Envoy's, reloaded
 	// when they change; empty means none.
 	EnvoyDir string
+	// EnvoyXDS takes envoyproxy/ratelimit's rules from an xDS management
+	// server instead of EnvoyDir; its zero value takes none.
+	EnvoyXDS envoyXDSConfig
 	// Telemetry says where traces go and whether /metrics is served.
 	Telemetry telemetryConfig
 	// Cluster makes the node a cluster member; the zero value runs
@@ -169,6 +172,9 @@ func (c config) validate() error {
 		return err
 	}
 	if err := c.Envoy.Validate(c.Policies); err != nil {
+		return err
+	}
+	if err := c.EnvoyXDS.validate(c.EnvoyDir); err != nil {
 		return err
 	}
 	if err := c.Server.Validate(); err != nil {

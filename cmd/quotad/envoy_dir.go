@@ -84,7 +84,11 @@ func readEnvoyFiles(dir string) ([]envoyFile, error) {
 // no error) mean Envoy's rate limit service is not configured.
 func (c config) envoyRules(files []envoyFile) (*envoy.Rules, error) {
 	ec := c.Envoy
-	if c.EnvoyDir == "" {
+	source := "envoy config dir " + c.EnvoyDir
+	if c.EnvoyXDS.Server != "" {
+		source = "envoy xds " + c.EnvoyXDS.Server
+	}
+	if c.EnvoyDir == "" && c.EnvoyXDS.Server == "" {
 		if len(ec.Domains) == 0 {
 			return nil, nil
 		}
@@ -105,14 +109,14 @@ func (c config) envoyRules(files []envoyFile) (*envoy.Rules, error) {
 			err = fmt.Errorf("%s: the directory's config files hold more than %d YAML nodes (with aliases expanded) in all, the most quotad reads of one directory", f.name, maxEnvoyDirNodes)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("envoy config dir %s: %w", c.EnvoyDir, err)
+			return nil, fmt.Errorf("%s: %w", source, err)
 		}
 		nodes += n
 		ec.Domains = append(ec.Domains, d)
 	}
 	rules, err := envoy.Compile(ec, c.Policies)
 	if err != nil {
-		return nil, fmt.Errorf("envoy config dir %s: %w", c.EnvoyDir, err)
+		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return rules, nil
 }
@@ -144,6 +148,9 @@ func describeEnvoy(c config, sw *envoy.Switch) string {
 	s := "envoy: rate limit service for domains " + strings.Join(sw.Rules().Domains(), ", ")
 	if c.EnvoyDir != "" {
 		s += fmt.Sprintf(" (files of %s, checked for changes every %s)", c.EnvoyDir, configPollInterval)
+	}
+	if x := c.EnvoyXDS; x.Server != "" {
+		s += fmt.Sprintf(" (rules from the xDS management server %s, as node %s)", x.Server, x.nodeID())
 	}
 	if c.Envoy.ShadowMode {
 		s += "; global shadow mode: never OVER_LIMIT overall"

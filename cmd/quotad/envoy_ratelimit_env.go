@@ -43,7 +43,9 @@ var ratelimitDefaults = map[string]string{
 	"USE_STATSD": "true", "PROMETHEUS_ADDR": ":9090", "PROMETHEUS_PATH": "/metrics",
 	"NEAR_LIMIT_RATIO": "0.8", "BACKEND_TYPE": "redis",
 	"REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "SINGLE", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock",
-	"TRACING_SERVICE_NAME": "RateLimit", "TRACING_EXPORTER_PROTOCOL": "http", "TRACING_SAMPLING_RATE": "1",
+	"CONFIG_GRPC_XDS_NODE_ID": "default", "CONFIG_GRPC_XDS_SERVER_URL": "localhost:18000",
+	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "3s",
+	"TRACING_SERVICE_NAME":                          "RateLimit", "TRACING_EXPORTER_PROTOCOL": "http", "TRACING_SAMPLING_RATE": "1",
 	"LIMIT_LIMIT_HEADER": "RateLimit-Limit", "LIMIT_REMAINING_HEADER": "RateLimit-Remaining", "LIMIT_RESET_HEADER": "RateLimit-Reset",
 }
 
@@ -69,6 +71,11 @@ var ratelimitNoOps = map[string]string{
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "quotad's durations are seconds, as Prometheus recommends",
 	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED":  "quotad is healthy with no rules loaded, as upstream by default; a directory that does not load stops quotad at start",
 	"FORCE_START_WITHOUT_INITIAL_CONFIG":       "quotad starts with an empty or missing set of rules files",
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL":      "quotad dials the xDS management server again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, with jitter",
+	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":          "quotad dials the xDS management server again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, with jitter",
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":         "quotad dials the xDS management server again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, with jitter",
+	"XDS_CLIENT_BACKOFF_JITTER":                "quotad dials the xDS management server again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, with jitter",
+	"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES":         "quotad takes xDS responses of up to 4 MiB, the most rules it reads from a directory",
 	"STATSD_HOST":                              "no statsd: quotad serves Prometheus metrics (USE_PROMETHEUS)",
 	"STATSD_PORT":                              "no statsd: quotad serves Prometheus metrics (USE_PROMETHEUS)",
 	"USE_DOG_STATSD_MOGRIFIERS":                "no statsd: quotad serves Prometheus metrics (USE_PROMETHEUS)",
@@ -92,7 +99,6 @@ var ratelimitRefusals = []struct{ name, value, why string }{
 	{"REDIS_TLS_CLIENT_KEY", "", "quotad does not present a client certificate to Redis; authenticate with REDIS_AUTH"},
 	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "quotad always verifies Redis's certificate; give its CA in REDIS_TLS_CACERT"},
 	{"CACHE_KEY_PREFIX", "", "quotad names its Redis keys itself (--key-prefix): its counters are not upstream's, so a switch starts every window afresh; unset CACHE_KEY_PREFIX"},
-	{"CONFIG_TYPE", "grpc_xds_sotw", "quotad reads its rules from files only; serve them as files in RUNTIME_ROOT (CONFIG_TYPE=FILE)"},
 	{"LIMIT_RESPONSE_HEADERS_ENABLED", "true", "quotad does not add rate limit response headers yet; unset LIMIT_RESPONSE_HEADERS_ENABLED"},
 	{"QUOTA_MODE", "true", "quotad has no quota mode yet; unset QUOTA_MODE"},
 	{"RESPONSE_DYNAMIC_METADATA", "true", "quotad does not answer with dynamic metadata yet; unset RESPONSE_DYNAMIC_METADATA"},
@@ -113,6 +119,10 @@ var ratelimitHonoured = []string{
 	"REDIS_TLS_CACERT", "REDIS_TIMEOUT", "REDIS_PERSECOND",
 	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
 	"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER",
+	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
 }
 
 // ratelimitFamilies are prefixes of variables that only matter with a
@@ -122,8 +132,6 @@ var ratelimitHonoured = []string{
 var ratelimitFamilies = []struct{ prefix, note string }{
 	{"REDIS_PERSECOND_", "used only with REDIS_PERSECOND=true"},
 	{"MEMCACHE_", "used only with BACKEND_TYPE=memcache"},
-	{"CONFIG_GRPC_XDS_", "used only with CONFIG_TYPE=GRPC_XDS_SOTW"},
-	{"XDS_CLIENT_", "used only with CONFIG_TYPE=GRPC_XDS_SOTW"},
 }
 
 // ratelimitMinLocalCache is the smallest local cache upstream's freecache
@@ -213,8 +221,22 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 	}
 
 	// Rules: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, as
-	// upstream's file provider reads them.
-	out.args = append(out.args, "--envoy-config-dir", filepath.Join(value("RUNTIME_ROOT"), value("RUNTIME_SUBDIRECTORY"), value("RUNTIME_APPDIRECTORY")))
+	// upstream's file provider reads them, or an xDS management server.
+	switch strings.ToUpper(value("CONFIG_TYPE")) {
+	case "FILE":
+		out.args = append(out.args, "--envoy-config-dir", filepath.Join(value("RUNTIME_ROOT"), value("RUNTIME_SUBDIRECTORY"), value("RUNTIME_APPDIRECTORY")))
+		for _, kv := range environ {
+			if name, v, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "CONFIG_GRPC_XDS_") && v != "" {
+				out.notes = append(out.notes, name+" is not needed: used only with CONFIG_TYPE=GRPC_XDS_SOTW")
+			}
+		}
+	case "GRPC_XDS_SOTW":
+		if err := out.xds(value, set, boolean); err != nil {
+			fail("%v", err)
+		}
+	default:
+		fail("CONFIG_TYPE=%q: want FILE or GRPC_XDS_SOTW", value("CONFIG_TYPE"))
+	}
 	if _, err := boolean("RUNTIME_IGNOREDOTFILES"); err != nil {
 		fail("%v", err)
 	} else if set("RUNTIME_IGNOREDOTFILES") {
@@ -377,4 +399,46 @@ func (out *ratelimitEnv) redis(value func(string) string, set func(string) bool,
 	default:
 		return fmt.Errorf("REDIS_TYPE=%q: want single, sentinel or cluster", value("REDIS_TYPE"))
 	}
+}
+
+// xds translates CONFIG_GRPC_XDS_*: the rules from an xDS management
+// server (--envoy-xds-*).
+func (out *ratelimitEnv) xds(value func(string) string, set func(string) bool, boolean func(string) (bool, error)) error {
+	out.args = append(out.args, "--envoy-xds-server", value("CONFIG_GRPC_XDS_SERVER_URL"), "--envoy-xds-node-id", value("CONFIG_GRPC_XDS_NODE_ID"))
+	if m := value("CONFIG_GRPC_XDS_NODE_METADATA"); m != "" {
+		out.args = append(out.args, "--envoy-xds-node-metadata", m)
+	}
+	if h := value("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"); h != "" {
+		// Upstream's maps are "name:value,name:value".
+		pairs := strings.Split(h, ",")
+		for i, p := range pairs {
+			k, v, ok := strings.Cut(p, ":")
+			if !ok {
+				return fmt.Errorf("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=%q: want name:value,name:value", h)
+			}
+			pairs[i] = k + "=" + v
+		}
+		out.args = append(out.args, "--envoy-xds-headers", strings.Join(pairs, ","))
+	}
+	d, err := time.ParseDuration(value("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"))
+	if err != nil || d <= 0 {
+		return fmt.Errorf("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=%q: want a duration such as 3s", value("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"))
+	}
+	out.args = append(out.args, "--envoy-xds-retry-interval", d.String())
+	tls, err := boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS")
+	if err != nil {
+		return err
+	}
+	if !tls {
+		return nil
+	}
+	out.args = append(out.args, "--envoy-xds-tls")
+	for _, f := range [][2]string{{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "--envoy-xds-tls-ca-file"},
+		{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "--envoy-xds-tls-cert-file"}, {"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "--envoy-xds-tls-key-file"},
+		{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "--envoy-xds-tls-server-name"}} {
+		if set(f[0]) {
+			out.args = append(out.args, f[1], value(f[0]))
+		}
+	}
+	return nil
 }

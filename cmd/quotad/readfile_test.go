@@ -144,8 +144,8 @@ func TestEveryFileRefusesANamedPipe(t *testing.T) {
 			}
 			return err
 		}},
-		{"quotad check --tls-ca-file", func() error { _, err := clientTLS(fifo, "", ""); return err }},
-		{"quotad check --tls-cert-file", func() error { _, err := clientTLS("", fifo, key); return err }},
+		{"quotad check --tls-ca-file", func() error { _, err := clientTLS("--tls", fifo, "", ""); return err }},
+		{"quotad check --tls-cert-file", func() error { _, err := clientTLS("--tls", "", fifo, key); return err }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := returnsWithin(t, 10*time.Second, tc.read)

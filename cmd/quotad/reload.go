@@ -70,6 +70,9 @@ type reloader struct {
 	// a source could not be read), so that a refused configuration is
 	// reported once, not at every poll.
 	seen string
+	// xds holds the rules files an xDS management server sent last
+	// (envoy_xds.go); nil without --envoy-xds-server.
+	xds *xdsFiles
 }
 
 // newReloader returns the reloader of a quotad started with cfg, which
@@ -78,6 +81,9 @@ type reloader struct {
 func newReloader(cfg config, envoyFiles []envoyFile, args []string, getenv func(string) string, log *slog.Logger, level *slog.LevelVar, meter metric.MeterProvider) (*reloader, error) {
 	hash := contentHash(cfg, envoyFiles)
 	r := &reloader{args: args, getenv: getenv, log: log, level: level, every: configPollInterval, cur: cfg, seen: hash}
+	if cfg.EnvoyXDS.Server != "" {
+		r.xds = &xdsFiles{}
+	}
 	r.version.Store(&rpc.ConfigVersion{Generation: 1, Hash: hash, LoadedAt: time.Now()})
 	if err := r.meters.init(meter, r); err != nil {
 		return nil, err
@@ -113,11 +119,14 @@ func (r *reloader) start(ctx context.Context, n *node.Node, api *rpc.Handler) (s
 		defer close(done)
 		r.run(ctx, hup)
 	}()
+	var xds sync.WaitGroup
+	r.startXDS(ctx, &xds)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			cancel()
 			<-done
+			xds.Wait()
 			signal.Stop(hup)
 			signal.Ignore(syscall.SIGHUP)
 		})
@@ -227,6 +236,8 @@ type reloadLoad struct {
 	files []envoyFile
 	hash  string
 	rules *envoy.Rules
+	// xdsVersion is the version of the xDS resources among files.
+	xdsVersion string
 }
 
 // load builds the configuration anew, the config file and the envoy
@@ -246,6 +257,7 @@ func (r *reloader) load(cur config) reloadLoad {
 			return l
 		}
 	}
+	l.xdsVersion, l.files = r.xdsCurrent(l.files)
 	l.hash = contentHash(l.apply, l.files)
 	// The rules are compiled with the new policies before anything is
 	// applied: a file that does not compile changes nothing.
@@ -277,6 +289,19 @@ func (r *reloader) reload(ctx context.Context, trigger string) {
 		return
 	}
 	apply, files, hash, rules := l.apply, l.files, l.hash, l.rules
+	if version, now := r.xds.current(); r.xds != nil && version != l.xdsVersion {
+		// The management server's rules changed while this load ran:
+		// compile the new policies with them instead.
+		files = now
+		var err error
+		if rules, err = apply.envoyRules(files); err != nil {
+			r.refuse(ctx, trigger, err)
+			return
+		}
+	}
+	if r.xds != nil {
+		hash = xdsHash(apply, files)
+	}
 	if len(l.restart) > 0 {
 		r.log.Warn("config: settings that change only with a restart keep their running values",
 			"file", l.next.File.Path, "settings", strings.Join(l.restart, ", "))
@@ -379,7 +404,9 @@ func reloadable(cur, next config) (config, []string) {
 // servesEnvoy reports whether configuration c serves Envoy's rate limit
 // service: it configures a domain or an envoy config dir
 // (config.envoyRules returns rules).
-func servesEnvoy(c config) bool { return len(c.Envoy.Domains) > 0 || c.EnvoyDir != "" }
+func servesEnvoy(c config) bool {
+	return len(c.Envoy.Domains) > 0 || c.EnvoyDir != "" || c.EnvoyXDS.Server != ""
+}
 
 // fileKey names config's field as the config file does: KeyPrefix →
 // key_prefix.

@@ -69,6 +69,12 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
+	if cfg.EnvoyXDS.Server != "" {
+		// Its TLS files are read once, here: a mistake stops quotad now.
+		if _, err := cfg.EnvoyXDS.clientConfig(); err != nil {
+			return err
+		}
+	}
 
 	// Telemetry starts first and stops last (deferred calls run in
 	// reverse), after the node has closed.
