@@ -4,19 +4,22 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"log/slog"
 	"strings"
 
 	"connectrpc.com/connect"
-
-	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 )
 
-// isAdminProcedure reports whether procedure changes state for every
-// client, so that Config.AdminToken guards it.
-func isAdminProcedure(procedure string) bool {
-	return procedure == quotadv1connect.QuotaServiceResetProcedure
-}
+// The refusals of an admin call.
+var (
+	// errAdminTokenMissing: an admin call (Reset) without a bearer token,
+	// on a server that has one.
+	errAdminTokenMissing = errors.New("this call needs the admin token: send the header Authorization: Bearer <token>")
+	// errAdminTokenWrong: an admin call with a bearer token that is not the
+	// server's.
+	errAdminTokenWrong = errors.New("the admin token is not this server's")
+)
 
 // adminGuard refuses admin calls that do not carry the admin token as
 // "Authorization: Bearer <token>": errAdminTokenMissing without a bearer

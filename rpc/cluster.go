@@ -3,6 +3,7 @@ package rpc
 import (
 	"encoding/json"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/quotad/quotad/node"
@@ -83,11 +84,12 @@ type deniedCacheJSON struct {
 	Evicted       uint64 `json:"evicted"`
 }
 
-// clusterPage serves GET /cluster for h's node n.
-func clusterPage(n *node.Node, h *Handler) http.HandlerFunc {
+// clusterPage serves GET /cluster for node n, whose configuration in force
+// is *version.
+func clusterPage(n *node.Node, version *atomic.Pointer[ConfigVersion]) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		s := n.ClusterStatus()
-		v := h.version.Load()
+		v := version.Load()
 		out := clusterJSON{
 			Node: s.Name, Clustered: s.Members != nil, Size: s.Size, LeaseShare: s.LeaseShare,
 			Members: make([]memberJSON, len(s.Members)),

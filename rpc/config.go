@@ -160,3 +160,16 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// ConfigVersion identifies the configuration a server runs, as GET
+// /cluster shows it. The zero value shows nothing known.
+type ConfigVersion struct {
+	// Generation counts the configurations applied since the process
+	// started: 1 at start, +1 per reload applied.
+	Generation int64
+	// Hash identifies the configuration's source, e.g. the hex SHA-256 of
+	// the config file; empty without one.
+	Hash string
+	// LoadedAt is when it was applied.
+	LoadedAt time.Time
+}

@@ -34,12 +34,6 @@ var (
 	// errInternal is the whole message of every Internal error: details
 	// stay in the server's log.
 	errInternal = errors.New("internal error (details are in the server's log)")
-	// errAdminTokenMissing: an admin call (Reset) without a bearer token,
-	// on a server that has one.
-	errAdminTokenMissing = errors.New("this call needs the admin token: send the header Authorization: Bearer <token>")
-	// errAdminTokenWrong: an admin call with a bearer token that is not the
-	// server's.
-	errAdminTokenWrong = errors.New("the admin token is not this server's")
 	// errUnavailable is the whole message of every Unavailable error but
 	// errOverloaded.
 	errUnavailable = errors.New("the quota store is unavailable; retry later (details are in the server's log)")

@@ -13,7 +13,6 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/quotad/quotad/node"
-	"github.com/quotad/quotad/proto/envoy/service/ratelimit/v3/ratelimitv3connect"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 	"github.com/quotad/quotad/rpc/console"
 	"github.com/quotad/quotad/rpc/envoy"
@@ -125,7 +124,7 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	mux.Handle(grpchealth.NewHandler(h, common, callLimits))
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
-	mux.Handle("GET /cluster", hosts.page(clusterPage(n, handler)))
+	mux.Handle("GET /cluster", hosts.page(clusterPage(n, &handler.version)))
 	mux.Handle("GET /status", hosts.page(statusPage(n, cfg, time.Now())))
 	if !cfg.DisableConsole {
 		c := hosts.page(console.Handler())
@@ -165,19 +164,6 @@ type Handler struct {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// ConfigVersion identifies the configuration a server runs, as GET
-// /cluster shows it. The zero value shows nothing known.
-type ConfigVersion struct {
-	// Generation counts the configurations applied since the process
-	// started: 1 at start, +1 per reload applied.
-	Generation int64
-	// Hash identifies the configuration's source, e.g. the hex SHA-256 of
-	// the config file; empty without one.
-	Hash string
-	// LoadedAt is when it was applied.
-	LoadedAt time.Time
-}
-
 // Rules are what a server can change while it serves: Envoy's rules and
 // the version of the configuration they came from.
 type Rules struct {
@@ -212,17 +198,4 @@ func (h *Handler) SetRules(r Rules) error {
 	v := r.Version
 	h.version.Store(&v)
 	return nil
-}
-
-// apiProcedures are the unary procedures that telemetry observes.
-var apiProcedures = []string{
-	quotadv1connect.QuotaServiceCheckProcedure,
-	quotadv1connect.QuotaServiceCheckBatchProcedure,
-	quotadv1connect.QuotaServiceResetProcedure,
-	quotadv1connect.QuotaServiceListPoliciesProcedure,
-	quotadv1connect.QuotaServiceRenewSlotProcedure,
-	quotadv1connect.QuotaServiceReleaseSlotProcedure,
-	quotadv1connect.QuotaServiceAcquireLeaseProcedure,
-	quotadv1connect.QuotaServiceReturnLeaseProcedure,
-	ratelimitv3connect.RateLimitServiceShouldRateLimitProcedure,
 }

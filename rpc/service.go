@@ -11,6 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/node"
 	quotadv1 "github.com/quotad/quotad/proto/quotad/v1"
@@ -251,4 +253,14 @@ func (s *service) listPolicies(_ context.Context, _ *quotadv1.ListPoliciesReques
 		out[i] = policyToProto(p)
 	}
 	return &quotadv1.ListPoliciesResponse{Policies: out}, nil
+}
+
+// withSlot adds the slot an allowed concurrency check took to its
+// response: its id and how long it lives unless renewed.
+func withSlot(resp *quotadv1.CheckResponse, res node.Result, p node.Policy) *quotadv1.CheckResponse {
+	if res.Slot != "" {
+		resp.SlotId = proto.String(res.Slot)
+		resp.SlotExpiresAfter = durationpb.New(p.Limit.Period)
+	}
+	return resp
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotad/quotad/node"
@@ -69,14 +68,4 @@ func (s *service) slotPolicy(name, key string, limit *quotadv1.Limit) (node.Poli
 		return node.Policy{}, err
 	}
 	return s.policies.resolveLimit(s.node.PolicySet(), name, limit)
-}
-
-// withSlot adds the slot an allowed concurrency check took to its
-// response: its id and how long it lives unless renewed.
-func withSlot(resp *quotadv1.CheckResponse, res node.Result, p node.Policy) *quotadv1.CheckResponse {
-	if res.Slot != "" {
-		resp.SlotId = proto.String(res.Slot)
-		resp.SlotExpiresAfter = durationpb.New(p.Limit.Period)
-	}
-	return resp
 }
