@@ -71,6 +71,9 @@ type config struct {
 	// domains Envoy's rate limit service serves beside Envoy's, reloaded
 	// when they change; empty means none.
 	EnvoyDir string
+	// EnvoyHeaders adds envoyproxy/ratelimit's rate limit response
+	// headers to Envoy's answers (envoy.Config.ResponseHeaders).
+	EnvoyHeaders envoyHeadersConfig
 	// EnvoyXDS takes envoyproxy/ratelimit's rules from an xDS management
 	// server instead of EnvoyDir; its zero value takes none.
 	EnvoyXDS envoyXDSConfig
@@ -171,7 +174,10 @@ func (c config) validate() error {
 	if err := c.rpcConfig().Validate(); err != nil {
 		return err
 	}
-	if err := c.Envoy.Validate(c.Policies); err != nil {
+	if err := c.EnvoyHeaders.validate(); err != nil {
+		return err
+	}
+	if err := c.envoyConfig().Validate(c.Policies); err != nil {
 		return err
 	}
 	if err := c.EnvoyXDS.validate(c.EnvoyDir); err != nil {

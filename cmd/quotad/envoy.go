@@ -1,6 +1,10 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"strings"
+
 	"github.com/quotad/quotad/rpc/envoy"
 )
 
@@ -69,4 +73,39 @@ func envoyDescriptors(fs []fileEnvoyDescriptor) []envoy.Descriptor {
 		}
 	}
 	return ds
+}
+
+// envoyHeadersConfig is --envoy-response-headers and its names.
+type envoyHeadersConfig struct {
+	Enabled bool
+	// Names are the limit, remaining and reset headers' names,
+	// comma-separated; empty means envoy.DefaultResponseHeaders.
+	Names string
+}
+
+func (h envoyHeadersConfig) validate() error {
+	if h.Names == "" {
+		return nil
+	}
+	if !h.Enabled {
+		return errors.New("envoy: --envoy-response-header-names needs --envoy-response-headers")
+	}
+	if n := len(strings.Split(h.Names, ",")); n != 3 {
+		return fmt.Errorf("envoy: --envoy-response-header-names %q: want three names, limit,remaining,reset (e.g. X-RateLimit-Limit,X-RateLimit-Remaining,X-RateLimit-Reset)", h.Names)
+	}
+	return nil
+}
+
+// envoyConfig is the configuration of Envoy's rate limit service: the
+// config file's envoy section and the settings beside it.
+func (c config) envoyConfig() envoy.Config {
+	ec := c.Envoy
+	if c.EnvoyHeaders.Enabled {
+		h := envoy.DefaultResponseHeaders
+		if names := strings.Split(c.EnvoyHeaders.Names, ","); len(names) == 3 { // validate checks
+			h = envoy.ResponseHeaders{Limit: strings.TrimSpace(names[0]), Remaining: strings.TrimSpace(names[1]), Reset: strings.TrimSpace(names[2])}
+		}
+		ec.ResponseHeaders = &h
+	}
+	return ec
 }

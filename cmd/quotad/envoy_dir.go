@@ -83,7 +83,7 @@ func readEnvoyFiles(dir string) ([]envoyFile, error) {
 // configuration, then rpc.Handler.SetRules. nil rules (and
 // no error) mean Envoy's rate limit service is not configured.
 func (c config) envoyRules(files []envoyFile) (*envoy.Rules, error) {
-	ec := c.Envoy
+	ec := c.envoyConfig()
 	source := "envoy config dir " + c.EnvoyDir
 	if c.EnvoyXDS.Server != "" {
 		source = "envoy xds " + c.EnvoyXDS.Server

@@ -99,7 +99,6 @@ var ratelimitRefusals = []struct{ name, value, why string }{
 	{"REDIS_TLS_CLIENT_KEY", "", "quotad does not present a client certificate to Redis; authenticate with REDIS_AUTH"},
 	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "quotad always verifies Redis's certificate; give its CA in REDIS_TLS_CACERT"},
 	{"CACHE_KEY_PREFIX", "", "quotad names its Redis keys itself (--key-prefix): its counters are not upstream's, so a switch starts every window afresh; unset CACHE_KEY_PREFIX"},
-	{"LIMIT_RESPONSE_HEADERS_ENABLED", "true", "quotad does not add rate limit response headers yet; unset LIMIT_RESPONSE_HEADERS_ENABLED"},
 	{"QUOTA_MODE", "true", "quotad has no quota mode yet; unset QUOTA_MODE"},
 	{"RESPONSE_DYNAMIC_METADATA", "true", "quotad does not answer with dynamic metadata yet; unset RESPONSE_DYNAMIC_METADATA"},
 	{"MERGE_DOMAIN_CONFIG", "true", "quotad refuses two files of one domain; merge them into one file and unset MERGE_DOMAIN_CONFIG"},
@@ -118,7 +117,7 @@ var ratelimitHonoured = []string{
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS",
 	"REDIS_TLS_CACERT", "REDIS_TIMEOUT", "REDIS_PERSECOND",
 	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
-	"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER",
+	"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER",
 	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
 	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
 	"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
@@ -289,9 +288,16 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 		out.args = append(out.args, "--trace-sample-ratio", value("TRACING_SAMPLING_RATE"))
 		out.env["OTEL_SERVICE_NAME"] = value("TRACING_SERVICE_NAME")
 	}
-	for _, h := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
-		if set(h) && !set("LIMIT_RESPONSE_HEADERS_ENABLED") {
-			out.notes = append(out.notes, h+" is not needed: used only with LIMIT_RESPONSE_HEADERS_ENABLED=true")
+	if headers, err := boolean("LIMIT_RESPONSE_HEADERS_ENABLED"); err != nil {
+		fail("%v", err)
+	} else if headers {
+		out.args = append(out.args, "--envoy-response-headers", "--envoy-response-header-names",
+			value("LIMIT_LIMIT_HEADER")+","+value("LIMIT_REMAINING_HEADER")+","+value("LIMIT_RESET_HEADER"))
+	} else {
+		for _, h := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
+			if set(h) {
+				out.notes = append(out.notes, h+" is not needed: used only with LIMIT_RESPONSE_HEADERS_ENABLED=true")
+			}
 		}
 	}
 

@@ -114,6 +114,13 @@ func compileTable(c Config, lookup policyLookup) (ruleTable, error) {
 	if t.nearRatio == 0 {
 		t.nearRatio = DefaultNearLimitRatio
 	}
+	if h := c.ResponseHeaders; h != nil {
+		if err := h.validate(); err != nil {
+			return ruleTable{}, err
+		}
+		names := *h
+		t.headers = &names
+	}
 	// where says where each domain was configured, for duplicates.
 	where := make(map[string]string, len(c.Domains))
 	for i, d := range c.Domains {

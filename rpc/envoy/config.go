@@ -50,6 +50,11 @@ type Config struct {
 	// near_limit in the statistics, in (0, 1]. 0 means
 	// DefaultNearLimitRatio (0.8).
 	NearLimitRatio float64
+	// ResponseHeaders, if not nil, adds envoyproxy/ratelimit's rate limit
+	// headers to every answer with a limited descriptor
+	// (LIMIT_RESPONSE_HEADERS_ENABLED): the limit, what is left and the
+	// seconds until it resets, of the descriptor closest to its limit.
+	ResponseHeaders *ResponseHeaders
 }
 
 // Domain is the rule tree of one domain, the namespace Envoy names in

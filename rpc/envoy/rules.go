@@ -85,6 +85,8 @@ type ruleTable struct {
 	// and NearLimitRatio (defaulted).
 	dropIn, shadow bool
 	nearRatio      float64
+	// headers is Config's ResponseHeaders (nil: none).
+	headers *ResponseHeaders
 }
 
 // ruleLevel is the rules for one entry of a descriptor: those naming a

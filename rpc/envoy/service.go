@@ -126,6 +126,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
+	if t.headers != nil {
+		res.ResponseHeadersToAdd = t.headers.of(res.Statuses)
+	}
 	if t.shadow && res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		// As envoyproxy/ratelimit's SHADOW_MODE: Envoy acts on the overall
 		// code; the statuses still say what was decided.

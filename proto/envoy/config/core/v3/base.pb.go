@@ -1,6 +1,7 @@
 // A wire-compatible subset of Envoy's core types (Apache-2.0,
 // github.com/envoyproxy/envoy, api/envoy/config/core/v3/base.proto): the
-// Node an xDS client names itself with, with the same package, names and
+// Node an xDS client names itself with and the HeaderValue of the rate
+// limit service's response headers, with the same package, names and
 // numbers. Only quotad's Go package differs; fields quotad never sets are
 // left out. Do not renumber anything here.
 
@@ -101,6 +102,68 @@ func (x *Node) GetUserAgentName() string {
 	return ""
 }
 
+// HeaderValue is one header: a key and its value.
+type HeaderValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// raw_value is the value as bytes, for values that are not UTF-8.
+	RawValue      []byte `protobuf:"bytes,3,opt,name=raw_value,json=rawValue,proto3" json:"raw_value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderValue) Reset() {
+	*x = HeaderValue{}
+	mi := &file_envoy_config_core_v3_base_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderValue) ProtoMessage() {}
+
+func (x *HeaderValue) ProtoReflect() protoreflect.Message {
+	mi := &file_envoy_config_core_v3_base_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
+func (*HeaderValue) Descriptor() ([]byte, []int) {
+	return file_envoy_config_core_v3_base_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HeaderValue) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *HeaderValue) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *HeaderValue) GetRawValue() []byte {
+	if x != nil {
+		return x.RawValue
+	}
+	return nil
+}
+
 var File_envoy_config_core_v3_base_proto protoreflect.FileDescriptor
 
 const file_envoy_config_core_v3_base_proto_rawDesc = "" +
@@ -110,7 +173,11 @@ const file_envoy_config_core_v3_base_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x123\n" +
 	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12&\n" +
-	"\x0fuser_agent_name\x18\x06 \x01(\tR\ruserAgentNameB<Z:github.com/quotad/quotad/proto/envoy/config/core/v3;corev3b\x06proto3"
+	"\x0fuser_agent_name\x18\x06 \x01(\tR\ruserAgentName\"R\n" +
+	"\vHeaderValue\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1b\n" +
+	"\traw_value\x18\x03 \x01(\fR\brawValueB<Z:github.com/quotad/quotad/proto/envoy/config/core/v3;corev3b\x06proto3"
 
 var (
 	file_envoy_config_core_v3_base_proto_rawDescOnce sync.Once
@@ -124,13 +191,14 @@ func file_envoy_config_core_v3_base_proto_rawDescGZIP() []byte {
 	return file_envoy_config_core_v3_base_proto_rawDescData
 }
 
-var file_envoy_config_core_v3_base_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_envoy_config_core_v3_base_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_envoy_config_core_v3_base_proto_goTypes = []any{
 	(*Node)(nil),            // 0: envoy.config.core.v3.Node
-	(*structpb.Struct)(nil), // 1: google.protobuf.Struct
+	(*HeaderValue)(nil),     // 1: envoy.config.core.v3.HeaderValue
+	(*structpb.Struct)(nil), // 2: google.protobuf.Struct
 }
 var file_envoy_config_core_v3_base_proto_depIdxs = []int32{
-	1, // 0: envoy.config.core.v3.Node.metadata:type_name -> google.protobuf.Struct
+	2, // 0: envoy.config.core.v3.Node.metadata:type_name -> google.protobuf.Struct
 	1, // [1:1] is the sub-list for method output_type
 	1, // [1:1] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
@@ -149,7 +217,7 @@ func file_envoy_config_core_v3_base_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_envoy_config_core_v3_base_proto_rawDesc), len(file_envoy_config_core_v3_base_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   1,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
