@@ -120,7 +120,7 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 		{name: "xds", env: []string{"USE_STATSD=false", "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_ID=test-node-id",
 			"CONFIG_GRPC_XDS_SERVER_URL=xds:18000", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=authorization:Bearer t,x-team:edge",
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT=/ca", "CONFIG_GRPC_XDS_SERVER_TLS_SAN=xds.internal", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=30s"},
-			args: "--envoy-xds-server xds:18000 --envoy-xds-node-id test-node-id --envoy-xds-headers authorization=Bearer t,x-team=edge --envoy-xds-retry-interval 3s --envoy-xds-tls --envoy-xds-tls-ca-file /ca --envoy-xds-tls-server-name xds.internal",
+			args:  "--envoy-xds-server xds:18000 --envoy-xds-node-id test-node-id --envoy-xds-headers authorization=Bearer t,x-team=edge --envoy-xds-retry-interval 3s --envoy-xds-tls --envoy-xds-tls-ca-file /ca --envoy-xds-tls-server-name xds.internal",
 			notes: []string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL is not needed"}},
 		{name: "refusals", env: []string{"USE_STATSD=true", "BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC", "GRPC_UDS=/s.sock", "LOG_LEVEL=loud", "REDIS_TYPE=ring"},
 			problems: []string{"USE_STATSD=true: quotad does not send statsd", "BACKEND_TYPE=memcache", `CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
