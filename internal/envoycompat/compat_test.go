@@ -84,8 +84,13 @@ func (l *lockedBuffer) String() string {
 // until the test ends, and returns its host:port and its stderr so far.
 func runQuotad(t *testing.T, args ...string) (string, *lockedBuffer) {
 	t.Helper()
-	bin := quotadtest.Binary(t)
-	cmd := exec.Command(bin, append([]string{"--listen", "127.0.0.1:0"}, args...)...)
+	return runCommand(t, exec.Command(quotadtest.Binary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...))
+}
+
+// runCommand runs cmd, a quotad, until the test ends, and returns the
+// host:port it says it listens on and its stderr so far.
+func runCommand(t *testing.T, cmd *exec.Cmd) (string, *lockedBuffer) {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
