@@ -31,6 +31,8 @@ type managementServer struct {
 	cache cachev3.SnapshotCache
 	grpc  *grpc.Server
 	addr  string
+	// node is the node id set serves; "edge-node" unless changed.
+	node string
 
 	mu       sync.Mutex
 	requests []*discoveryv3.DiscoveryRequest
@@ -41,7 +43,7 @@ type managementServer struct {
 // TLS).
 func serveManagement(t *testing.T, addr string, cache cachev3.SnapshotCache, opts ...grpc.ServerOption) *managementServer {
 	t.Helper()
-	m := &managementServer{t: t, cache: cache}
+	m := &managementServer{t: t, cache: cache, node: "edge-node"}
 	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -68,7 +70,7 @@ func serveManagement(t *testing.T, addr string, cache cachev3.SnapshotCache, opt
 	return m
 }
 
-// set makes version, with rules, the snapshot of node "edge-node".
+// set makes version, with rules, the snapshot of node m.node.
 func (m *managementServer) set(version string, rules ...*rlsconfv3.RateLimitConfig) {
 	m.t.Helper()
 	res := make([]types.Resource, len(rules))
@@ -79,7 +81,7 @@ func (m *managementServer) set(version string, rules ...*rlsconfv3.RateLimitConf
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	if err := m.cache.SetSnapshot(context.Background(), "edge-node", snap); err != nil {
+	if err := m.cache.SetSnapshot(context.Background(), m.node, snap); err != nil {
 		m.t.Fatal(err)
 	}
 }
