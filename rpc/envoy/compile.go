@@ -186,14 +186,13 @@ func (cc compiler) level(ds []Descriptor, parent fieldPath, statKey string) (*ru
 				return nil, fmt.Errorf("%s: %w: a rule for key %q with no value comes twice at this level", path, ErrInvalidConfig, d.Key)
 			}
 			lvl.defaults[d.Key] = n
-		case cc.file != "" && strings.HasSuffix(d.Value, "*"):
-			prefix := strings.TrimSuffix(d.Value, "*")
-			for _, w := range lvl.prefixes {
-				if w.key == d.Key && w.prefix == prefix {
+		case cc.file != "" && strings.Contains(d.Value, "*"):
+			for _, w := range lvl.wildcards {
+				if w.key == d.Key && w.pattern == d.Value {
 					return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
 				}
 			}
-			lvl.prefixes = append(lvl.prefixes, prefixRule{key: d.Key, prefix: prefix, node: n})
+			lvl.wildcards = append(lvl.wildcards, wildcardRule{key: d.Key, pattern: d.Value, parts: strings.Split(d.Value, "*"), node: n})
 		default:
 			e := entry{d.Key, d.Value}
 			if _, dup := lvl.exact[e]; dup {

@@ -94,8 +94,9 @@ type Descriptor struct {
 	// Value must equal the entry's value. Empty means any value: the rule
 	// is the key's default, used when no sibling rule matches the entry's
 	// value, and every value is counted separately. In envoyproxy/ratelimit's
-	// schema a value ending in '*' matches every value that starts with what
-	// precedes it (only a trailing '*' is special), after the exact values
+	// schema a value with '*' in it matches every value the pattern does,
+	// each '*' standing for any run of characters ("foo*", "bar*b",
+	// "foo*bar*baz"), after the exact values
 	// and before the default; among such rules the first written wins.
 	Value string
 	// Policy (quotad's schema) is the name of the configured policy that

@@ -127,8 +127,8 @@ func TestFileRulesValidate(t *testing.T) {
 }
 
 // Value wildcards: exact values first, then the first wildcard written
-// whose prefix matches, then the key's default; only a trailing '*' is a
-// wildcard; a rule without rate_limit applies and limits nothing.
+// that matches, then the key's default; a '*' in the middle is a wildcard
+// too; a rule without rate_limit applies and limits nothing.
 func TestFileMatch(t *testing.T) {
 	named := func(n string) *RateLimit {
 		return &RateLimit{Unit: "minute", RequestsPerUnit: rpu(1), Name: n}
@@ -162,7 +162,9 @@ func TestFileMatch(t *testing.T) {
 		{entries("user", "alice", "tier", "gold-plus"), "gold"},
 		{entries("user", "alice", "tier", "silver"), ""},
 		{entries("literal", "a*b"), "literal"},
-		{entries("literal", "axb"), ""},
+		{entries("literal", "axb"), "literal"},
+		{entries("literal", "ab"), "literal"},
+		{entries("literal", "abc"), ""},
 		{entries("free", "yes"), "(whitelisted)"},
 		{entries("free", "no"), ""},
 	} {

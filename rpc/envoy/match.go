@@ -1,15 +1,13 @@
 package envoy
 
-import "strings"
-
 // This file finds the rule for a descriptor and names the counter it spends.
 
 // match returns the rule for a descriptor with entries es in the tree whose
 // first level is l, or nil when no rule applies (or l is nil). It walks the
 // entries in order: at each level, the rule naming the entry's key and
 // value wins; failing that, the first rule (in configured order) whose
-// value prefix ("foo*") starts the entry's value; failing that, the key's
-// default (the rule with no value). The entry after it is matched among the
+// wildcard value ("foo*", "bar*b", "foo*bar*baz") matches the entry's
+// value; failing that, the key's default (the rule with no value). The entry after it is matched among the
 // winner's children. The rule applies only when the last entry lands on it,
 // so a descriptor longer or shorter than the rules has no limit. There is
 // no backtracking: once a rule wins an entry, the others are not tried for
@@ -37,8 +35,8 @@ func (l *ruleLevel) find(e entry) *ruleNode {
 	if n := l.exact[e]; n != nil {
 		return n
 	}
-	for _, w := range l.prefixes {
-		if w.key == e.key && strings.HasPrefix(e.value, w.prefix) {
+	for _, w := range l.wildcards {
+		if w.key == e.key && w.matches(e.value) {
 			return w.node
 		}
 	}

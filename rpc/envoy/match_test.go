@@ -174,3 +174,40 @@ func TestUnitToProto(t *testing.T) {
 		}
 	}
 }
+
+// A '*' anywhere in a file's value stands for any run of characters, none
+// included, as in envoyproxy/ratelimit's README (bar*b, foo*bar*baz): the
+// first such rule in the file's order that matches wins, after the exact
+// values and before the key's default.
+func TestWildcardsAnywhereInTheValue(t *testing.T) {
+	named := func(n string) *RateLimit { return &RateLimit{Unit: "minute", RequestsPerUnit: rpu(1), Name: n} }
+	c := Config{DropIn: true, Domains: []Domain{{Domain: "w", File: "w.yaml", Descriptors: []Descriptor{
+		{Key: "midWild", Value: "bar*b", RateLimit: named("1")},
+		{Key: "multiWild", Value: "foo*bar*baz", RateLimit: named("2")},
+		{Key: "multiWild", Value: "foo*", RateLimit: named("3")},
+		{Key: "multiWild", Value: "foobarbaz", RateLimit: named("4")},
+		{Key: "lead", Value: "*.png", RateLimit: named("5")},
+		{Key: "lead", RateLimit: named("6")},
+	}}}}
+	rules, err := Compile(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lvl := rules.table.domains["w"]
+	for _, tc := range []struct {
+		key, value string
+		want       string // the winning limit's name; "" for none
+	}{
+		{"midWild", "barab", "1"}, {"midWild", "barb", "1"}, {"midWild", "bar", ""}, {"midWild", "barba", ""}, {"midWild", "xbarb", ""},
+		{"multiWild", "foobarbaz", "4"}, {"multiWild", "foo-bar-baz", "2"}, {"multiWild", "foobazbar", "3"}, {"multiWild", "fobarbaz", ""},
+		{"lead", "a.png", "5"}, {"lead", ".png", "5"}, {"lead", "a.png.jpg", "6"},
+	} {
+		got := ""
+		if r := lvl.match([]entry{{tc.key, tc.value}}); r != nil {
+			got = r.name
+		}
+		if got != tc.want {
+			t.Errorf("%s=%s: rule %q, want %q", tc.key, tc.value, got, tc.want)
+		}
+	}
+}

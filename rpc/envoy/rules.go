@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -90,21 +91,45 @@ type ruleTable struct {
 }
 
 // ruleLevel is the rules for one entry of a descriptor: those naming a
-// value, those naming a value prefix (in configured order), and the keys'
-// defaults.
+// value, those whose value has wildcards (in configured order), and the
+// keys' defaults.
 type ruleLevel struct {
-	exact    map[entry]*ruleNode
-	prefixes []prefixRule
-	defaults map[string]*ruleNode
+	exact     map[entry]*ruleNode
+	wildcards []wildcardRule
+	defaults  map[string]*ruleNode
 }
 
 type entry struct{ key, value string }
 
-// prefixRule is a rule whose value ends in '*': it matches the key's values
-// that start with prefix.
-type prefixRule struct {
-	key, prefix string
-	node        *ruleNode
+// wildcardRule is a rule whose value has a '*' (envoyproxy/ratelimit's
+// files): each '*' stands for any run of characters, none included, so
+// "foo*" matches the key's values that start with "foo" and "bar*b" those
+// that start with "bar" and end in "b". parts is the value split at each
+// '*', once, when compiled.
+type wildcardRule struct {
+	key, pattern string
+	parts        []string
+	node         *ruleNode
+}
+
+// matches reports whether value matches the rule's pattern: it starts with
+// the first part and ends with the last, and the parts between occur in
+// order, without overlapping, in what is left. Trying the leftmost place
+// of each middle part first loses no match, so one pass decides it.
+func (w wildcardRule) matches(value string) bool {
+	first, last := w.parts[0], w.parts[len(w.parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range w.parts[1 : len(w.parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 // ruleNode is one compiled Descriptor.
