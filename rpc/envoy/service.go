@@ -196,20 +196,21 @@ func planDescriptor(root *ruleLevel, domain string, d *rlscommonv3.RateLimitDesc
 	if d.GetIsNegativeHits() {
 		return check{}, fmt.Errorf("is_negative_hits: %w: quotad does not refund hits", errInvalidRequest)
 	}
+	// As envoyproxy/ratelimit, a descriptor no rule can match is answered
+	// OK rather than failing the whole request (Envoy would then apply
+	// failure_mode_deny to every descriptor): one without entries, or with
+	// an empty key (no rule has one). An empty value is a value: the key's
+	// default rule, or a wildcard, may match it.
 	pes := d.GetEntries()
-	if len(pes) == 0 {
-		return check{}, fmt.Errorf("entries: %w: must not be empty", errInvalidRequest)
-	}
 	es := make([]entry, len(pes))
 	for j, pe := range pes {
-		e := entry{key: pe.GetKey(), value: pe.GetValue()}
-		if e.key == "" {
-			return check{}, fmt.Errorf("entries[%d].key: %w: must not be empty", j, errInvalidRequest)
+		es[j] = entry{key: pe.GetKey(), value: pe.GetValue()}
+		if es[j].key == "" {
+			return check{}, nil
 		}
-		if e.value == "" {
-			return check{}, fmt.Errorf("entries[%d].value: %w: must not be empty", j, errInvalidRequest)
-		}
-		es[j] = e
+	}
+	if len(es) == 0 {
+		return check{}, nil
 	}
 	hits := requestHits
 	if h := d.GetHitsAddend(); h != nil {

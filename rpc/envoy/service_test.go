@@ -279,9 +279,6 @@ func TestRejectsMalformedRequests(t *testing.T) {
 		{"unknown domain", &rlsv3.RateLimitRequest{Domain: "edgy", Descriptors: []*rlscommonv3.RateLimitDescriptor{good()}}, ErrUnknownDomain, `domain: unknown domain "edgy": not configured on this server (configured: edge)`},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, node.ErrInvalidInput, "descriptors: invalid request: 0 descriptors; send 1 to 3"},
 		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{good(), good(), good(), good()}}, node.ErrInvalidInput, "4 descriptors; send 1 to 3"},
-		{"no entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{good(), {}}}, node.ErrInvalidInput, "descriptors[1].entries: invalid request: must not be empty"},
-		{"empty key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{good(), desc("a", "1", "", "2")}}, node.ErrInvalidInput, "descriptors[1].entries[1].key: invalid request: must not be empty"},
-		{"empty value", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{good(), desc("remote_address", "")}}, node.ErrInvalidInput, "descriptors[1].entries[0].value: invalid request: must not be empty"},
 		{"limit override", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{good(), {
 			Entries: desc("remote_address", "1").GetEntries(),
 			Limit:   &rlscommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 100},
@@ -330,4 +327,26 @@ func TestNewServiceRefusesMissingParts(t *testing.T) {
 	if _, err := NewService(n, sw, 1, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Descriptors no rule can match (no entries, an empty key) are answered OK
+// without a limit, as envoyproxy/ratelimit answers them, instead of failing
+// the request (Envoy would then apply failure_mode_deny to all of them);
+// an empty value is a value, which the key's default rule counts.
+func TestEdgeDescriptorsAnswerAsUpstream(t *testing.T) {
+	svc := edgeService(t, memory.New(nil, 0))
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{
+		desc("remote_address", "192.0.2.9"), {}, desc("a", "1", "", "2"),
+	}}
+	res := shouldRateLimit(t, svc, req)
+	if res.GetOverallCode() != codeOK {
+		t.Fatalf("overall %s, want OK", res.GetOverallCode())
+	}
+	wantStatus(t, "a good descriptor", res.GetStatuses()[0], codeOK, "per-ip", 5, "MINUTE", 0, 4)
+	wantStatus(t, "no entries", res.GetStatuses()[1], codeOK, "", 0, "", 0, 0)
+	wantStatus(t, "an empty key", res.GetStatuses()[2], codeOK, "", 0, "", 0, 0)
+	res = shouldRateLimit(t, svc, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "")}})
+	wantStatus(t, "an empty value", res.GetStatuses()[0], codeOK, "per-ip", 5, "MINUTE", 0, 4)
+	res = shouldRateLimit(t, svc, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "")}})
+	wantStatus(t, "the empty value again", res.GetStatuses()[0], codeOK, "per-ip", 5, "MINUTE", 0, 3)
 }
