@@ -39,9 +39,12 @@ type diffStep struct {
 	l            algorithms.Limit
 	nowMs, cost  int64
 	want, holdMs int64
-	release      bool
-	units        int64
-	grant        algorithms.Grant
+	// charge counts cost even when it does not fit (fixed windows only:
+	// FixedWindowState.Charge, algorithms.ChargeArgs).
+	charge  bool
+	release bool
+	units   int64
+	grant   algorithms.Grant
 }
 
 // checkStep is a plain check of cost.
@@ -355,7 +358,8 @@ func compareOnRedis(t *testing.T, rdb *redis.Client, where string, base string, 
 				where, i, len(steps), s, want[i], got[i].outcome, diffHistory(steps, want, i))
 		}
 		wantTTL := int64(-1)
-		if !s.release && want[i].decision.Allowed && s.cost > 0 {
+		// A check writes when it spends; a charge spends even when denied.
+		if !s.release && (want[i].decision.Allowed || s.charge) && s.cost > 0 {
 			wantTTL = max(1, want[i].decision.ResetAfter.Milliseconds())
 		}
 		for j, k := range keys {
@@ -384,10 +388,11 @@ func compareOnRedis(t *testing.T, rdb *redis.Client, where string, base string, 
 // ARGV[1] = "expire", a key is deleted before the first step whose now has
 // reached its write's now plus the TTL recorded.
 //
-// ARGV is "expire" or "keep", then 10 values per step: "c" (check) or "r"
-// (release), then the 9 arguments (AcquireArgs or ReleaseArgs, with an
-// explicit now). The reply has, per step, the script's integers (8 for a
-// check, 1 for a release) followed, for each key, by the TTL the step asked
+// ARGV is "expire" or "keep", then 11 values per step: "c" (check) or "r"
+// (release), then the 10 arguments (AcquireArgs or ChargeArgs; ReleaseArgs
+// and a 0), with an explicit now. The reply has, per step, the script's
+// integers (8 for a check, 1 for a release) followed, for each key, by the
+// TTL the step asked
 // for (-1: none) and whether the key then exists without a TTL (1) or not
 // (0).
 const sequenceDriver = `local real, asked = redis, {}
@@ -422,10 +427,10 @@ RELEASE_SCRIPT
 end
 
 local expire, expires_at, out = ARGV[1] == 'expire', {}, {}
-for i = 0, (#ARGV - 1) / 10 - 1 do
+for i = 0, (#ARGV - 1) / 11 - 1 do
   local run = check
-  if ARGV[2 + i * 10] == 'r' then run = release end
-  local argv = {unpack(ARGV, 3 + i * 10, 11 + i * 10)}
+  if ARGV[2 + i * 11] == 'r' then run = release end
+  local argv = {unpack(ARGV, 3 + i * 11, 12 + i * 11)}
   local now = tonumber(argv[7])
   for _, k in ipairs(KEYS) do
     if expire and expires_at[k] and now >= expires_at[k] then
@@ -463,6 +468,9 @@ func (s diffStep) String() string {
 	if s.release {
 		return fmt.Sprintf("%+v, now %d, release %d of %+v", s.l, s.nowMs, s.units, s.grant)
 	}
+	if s.charge {
+		return fmt.Sprintf("%+v, now %d, charge %d", s.l, s.nowMs, s.cost)
+	}
 	if s.want != s.cost || s.holdMs != 0 {
 		return fmt.Sprintf("%+v, now %d, cost %d, want %d, hold %d ms", s.l, s.nowMs, s.cost, s.want, s.holdMs)
 	}
@@ -481,11 +489,14 @@ func runSequence(rdb *redis.Client, base string, steps []diffStep, expire bool) 
 	if expire {
 		mode = "expire"
 	}
-	args := append(make([]any, 0, 1+10*len(steps)), mode)
+	args := append(make([]any, 0, 1+11*len(steps)), mode)
 	for _, s := range steps {
-		if s.release {
-			args = append(append(args, "r"), algorithms.ReleaseArgs(s.l, s.units, s.grant, s.nowMs)...)
-		} else {
+		switch {
+		case s.release:
+			args = append(append(append(args, "r"), algorithms.ReleaseArgs(s.l, s.units, s.grant, s.nowMs)...), 0)
+		case s.charge:
+			args = append(append(args, "c"), algorithms.ChargeArgs(s.l, s.cost, s.nowMs)...)
+		default:
 			hold := time.Duration(s.holdMs) * time.Millisecond
 			args = append(append(args, "c"), algorithms.AcquireArgs(s.l, s.cost, s.want, hold, s.nowMs)...)
 		}
@@ -569,6 +580,9 @@ func runModel(rng *rand.Rand, limits []algorithms.Limit, backwards, leases bool)
 		s := checkStep(l, now, diffCost(rng, l.Capacity()))
 		if leases {
 			s, grants = leaseStep(rng, s, grants)
+		} else if l.Algorithm == algorithms.FixedWindow && rng.IntN(4) == 0 {
+			// A charge, often of more than the window has left or holds.
+			s.charge, s.cost = true, rng.Int64N(3*l.Capacity()+1)
 		}
 		o, err := runModelStep(st, s)
 		if err != nil {
@@ -641,9 +655,12 @@ func runModelStep(st algorithms.State, s diffStep) (o diffOutcome, err error) {
 			err = fmt.Errorf("Go model panicked: %v", r)
 		}
 	}()
-	if s.release {
+	switch {
+	case s.release:
 		o.returned = st.Release(s.l, s.nowMs, s.units, s.grant)
-	} else {
+	case s.charge:
+		o.decision, o.grant = st.(*algorithms.FixedWindowState).Charge(s.l, s.nowMs, s.cost)
+	default:
 		o.decision, o.grant = st.Acquire(s.l, s.nowMs, s.cost, s.want, s.holdMs)
 	}
 	return o, nil

@@ -50,7 +50,8 @@ func (s *FixedWindowState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (De
 		s.w, s.used = w, used
 	}
 
-	// used exceeds lim only when the key's limit shrank since it was spent.
+	// used exceeds lim when a charge went over it, or the key's limit
+	// shrank since it was spent.
 	d := Decision{Allowed: allowed, Limit: lim, Remaining: max(0, lim-used)}
 	if used > 0 {
 		d.ResetAfter = time.Duration(w+p-nowMs) * time.Millisecond
@@ -61,6 +62,24 @@ func (s *FixedWindowState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (De
 		d.RetryAfter = time.Duration(w+p-nowMs) * time.Millisecond
 	}
 	return d, g
+}
+
+// Charge is a check of cost that counts even when it does not fit, as
+// envoyproxy/ratelimit's INCRBY does: the window's count goes over the
+// limit, and every check of the window after it is denied. A cost that
+// fits is spent (and granted) as Acquire spends a plain check's. It mirrors the charge flag of
+// scripts/fixed_window.lua (ChargeArgs).
+func (s *FixedWindowState) Charge(l Limit, nowMs, cost int64) (Decision, Grant) {
+	d, g := s.Acquire(l, nowMs, cost, cost, 0)
+	if d.Allowed || cost <= 0 {
+		return d, g
+	}
+	p := l.PeriodMillis()
+	w, used := s.window(p, nowMs)
+	s.w, s.used = w, min(used+cost, MaxExact)
+	d.Remaining = 0
+	d.ResetAfter = time.Duration(w+p-nowMs) * time.Millisecond
+	return d, Grant{}
 }
 
 // Release implements State: units go back only to the window they were

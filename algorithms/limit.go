@@ -86,6 +86,11 @@ const (
 	MaxPeriod = 365 * 24 * time.Hour
 	// MaxExact bounds every product the algorithms compute.
 	MaxExact = int64(1) << 52
+	// MaxCharge is the largest cost a fixed window's charge takes
+	// (FixedWindowState.Charge): more than Envoy's 32-bit hits_addend, and
+	// little enough that a window's count, which a charge may push past the
+	// limit, stays exact (it is held at MaxExact at most).
+	MaxCharge = int64(1) << 32
 	// MaxSlidingLogLimit bounds the sliding window log, which stores one
 	// Redis sorted-set member per admitted request.
 	MaxSlidingLogLimit = 1_000_000

@@ -121,13 +121,23 @@ func AllKeys(base string) []string {
 // AcquireArgs returns the ARGV of a check script that may take more than
 // cost for a lease: limit, period in ms, capacity, cost, the reduced rate a
 // and b (see Limit.Rate), now in ms, want and hold in whole ms (rounded
-// down). nowMs 0 makes the script read Redis TIME; only tests pass another
-// value. want ≥ cost is the units the caller would like; hold is how long it
-// may keep them (only the sliding window log uses it; a script reads it
-// clamped to [0, MaxPeriod]).
+// down), and 0 (see ChargeArgs). nowMs 0 makes the script read Redis TIME;
+// only tests pass another value. want ≥ cost is the units the caller would
+// like; hold is how long it may keep them (only the sliding window log uses
+// it; a script reads it clamped to [0, MaxPeriod]).
 func AcquireArgs(l Limit, cost, want int64, hold time.Duration, nowMs int64) []any {
 	a, b := l.Rate()
-	return []any{l.Limit, l.PeriodMillis(), l.Capacity(), cost, a, b, nowArg(nowMs), want, hold.Milliseconds()}
+	return []any{l.Limit, l.PeriodMillis(), l.Capacity(), cost, a, b, nowArg(nowMs), want, hold.Milliseconds(), 0}
+}
+
+// ChargeArgs returns the ARGV of a fixed window's charge of cost: a check
+// that counts its cost even when it does not fit (FixedWindowState.Charge),
+// as AcquireArgs(l, cost, cost, 0, nowMs) with the charge flag, the tenth
+// argument, set. Only the fixed window's script reads the flag.
+func ChargeArgs(l Limit, cost, nowMs int64) []any {
+	args := AcquireArgs(l, cost, cost, 0, nowMs)
+	args[len(args)-1] = 1
+	return args
 }
 
 // CheckArgs returns the ARGV of a plain check of cost: AcquireArgs(l, cost,
@@ -227,7 +237,7 @@ func replyInts(reply any, want int) ([]int64, error) {
 }
 
 // argsPerCheck is the length of AcquireArgs: the ARGV of one check.
-const argsPerCheck = 9
+const argsPerCheck = 10
 
 // MaxBatchChecks bounds the checks one batch script call decides, so that
 // one call blocks Redis for well under a millisecond.

@@ -96,6 +96,9 @@ func (n *Node) CheckAll(ctx context.Context, items []Item) ([]Result, error) {
 // CheckAllWith is CheckAll made as o says: CheckAll is CheckAllWith with
 // the zero CheckOptions.
 func (n *Node) CheckAllWith(ctx context.Context, items []Item, o CheckOptions) ([]Result, error) {
+	if o.Charge {
+		return nil, fmt.Errorf("charge: %w: a charge counts even what does not fit, so it cannot be all or nothing; charge each item (CheckWith)", ErrInvalidInput)
+	}
 	b, err := n.newBatch(items)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,16 @@ type CheckOptions struct {
 	// never waits for a round trip full of a batch's items to come back,
 	// nor goes in one.
 	Bulk bool
+	// Charge counts the cost even when it does not fit, as
+	// envoyproxy/ratelimit's counters do (its fixed window is an INCRBY):
+	// the key goes over its limit and later checks are denied until its
+	// window ends. Only a fixed window charges; any cost of at least 0 and
+	// at most algorithms.MaxCharge is taken, even above the limit. A charge
+	// never takes a lease, and one that is denied empties the key's lease on
+	// this node: its units were counted, and the window is over. A charge
+	// answered by this node's lease or by a denial it remembers (the window
+	// is then over its limit already) is not counted again.
+	Charge bool
 }
 
 // BatchParallel bounds the checks of one batch decided at once: the items

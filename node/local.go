@@ -78,7 +78,7 @@ type direct struct{ n *Node }
 // check implements local: one store call.
 func (s direct) check(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error) {
 	n := s.n
-	d, _, err := n.store.Acquire(ctx, AcquireRequest{Base: n.keyBase(p, key), Limit: p.Limit, Cost: cost, Want: cost, Bulk: o.Bulk})
+	d, _, err := n.store.Acquire(ctx, AcquireRequest{Base: n.keyBase(p, key), Limit: p.Limit, Cost: cost, Want: cost, Bulk: o.Bulk, Charge: o.Charge})
 	if err == nil {
 		return Result{Decision: d, Source: SourceStore}, nil
 	}

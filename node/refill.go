@@ -138,7 +138,9 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 	f := &storeCall{done: make(chan struct{})}
 	want, hold := cost, time.Duration(0)
 	if l.refilling == nil {
-		want, hold = n.grantSize(k, l, p, cost, start)
+		if !o.Charge { // a charge takes no lease
+			want, hold = n.grantSize(k, l, p, cost, start)
+		}
 		l.refilling = f
 	} else {
 		l.beside++
@@ -213,7 +215,7 @@ func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeC
 	}
 	base := n.keyBase(p, k.key)
 	late := n.newLateTake(k, base, p.Limit)
-	d, taken, err := n.store.Acquire(ctx, AcquireRequest{Base: base, Limit: p.Limit, Cost: cost, Want: want, Hold: hold, Bulk: o.Bulk, Late: late.arrived})
+	d, taken, err := n.store.Acquire(ctx, AcquireRequest{Base: base, Limit: p.Limit, Cost: cost, Want: want, Hold: hold, Bulk: o.Bulk, Charge: o.Charge, Late: late.arrived})
 	if err != nil && ctx.Err() != nil {
 		// The caller left (a plain call): not a store failure, and the
 		// check spent nothing.
@@ -273,6 +275,11 @@ func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeC
 		// it longer than the store meant. Both writes happen under l.mu, so
 		// a Reset either sees them (and forgets them) or prevents them.
 		n.remember(k, l, p.Limit, max(cost, 1), d, start)
+		if o.Charge {
+			// A denied charge put the window over its limit: this node's
+			// leased units were counted, and are not spent now either.
+			l.claimUnspent(start, false)
+		}
 	}
 	l.mu.Unlock()
 	if unused != nil {

@@ -79,6 +79,9 @@ type AcquireRequest struct {
 	// never waits for a round trip full of a batch's items to come back,
 	// nor goes in one.
 	Bulk bool
+	// Charge counts Cost even when it does not fit (CheckOptions.Charge):
+	// only for a fixed window, with Want = Cost and Hold = 0.
+	Charge bool
 	// Late, if not nil, is given what a call took when it failed before
 	// the store's reply came (its deadline passed, or ctx ended) and the
 	// reply comes later: a store that can tell calls it once, on a

@@ -7,7 +7,8 @@
 --          window w (prelude: load, save)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
---          hold_ms (how long a lease keeps them; missing = 0)
+--          hold_ms (how long a lease keeps them; missing = 0), charge (1: count
+--          the cost even when it does not fit; see FixedWindowState.Charge)
 -- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms, ref}; see docs/algorithms.md, "Leases"
 
@@ -17,6 +18,7 @@ local period = tonumber(ARGV[2])
 local cost = tonumber(ARGV[4])
 local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
+local charge = tonumber(ARGV[10]) == 1
 local c = math.max(cost, 1)
 
 -- decide: see check_state (prelude). st_w and st_n are the stored w and n.
@@ -32,22 +34,29 @@ local function decide(found, st_w, st_n)
 
   local allowed = used + c <= limit
   local granted, use_within, ref = 0, 0, 0
+  local charged = false
   if allowed and cost > 0 then
     -- A lease takes up to want of what is left; its units belong to window w
     -- and must not be spent in the next, which would admit them again.
     granted = math.max(cost, math.min(want, limit - used))
     use_within, ref = w + period - now, w
     used = used + granted
+  elseif charge and cost > 0 then
+    -- A charge counts what does not fit too: the window goes over its limit
+    -- (held at 2^52, algorithms.MaxExact, so that it stays exact).
+    used = math.min(used + cost, 4503599627370496)
+    charged = true
   end
 
   local reset_after, retry_after = 0, 0
   if used > 0 then reset_after = w + period - now end
   -- The next window is empty and c <= limit: its start is the earliest fit.
   if not allowed then retry_after = w + period - now end
-  -- used exceeds limit only when the key's limit shrank since it was spent.
+  -- used exceeds limit when a charge went over it, or the key's limit shrank
+  -- since it was spent.
   local reply = {allowed and 1 or 0, limit, math.max(0, limit - used), reset_after,
     retry_after, granted, use_within, ref}
-  if granted > 0 then
+  if granted > 0 or charged then
     return reply, encode(w, used), math.max(1, w + period - now)
   end
   return reply

@@ -172,7 +172,15 @@ func (s *Store) Acquire(_ context.Context, r node.AcquireRequest) (algorithms.De
 		// Concurrency: slots go through AcquireSlot.
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("memory check: %w %s has no State", algorithms.ErrUnknownAlgorithm, l.Algorithm)
 	}
-	d, g := e.state.Acquire(l, nowMs, r.Cost, r.Want, r.Hold.Milliseconds())
+	var d algorithms.Decision
+	var g algorithms.Grant
+	if fw, ok := e.state.(*algorithms.FixedWindowState); ok && r.Charge {
+		d, g = fw.Charge(l, nowMs, r.Cost)
+	} else if r.Charge {
+		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("memory check: %w: only a fixed window takes a charge", node.ErrInvalidInput)
+	} else {
+		d, g = e.state.Acquire(l, nowMs, r.Cost, r.Want, r.Hold.Milliseconds())
+	}
 	switch {
 	case d.ResetAfter > 0 && !held:
 		if !s.reserve() {

@@ -164,7 +164,10 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 	late := r.Late
 	start := time.Now()
 	timeout := s.cfg.Timeout
-	if !s.known.holds(keys[0], start) && pipe.roomForTwo(timeout) {
+	if r.Charge && l.Algorithm != algorithms.FixedWindow {
+		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w: only a fixed window takes a charge", l.Algorithm, node.ErrInvalidInput)
+	}
+	if !r.Charge && !s.known.holds(keys[0], start) && pipe.roomForTwo(timeout) {
 		if fw, ok := algorithms.Fresh(l, cost, want); ok {
 			// Remembered before it is sent: checks of the key that come
 			// meanwhile go to the script, queued after this write, rather
@@ -200,7 +203,11 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 			}
 		}
 	}
-	reply, err := pipe.run(ctx, timeout, sc, s.batch[l.Algorithm], keys, algorithms.AcquireArgs(l, cost, want, r.Hold, 0), lateReply)
+	args := algorithms.AcquireArgs(l, cost, want, r.Hold, 0)
+	if r.Charge {
+		args = algorithms.ChargeArgs(l, cost, 0)
+	}
+	reply, err := pipe.run(ctx, timeout, sc, s.batch[l.Algorithm], keys, args, lateReply)
 	if err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
