@@ -102,7 +102,6 @@ var ratelimitRefusals = []struct{ name, value, why string }{
 	{"QUOTA_MODE", "true", "quotad has no quota mode yet; unset QUOTA_MODE"},
 	{"RESPONSE_DYNAMIC_METADATA", "true", "quotad does not answer with dynamic metadata yet; unset RESPONSE_DYNAMIC_METADATA"},
 	{"MERGE_DOMAIN_CONFIG", "true", "quotad refuses two files of one domain; merge them into one file and unset MERGE_DOMAIN_CONFIG"},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true", "quotad never counts a hit that does not fit yet; unset it"},
 }
 
 // ratelimitHonoured are the variables translate reads; with the no-ops and
@@ -113,7 +112,7 @@ var ratelimitHonoured = []string{
 	"LOG_LEVEL", "LOG_FORMAT", "CONFIG_TYPE",
 	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES",
 	"USE_STATSD", "USE_DOG_STATSD", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
-	"LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "BACKEND_TYPE", "SHADOW_MODE",
+	"LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "BACKEND_TYPE", "SHADOW_MODE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS",
 	"REDIS_TLS_CACERT", "REDIS_TIMEOUT", "REDIS_PERSECOND",
 	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
@@ -243,6 +242,11 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 	}
 	if ratio := value("NEAR_LIMIT_RATIO"); set("NEAR_LIMIT_RATIO") {
 		out.args = append(out.args, "--envoy-near-limit-ratio", ratio)
+	}
+	if stop, err := boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"); err != nil {
+		fail("%v", err)
+	} else if stop {
+		out.args = append(out.args, "--envoy-stop-increment-when-over-limit")
 	}
 	if shadow, err := boolean("SHADOW_MODE"); err != nil {
 		fail("%v", err)

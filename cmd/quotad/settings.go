@@ -223,6 +223,8 @@ func settings() []setting {
 			v: boolean(func(c *config) *bool { return &c.EnvoyHeaders.Enabled })},
 		{flag: "envoy-response-header-names", file: "envoy.response_header_names", arg: "limit,remaining,reset", unset: "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset", help: "names of the three headers of --envoy-response-headers",
 			v: text(func(c *config) *string { return &c.EnvoyHeaders.Names })},
+		{flag: "envoy-stop-increment-when-over-limit", file: "envoy.stop_increment_when_over_limit", help: "count only the hits that fit under the rate_limit blocks of envoyproxy/ratelimit's files, as quotad's own policies do (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default every hit counts, as envoyproxy/ratelimit counts it",
+			v: boolean(func(c *config) *bool { return &c.Envoy.StopIncrementWhenOverLimit })},
 		{flag: "envoy-shadow-mode", file: "envoy.shadow_mode", help: "answer Envoy's rate limit requests OK overall even when over a limit, still counting (envoyproxy/ratelimit's SHADOW_MODE)",
 			v: boolean(func(c *config) *bool { return &c.Envoy.ShadowMode })},
 		{flag: "envoy-near-limit-ratio", file: "envoy.near_limit_ratio", arg: "fraction", zeroMeans: show(envoy.DefaultNearLimitRatio), help: "share of a limit past which Envoy rule hits count as near_limit in /metrics, in (0, 1]",

@@ -99,6 +99,8 @@ type compiler struct {
 	domain string
 	// file is the domain's Domain.File: the schema.
 	file string
+	// stopIncrement is Config.StopIncrementWhenOverLimit.
+	stopIncrement bool
 }
 
 // compileTable validates c and builds its rule tree, resolving policies with
@@ -148,7 +150,7 @@ func compileTable(c Config, lookup policyLookup) (ruleTable, error) {
 			}
 			t.allOrNothing[d.Domain] = true
 		}
-		cc := compiler{lookup: lookup, domain: d.Domain, file: d.File}
+		cc := compiler{lookup: lookup, domain: d.Domain, file: d.File, stopIncrement: c.StopIncrementWhenOverLimit}
 		lvl, err := cc.level(d.Descriptors, base, "")
 		if err != nil {
 			return ruleTable{}, err
@@ -322,6 +324,9 @@ func (cc compiler) fileRule(d Descriptor, path fieldPath) (*rule, error) {
 			return nil, fmt.Errorf("%s: %w: %w", rp.field("requests_per_unit"), ErrInvalidConfig, err)
 		}
 		r.policy = p
+		// As envoyproxy/ratelimit's INCRBY: hits count even when they do
+		// not fit, unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+		r.charges = !cc.stopIncrement
 	}
 	return r, nil
 }

@@ -55,6 +55,14 @@ type Config struct {
 	// (LIMIT_RESPONSE_HEADERS_ENABLED): the limit, what is left and the
 	// seconds until it resets, of the descriptor closest to its limit.
 	ResponseHeaders *ResponseHeaders
+	// StopIncrementWhenOverLimit is envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: hits that do not fit are
+	// not counted. By default the rate_limit blocks of envoyproxy/ratelimit's
+	// files count every hit, as that project does (a hits_addend of 27
+	// under a limit of 10 is over the limit and counted, so a 3 after it is
+	// over too); quotad's own policies count only what they admit, either
+	// way.
+	StopIncrementWhenOverLimit bool
 }
 
 // Domain is the rule tree of one domain, the namespace Envoy names in

@@ -155,6 +155,10 @@ type rule struct {
 	period  time.Duration
 	// shadow answers OK whatever the decision.
 	shadow bool
+	// charges counts hits even when they do not fit (node.CheckOptions.
+	// Charge): the rate_limit blocks of envoyproxy/ratelimit's files, as
+	// that project counts them, unless Config.StopIncrementWhenOverLimit.
+	charges bool
 	// limit is the current_limit answered.
 	limit currentLimit
 	// name is rate_limit.name, which other rules' replaces refer to;

@@ -229,7 +229,8 @@ func planDescriptor(root *ruleLevel, domain string, d *rlscommonv3.RateLimitDesc
 	}
 	// A cost above the capacity can never be admitted: Envoy's protocol
 	// calls that over the limit, where quotad's own API calls it invalid.
-	if capacity := r.policy.Limit.Capacity(); hits > uint64(capacity) {
+	// A charge counts it all the same.
+	if capacity := r.policy.Limit.Capacity(); hits > uint64(capacity) && !r.charges {
 		c.overCapacity = true
 		return c, nil
 	}
@@ -254,7 +255,7 @@ func (s *Service) decide(ctx context.Context, t *ruleTable, c check) (*rlsv3.Rat
 		p := int64(r.period)
 		return s.status(r, true, 0, time.Duration(p-s.now().UnixNano()%p)), nil
 	}
-	res, err := s.node.Check(ctx, r.policy, c.key, c.cost)
+	res, err := s.node.CheckWith(ctx, r.policy, c.key, c.cost, node.CheckOptions{Charge: r.charges})
 	if err != nil {
 		return nil, err
 	}
