@@ -101,6 +101,9 @@ type compiler struct {
 	file string
 	// stopIncrement is Config.StopIncrementWhenOverLimit.
 	stopIncrement bool
+	// valueToMetric: a rule above set value_to_metric, so that the
+	// statistics of the rules below carry their descriptors' values.
+	valueToMetric bool
 }
 
 // compileTable validates c and builds its rule tree, resolving policies with
@@ -109,6 +112,7 @@ func compileTable(c Config, lookup policyLookup) (ruleTable, error) {
 	t := ruleTable{
 		domains: make(map[string]*ruleLevel, len(c.Domains)), dropIn: c.DropIn,
 		shadow: c.ShadowMode, nearRatio: c.NearLimitRatio,
+		quotaMode: c.QuotaMode, dynamicMetadata: c.DynamicMetadata,
 	}
 	if r := c.NearLimitRatio; !(r >= 0 && r <= 1) {
 		return ruleTable{}, fmt.Errorf("envoy near limit ratio: %w: %g is not in (0, 1]", ErrInvalidConfig, r)
@@ -189,6 +193,9 @@ func (cc compiler) level(ds []Descriptor, parent fieldPath, statKey string) (*ru
 			}
 			lvl.defaults[d.Key] = n
 		case cc.file != "" && strings.Contains(d.Value, "*"):
+			if d.ShareThreshold {
+				n.share = d.Value
+			}
 			for _, w := range lvl.wildcards {
 				if w.key == d.Key && w.pattern == d.Value {
 					return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
@@ -196,6 +203,9 @@ func (cc compiler) level(ds []Descriptor, parent fieldPath, statKey string) (*ru
 			}
 			lvl.wildcards = append(lvl.wildcards, wildcardRule{key: d.Key, pattern: d.Value, parts: strings.Split(d.Value, "*"), node: n})
 		default:
+			if d.ShareThreshold {
+				return nil, fmt.Errorf("%s: %w: share_threshold takes a wildcard value (one with '*'), whose matches then share one limit; %q has none", path.field("share_threshold"), ErrInvalidConfig, d.Value)
+			}
 			e := entry{d.Key, d.Value}
 			if _, dup := lvl.exact[e]; dup {
 				return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
@@ -222,11 +232,14 @@ func (cc compiler) node(d Descriptor, path fieldPath, statKey string) (*ruleNode
 		return nil, err
 	}
 	n := &ruleNode{rule: r}
+	below := cc
+	below.valueToMetric = cc.valueToMetric || d.ValueToMetric
 	if r != nil {
-		r.stat = newRuleStat(cc.domain, statKey, d.DetailedMetric)
+		r.stat = newRuleStat(cc.domain, statKey, d.DetailedMetric || below.valueToMetric)
+		r.quota, r.metadata = d.QuotaMode, d.Metadata
 	}
 	if len(d.Descriptors) > 0 {
-		next, err := cc.level(d.Descriptors, path, statKey)
+		next, err := below.level(d.Descriptors, path, statKey)
 		if err != nil {
 			return nil, err
 		}
@@ -241,8 +254,8 @@ func (cc compiler) quotadRule(d Descriptor, path fieldPath) (*rule, error) {
 	switch {
 	case d.RateLimit != nil:
 		return nil, fmt.Errorf("%s: %w: rate_limit belongs to envoyproxy/ratelimit's files; name a policy", path.field("rate_limit"), ErrInvalidConfig)
-	case d.DetailedMetric:
-		return nil, fmt.Errorf("%s: %w: detailed_metric belongs to envoyproxy/ratelimit's files", path.field("detailed_metric"), ErrInvalidConfig)
+	case d.DetailedMetric || d.ValueToMetric || d.ShareThreshold || d.QuotaMode || d.Metadata != nil:
+		return nil, fmt.Errorf("%s: %w: detailed_metric, value_to_metric, share_threshold, quota_mode and metadata belong to envoyproxy/ratelimit's files", path, ErrInvalidConfig)
 	case d.Unlimited && d.Policy != "":
 		return nil, fmt.Errorf("%s: %w: policy %q and unlimited exclude each other", path, ErrInvalidConfig, d.Policy)
 	case d.ShadowMode && d.Policy == "":

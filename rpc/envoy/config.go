@@ -3,6 +3,8 @@ package envoy
 import (
 	"errors"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/quotad/quotad/node"
 )
 
@@ -63,6 +65,14 @@ type Config struct {
 	// over too); quotad's own policies count only what they admit, either
 	// way.
 	StopIncrementWhenOverLimit bool
+	// QuotaMode is envoyproxy/ratelimit's QUOTA_MODE: every rule is in
+	// quota mode (Descriptor.QuotaMode).
+	QuotaMode bool
+	// DynamicMetadata is envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA:
+	// every answer carries dynamic_metadata with the domain, the
+	// descriptors, the request's hits_addend, and the merged metadata of
+	// the rules of the descriptors within their limits.
+	DynamicMetadata bool
 }
 
 // Domain is the rule tree of one domain, the namespace Envoy names in
@@ -127,6 +137,25 @@ type Descriptor struct {
 	// statistics with the descriptor's actual entries, not only the rule
 	// (capped: see docs/envoy.md).
 	DetailedMetric bool
+	// ValueToMetric (envoyproxy/ratelimit's schema) labels the statistics
+	// of the rules at and below this one with the descriptor's actual
+	// values, as DetailedMetric does.
+	ValueToMetric bool
+	// ShareThreshold (envoyproxy/ratelimit's schema, a wildcard Value only)
+	// counts every value the wildcard matches in one counter, named by the
+	// pattern, for this rule and those below it: files/a.pdf and
+	// files/b.csv share the limit of files/*.
+	ShareThreshold bool
+	// QuotaMode (envoyproxy/ratelimit's schema) makes the rule a soft
+	// limit: a descriptor over it is answered OVER_LIMIT, but makes the
+	// request OVER_LIMIT only when no other rule does and every quota-mode
+	// descriptor of the request is over (Config.QuotaMode makes every rule
+	// one).
+	QuotaMode bool
+	// Metadata (envoyproxy/ratelimit's schema) is added to the answer's
+	// dynamic metadata when the descriptor is within its limit
+	// (Config.DynamicMetadata).
+	Metadata *structpb.Struct
 	// Line is where the rule starts in File, for error messages; 0 when
 	// unknown.
 	Line int

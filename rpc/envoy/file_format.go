@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/quotad/quotad/yamlbound"
@@ -19,17 +20,13 @@ import (
 // format does not have, or quotad does not support, is refused by name.
 // Reading the files is cmd/quotad's.
 
-// The keys of the format, where they may appear. fileUnsupported are keys
-// of envoyproxy/ratelimit that quotad refuses rather than ignore.
+// The keys of the format, where they may appear.
 var (
 	fileKeys           = []string{"domain", "descriptors"}
-	fileDescriptorKeys = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "descriptors"}
-	fileRateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "quotad_policy"}
-	fileReplacesKeys   = []string{"name"}
-	fileUnsupported    = map[string]string{
-		"share_threshold": "quotad counts every value a wildcard matches separately; see docs/envoy.md",
-		"value_to_metric": "quotad's statistics label rules from the config only, and detailed_metric values; see docs/envoy.md",
-	}
+	fileDescriptorKeys = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "value_to_metric",
+		"share_threshold", "quota_mode", "metadata", "descriptors"}
+	fileRateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "quotad_policy"}
+	fileReplacesKeys  = []string{"name"}
 )
 
 // fileWalker walks one file's YAML, naming the file in its errors.
@@ -130,6 +127,14 @@ func (w fileWalker) descriptors(n *yaml.Node, path string) ([]Descriptor, error)
 				d.ShadowMode, err = w.boolean(v, p+".shadow_mode")
 			case "detailed_metric":
 				d.DetailedMetric, err = w.boolean(v, p+".detailed_metric")
+			case "value_to_metric":
+				d.ValueToMetric, err = w.boolean(v, p+".value_to_metric")
+			case "share_threshold":
+				d.ShareThreshold, err = w.boolean(v, p+".share_threshold")
+			case "quota_mode":
+				d.QuotaMode, err = w.boolean(v, p+".quota_mode")
+			case "metadata":
+				d.Metadata, err = w.metadata(v, p+".metadata")
 			case "rate_limit":
 				d.RateLimit, err = w.rateLimit(v, p+".rate_limit")
 			case "descriptors":
@@ -176,6 +181,27 @@ func (w fileWalker) rateLimit(n *yaml.Node, path string) (*RateLimit, error) {
 	return rl, err
 }
 
+// metadata parses a metadata mapping at path: any YAML mapping, carried
+// into the answers' dynamic metadata (Config.DynamicMetadata); null is
+// none.
+func (w fileWalker) metadata(n *yaml.Node, path string) (*structpb.Struct, error) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, w.errorf(n, path, "want a mapping")
+	}
+	var v map[string]any
+	if err := n.Decode(&v); err != nil {
+		return nil, w.errorf(n, path, "%v", err)
+	}
+	st, err := structpb.NewStruct(v)
+	if err != nil {
+		return nil, w.errorf(n, path, "%v (metadata holds strings, numbers, booleans, lists and mappings with string keys)", err)
+	}
+	return st, nil
+}
+
 // replaces parses a replaces list at path: mappings with a name.
 func (w fileWalker) replaces(n *yaml.Node, path string) ([]string, error) {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
@@ -215,9 +241,6 @@ func (w fileWalker) mapping(n *yaml.Node, path string, known []string, each func
 		at := key
 		if path != "" {
 			at = path + "." + key
-		}
-		if why, ok := fileUnsupported[key]; ok {
-			return w.errorf(k, at, "envoyproxy/ratelimit's %s is not supported by quotad (%s)", key, why)
 		}
 		if !slices.Contains(known, key) {
 			return w.errorf(k, at, "unknown key %q (the keys here are %s)", key, strings.Join(known, ", "))

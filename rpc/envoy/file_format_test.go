@@ -3,6 +3,7 @@ package envoy
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -91,5 +92,35 @@ func TestParseFileErrorsAndNodes(t *testing.T) {
 				t.Errorf("domain's file %q, want e.yaml", d.File)
 			}
 		})
+	}
+}
+
+// envoyproxy/ratelimit's newer keys parse: metadata (any mapping),
+// quota_mode, share_threshold and value_to_metric; metadata that is not a
+// mapping is refused with its line.
+func TestParseFileNewerKeys(t *testing.T) {
+	d, _, err := ParseFile("n.yaml", []byte(`domain: n
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    value_to_metric: true
+    quota_mode: true
+    metadata:
+      tier: gold
+      limits: [1, 2]
+      owner: {team: ml}
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := d.Descriptors[0]
+	if !got.ShareThreshold || !got.ValueToMetric || !got.QuotaMode || got.Metadata.AsMap()["tier"] != "gold" {
+		t.Errorf("parsed %+v, want every key set and the metadata's tier gold", got)
+	}
+	_, _, err = ParseFile("n.yaml", []byte("domain: n\ndescriptors:\n  - key: k\n    metadata: 5\n"))
+	if err == nil || !strings.Contains(err.Error(), "n.yaml: line 4: descriptors[0].metadata: want a mapping") {
+		t.Errorf("metadata 5: %v, want it refused with its line", err)
 	}
 }

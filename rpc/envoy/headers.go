@@ -40,15 +40,16 @@ func (h ResponseHeaders) validate() error {
 
 // of returns the headers for a response's statuses, as envoyproxy/ratelimit
 // chooses them: the status with a limit and the least remaining, or the
-// last one over its limit; none when no status had a limit.
-func (h ResponseHeaders) of(statuses []*rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
+// last one over a limit that is not in quota mode (quota[i]); none when no
+// status had a limit.
+func (h ResponseHeaders) of(statuses []*rlsv3.RateLimitResponse_DescriptorStatus, quota []bool) []*corev3.HeaderValue {
 	var closest *rlsv3.RateLimitResponse_DescriptorStatus
 	least := uint32(math.MaxUint32)
-	for _, st := range statuses {
+	for i, st := range statuses {
 		if st.GetCurrentLimit() != nil && st.GetLimitRemaining() < least {
 			closest, least = st, st.GetLimitRemaining()
 		}
-		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && !quota[i] {
 			closest, least = st, 0
 		}
 	}

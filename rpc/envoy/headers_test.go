@@ -30,7 +30,7 @@ func TestResponseHeadersOf(t *testing.T) {
 		{"last over the limit", []*rlsv3.RateLimitResponse_DescriptorStatus{status(over, 5, 0, 9*time.Second), status(ok, 10, 0, time.Second), status(over, 7, 0, 59*time.Second)}, "[7 0 59]"},
 		{"no limit", []*rlsv3.RateLimitResponse_DescriptorStatus{unlimited, {Code: ok}}, "[]"},
 	} {
-		hs := DefaultResponseHeaders.of(c.statuses)
+		hs := DefaultResponseHeaders.of(c.statuses, make([]bool, len(c.statuses)))
 		var got []string
 		for i, h := range hs {
 			if want := []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}[i]; h.GetKey() != want {

@@ -13,21 +13,36 @@ package envoy
 // no backtracking: once a rule wins an entry, the others are not tried for
 // the entries after. These are envoyproxy/ratelimit's rules.
 func (l *ruleLevel) match(es []entry) *rule {
-	lvl := l
+	r, _ := l.matchCounted(es)
+	return r
+}
+
+// matchCounted is match, and the entries the descriptor is counted by: es,
+// or a copy whose entries that a share_threshold rule matched have that
+// rule's wildcard pattern for their value, so that every value it matches
+// shares one counter.
+func (l *ruleLevel) matchCounted(es []entry) (*rule, []entry) {
+	lvl, counted := l, es
 	for i, e := range es {
 		if lvl == nil {
-			return nil
+			return nil, es
 		}
 		n := lvl.find(e)
 		if n == nil {
-			return nil
+			return nil, es
+		}
+		if n.share != "" {
+			if &counted[0] == &es[0] {
+				counted = append([]entry(nil), es...)
+			}
+			counted[i].value = n.share
 		}
 		if i == len(es)-1 {
-			return n.rule
+			return n.rule, counted
 		}
 		lvl = n.next
 	}
-	return nil
+	return nil, es
 }
 
 // find returns the rule at l that matches e, or nil.

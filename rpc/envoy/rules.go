@@ -2,8 +2,11 @@ package envoy
 
 import (
 	"strings"
+
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -88,6 +91,9 @@ type ruleTable struct {
 	nearRatio      float64
 	// headers is Config's ResponseHeaders (nil: none).
 	headers *ResponseHeaders
+	// quotaMode and dynamicMetadata are Config's QuotaMode and
+	// DynamicMetadata.
+	quotaMode, dynamicMetadata bool
 }
 
 // ruleLevel is the rules for one entry of a descriptor: those naming a
@@ -138,6 +144,9 @@ type ruleNode struct {
 	rule *rule
 	// next matches the following entry; nil means no rule goes deeper.
 	next *ruleLevel
+	// share, when set, is the wildcard pattern of a share_threshold rule:
+	// the entry it matches is counted under the pattern, not its value.
+	share string
 }
 
 // rule is what limits the descriptors that end at a node. Exactly one
@@ -155,6 +164,11 @@ type rule struct {
 	period  time.Duration
 	// shadow answers OK whatever the decision.
 	shadow bool
+	// quota is quota_mode: a soft limit (Descriptor.QuotaMode).
+	quota bool
+	// metadata goes into the answer's dynamic metadata when the
+	// descriptor is within its limit (Config.DynamicMetadata).
+	metadata *structpb.Struct
 	// charges counts hits even when they do not fit (node.CheckOptions.
 	// Charge): the rate_limit blocks of envoyproxy/ratelimit's files, as
 	// that project counts them, unless Config.StopIncrementWhenOverLimit.

@@ -69,7 +69,9 @@ type Service struct {
 type check struct {
 	// rule applies to the descriptor; nil when none does.
 	rule *rule
-	// entries are the descriptor's, for detailed statistics.
+	// entries are the descriptor's as counted (a share_threshold rule's
+	// pattern for the value it matched), for the key and the detailed
+	// statistics.
 	entries []entry
 	// key names the descriptor's counter under rule.policy.
 	key string
@@ -114,6 +116,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			return nil, err
 		}
 	}
+	// As envoyproxy/ratelimit: the request is over the limit if a
+	// descriptor is over a rule that is not in quota mode, or if it has
+	// quota-mode descriptors and every one of them is over.
+	quota := make([]bool, len(checks))
+	overHard, overQuota, quotas := 0, 0, 0
 	for i, c := range checks {
 		st := res.Statuses[i]
 		if st == nil {
@@ -122,12 +129,26 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 			res.Statuses[i] = st
 		}
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		quota[i] = t.quotaMode || (c.rule != nil && c.rule.quota)
+		over := st.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+		switch {
+		case quota[i]:
+			quotas++
+			if over {
+				overQuota++
+			}
+		case over:
+			overHard++
 		}
 	}
+	if overHard > 0 || (quotas > 0 && overQuota == quotas) {
+		res.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
 	if t.headers != nil {
-		res.ResponseHeadersToAdd = t.headers.of(res.Statuses)
+		res.ResponseHeadersToAdd = t.headers.of(res.Statuses, quota)
+	}
+	if t.dynamicMetadata {
+		res.DynamicMetadata = dynamicMetadata(req, checks, res.Statuses)
 	}
 	if t.shadow && res.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		// As envoyproxy/ratelimit's SHADOW_MODE: Envoy acts on the overall
@@ -218,12 +239,12 @@ func planDescriptor(root *ruleLevel, domain string, d *rlscommonv3.RateLimitDesc
 		// spend.
 		hits = h.GetValue()
 	}
-	r := root.match(es)
-	c := check{rule: r, entries: es, hits: hits}
+	r, counted := root.matchCounted(es)
+	c := check{rule: r, entries: counted, hits: hits}
 	if r == nil || r.unlimited || r.blocked {
 		return c, nil
 	}
-	c.key = counterKey(domain, es)
+	c.key = counterKey(domain, counted)
 	if err := node.ValidateKey(c.key); err != nil {
 		return check{}, fmt.Errorf("entries: the domain and entries make the rate limit's %w", err)
 	}

@@ -1,0 +1,113 @@
+package envoy
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// share_threshold: every value its wildcard matches counts in one counter
+// (files/a.pdf and files/b.csv share files/*'s 10); without it each value
+// counts alone; on a value without a wildcard it is refused.
+func TestShareThreshold(t *testing.T) {
+	c, _ := fileService(t, Config{Domains: []Domain{fileDomain("s.yaml", "share",
+		Descriptor{Key: "files", Value: "files/*", ShareThreshold: true, RateLimit: perUnit(3, "hour")},
+		Descriptor{Key: "files_no_share", Value: "files_no_share/*", RateLimit: perUnit(3, "hour")},
+	)}})
+	want := func(what string, v string, key string, code any, remaining uint32) {
+		t.Helper()
+		st := shouldRateLimit(t, c, request("share", desc(key, v))).GetStatuses()[0]
+		if st.GetCode() != code || st.GetLimitRemaining() != remaining {
+			t.Errorf("%s %s: %s with %d remaining, want %s with %d", what, v, st.GetCode(), st.GetLimitRemaining(), code, remaining)
+		}
+	}
+	for i, v := range []string{"files/a.pdf", "files/b.csv", "files/c"} {
+		want("shared", v, "files", codeOK, uint32(2-i))
+	}
+	want("shared, a fourth file", "files/d", "files", codeOver, 0)
+	for _, v := range []string{"files_no_share/a", "files_no_share/b"} {
+		want("not shared", v, "files_no_share", codeOK, 2)
+	}
+	if _, err := Compile(Config{Domains: []Domain{fileDomain("s.yaml", "share", Descriptor{Key: "k", Value: "v", ShareThreshold: true, RateLimit: perUnit(1, "hour")})}}, nil); err == nil {
+		t.Error("share_threshold on a value without a wildcard was taken")
+	}
+}
+
+// quota_mode: a descriptor over a quota-mode rule is answered OVER_LIMIT
+// but makes the request OVER_LIMIT only when every quota-mode descriptor
+// of it is over, or another rule is; QuotaMode makes every rule one.
+func TestQuotaMode(t *testing.T) {
+	c, _ := fileService(t, Config{Domains: []Domain{fileDomain("q.yaml", "quota",
+		Descriptor{Key: "soft", QuotaMode: true, RateLimit: perUnit(1, "hour")},
+		Descriptor{Key: "soft2", QuotaMode: true, RateLimit: perUnit(5, "hour")},
+		Descriptor{Key: "hard", RateLimit: perUnit(1, "hour")},
+	)}})
+	shouldRateLimit(t, c, request("quota", desc("soft", "a")))
+	res := shouldRateLimit(t, c, request("quota", desc("soft", "a"), desc("soft2", "a")))
+	if res.GetOverallCode() != codeOK || res.GetStatuses()[0].GetCode() != codeOver {
+		t.Errorf("one of two quota descriptors over: overall %s, status %s; want OK overall, the status OVER_LIMIT", res.GetOverallCode(), res.GetStatuses()[0].GetCode())
+	}
+	if res := shouldRateLimit(t, c, request("quota", desc("soft", "a"))); res.GetOverallCode() != codeOver {
+		t.Errorf("the only quota descriptor over: overall %s, want OVER_LIMIT", res.GetOverallCode())
+	}
+	shouldRateLimit(t, c, request("quota", desc("hard", "h")))
+	if res := shouldRateLimit(t, c, request("quota", desc("hard", "h"), desc("soft2", "b"))); res.GetOverallCode() != codeOver {
+		t.Errorf("a hard rule over beside a quota one within: overall %s, want OVER_LIMIT", res.GetOverallCode())
+	}
+
+	global, _ := fileService(t, Config{QuotaMode: true, Domains: []Domain{fileDomain("g.yaml", "quota",
+		Descriptor{Key: "a", RateLimit: perUnit(1, "hour")}, Descriptor{Key: "b", RateLimit: perUnit(5, "hour")},
+	)}})
+	shouldRateLimit(t, global, request("quota", desc("a", "x")))
+	if res := shouldRateLimit(t, global, request("quota", desc("a", "x"), desc("b", "x"))); res.GetOverallCode() != codeOK {
+		t.Errorf("global quota mode, one of two over: overall %s, want OK", res.GetOverallCode())
+	}
+}
+
+// With DynamicMetadata every answer carries the request's domain and
+// descriptors and the metadata of the rules within their limits, merged.
+func TestDynamicMetadata(t *testing.T) {
+	md := func(m map[string]any) *structpb.Struct {
+		s, err := structpb.NewStruct(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	c, _ := fileService(t, Config{DynamicMetadata: true, Domains: []Domain{fileDomain("m.yaml", "meta",
+		Descriptor{Key: "model", Metadata: md(map[string]any{"tier": "gold", "labels": map[string]any{"team": "ml"}}), RateLimit: perUnit(1, "hour")},
+		Descriptor{Key: "route", Metadata: md(map[string]any{"tier": "silver", "labels": map[string]any{"route": "chat"}}), RateLimit: perUnit(5, "hour")},
+	)}})
+	res := shouldRateLimit(t, c, request("meta", desc("model", "m1"), desc("route", "r1")))
+	got := res.GetDynamicMetadata().AsMap()
+	want := map[string]any{"tier": "gold", "labels": map[string]any{"team": "ml", "route": "chat"}}
+	if got["domain"] != "meta" || len(got["descriptors"].([]any)) != 2 || !equalJSON(got["metadata"], want) {
+		t.Errorf("dynamic metadata %v, want domain meta, two descriptors and metadata %v", got, want)
+	}
+	// model is over its limit now: only route's metadata.
+	res = shouldRateLimit(t, c, request("meta", desc("model", "m1"), desc("route", "r1")))
+	if m := res.GetDynamicMetadata().AsMap()["metadata"]; !equalJSON(m, map[string]any{"tier": "silver", "labels": map[string]any{"route": "chat"}}) {
+		t.Errorf("with model over its limit, metadata %v, want route's alone", m)
+	}
+}
+
+func equalJSON(a, b any) bool {
+	x, err1 := structpb.NewValue(a)
+	y, err2 := structpb.NewValue(b)
+	return err1 == nil && err2 == nil && x.String() == y.String()
+}
+
+// value_to_metric labels the statistics of its rule, and of the rules
+// below it, with the descriptor's values, as detailed_metric does.
+func TestValueToMetric(t *testing.T) {
+	c, reader := fileService(t, Config{Domains: []Domain{fileDomain("v.yaml", "vm",
+		Descriptor{Key: "route", ValueToMetric: true, Descriptors: []Descriptor{{Key: "user", RateLimit: perUnit(5, "hour")}}},
+		Descriptor{Key: "plain", RateLimit: perUnit(5, "hour")},
+	)}})
+	shouldRateLimit(t, c, request("vm", desc("route", "/chat", "user", "u1")))
+	shouldRateLimit(t, c, request("vm", desc("plain", "p1")))
+	got := envoyCounts(t, reader)["hits"]
+	if got["vm/route.user/route_/chat.user_u1"] != 1 || got["vm/plain"] != 1 {
+		t.Errorf("hits %v, want route.user labelled with its values and plain without", got)
+	}
+}
