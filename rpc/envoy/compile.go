@@ -112,7 +112,8 @@ func compileTable(c Config, lookup policyLookup) (ruleTable, error) {
 	t := ruleTable{
 		domains: make(map[string]*ruleLevel, len(c.Domains)), dropIn: c.DropIn,
 		shadow: c.ShadowMode, nearRatio: c.NearLimitRatio,
-		quotaMode: c.QuotaMode, dynamicMetadata: c.DynamicMetadata,
+		quotaMode: c.QuotaMode, dynamicMetadata: c.DynamicMetadata, stopIncrement: c.StopIncrementWhenOverLimit,
+		overrideStats: make(map[string]ruleStat, len(c.Domains)),
 	}
 	if r := c.NearLimitRatio; !(r >= 0 && r <= 1) {
 		return ruleTable{}, fmt.Errorf("envoy near limit ratio: %w: %g is not in (0, 1]", ErrInvalidConfig, r)
@@ -160,6 +161,7 @@ func compileTable(c Config, lookup policyLookup) (ruleTable, error) {
 			return ruleTable{}, err
 		}
 		t.domains[d.Domain] = lvl
+		t.overrideStats[d.Domain] = newRuleStat(d.Domain, overrideStatName, true)
 		t.names = append(t.names, d.Domain)
 		where[d.Domain] = here
 	}

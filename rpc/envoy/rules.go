@@ -92,8 +92,11 @@ type ruleTable struct {
 	// headers is Config's ResponseHeaders (nil: none).
 	headers *ResponseHeaders
 	// quotaMode and dynamicMetadata are Config's QuotaMode and
-	// DynamicMetadata.
-	quotaMode, dynamicMetadata bool
+	// DynamicMetadata; stopIncrement its StopIncrementWhenOverLimit.
+	quotaMode, dynamicMetadata, stopIncrement bool
+	// overrideStats are the statistics of each domain's limit overrides
+	// (overrideRule).
+	overrideStats map[string]ruleStat
 }
 
 // ruleLevel is the rules for one entry of a descriptor: those naming a

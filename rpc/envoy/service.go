@@ -183,7 +183,7 @@ func (s *Service) plan(ctx context.Context, t *ruleTable, req *rlsv3.RateLimitRe
 	checks := make([]check, len(ds))
 	var replaced map[string]bool
 	for i, d := range ds {
-		c, err := planDescriptor(root, domain, d, hits)
+		c, err := planDescriptor(t, root, domain, d, hits)
 		if err != nil {
 			return nil, fmt.Errorf("descriptors[%d].%w", i, err)
 		}
@@ -210,10 +210,7 @@ func (s *Service) plan(ctx context.Context, t *ruleTable, req *rlsv3.RateLimitRe
 // planDescriptor validates d and plans its check with the rules root (nil:
 // none apply). requestHits is the request's hits_addend, already defaulted.
 // Errors start with the field name, relative to the descriptor.
-func planDescriptor(root *ruleLevel, domain string, d *rlscommonv3.RateLimitDescriptor, requestHits uint64) (check, error) {
-	if d.GetLimit() != nil {
-		return check{}, fmt.Errorf("limit: %w: quotad does not take limit overrides; configure the limit in quotad's rules", errInvalidRequest)
-	}
+func planDescriptor(t *ruleTable, root *ruleLevel, domain string, d *rlscommonv3.RateLimitDescriptor, requestHits uint64) (check, error) {
 	if d.GetIsNegativeHits() {
 		return check{}, fmt.Errorf("is_negative_hits: %w: quotad does not refund hits", errInvalidRequest)
 	}
@@ -240,6 +237,15 @@ func planDescriptor(root *ruleLevel, domain string, d *rlscommonv3.RateLimitDesc
 		hits = h.GetValue()
 	}
 	r, counted := root.matchCounted(es)
+	if o := d.GetLimit(); o != nil && root != nil {
+		// As envoyproxy/ratelimit: a limit the request brings replaces
+		// the rules' (within a configured domain), whatever matched.
+		var err error
+		if r, err = t.overrideRule(domain, o); err != nil {
+			return check{}, err
+		}
+		counted = es
+	}
 	c := check{rule: r, entries: counted, hits: hits}
 	if r == nil || r.unlimited || r.blocked {
 		return c, nil

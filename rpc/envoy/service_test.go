@@ -279,10 +279,10 @@ func TestRejectsMalformedRequests(t *testing.T) {
 		{"unknown domain", &rlsv3.RateLimitRequest{Domain: "edgy", Descriptors: []*rlscommonv3.RateLimitDescriptor{good()}}, ErrUnknownDomain, `domain: unknown domain "edgy": not configured on this server (configured: edge)`},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "edge"}, node.ErrInvalidInput, "descriptors: invalid request: 0 descriptors; send 1 to 3"},
 		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{good(), good(), good(), good()}}, node.ErrInvalidInput, "4 descriptors; send 1 to 3"},
-		{"limit override", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{good(), {
+		{"limit override without a unit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{good(), {
 			Entries: desc("remote_address", "1").GetEntries(),
 			Limit:   &rlscommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 100},
-		}}}, node.ErrInvalidInput, "descriptors[1].limit: invalid request: quotad does not take limit overrides"},
+		}}}, node.ErrInvalidInput, "descriptors[1].limit.unit: invalid request: UNKNOWN is not a unit"},
 		{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{good(), {
 			Entries: desc("remote_address", "1").GetEntries(), IsNegativeHits: true,
 		}}}, node.ErrInvalidInput, "descriptors[1].is_negative_hits: invalid request: quotad does not refund hits"},

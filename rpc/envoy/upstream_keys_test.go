@@ -4,6 +4,10 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/types/known/structpb"
+
+	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
+	rlstypev3 "github.com/quotad/quotad/proto/envoy/type/v3"
 )
 
 // share_threshold: every value its wildcard matches counts in one counter
@@ -109,5 +113,33 @@ func TestValueToMetric(t *testing.T) {
 	got := envoyCounts(t, reader)["hits"]
 	if got["vm/route.user/route_/chat.user_u1"] != 1 || got["vm/plain"] != 1 {
 		t.Errorf("hits %v, want route.user labelled with its values and plain without", got)
+	}
+}
+
+// A limit the request brings (the descriptor's limit field) replaces the
+// rules' within a configured domain, whatever matched, counted in fixed
+// windows of its unit; outside one, nothing is limited.
+func TestLimitOverride(t *testing.T) {
+	c, reader := fileService(t, Config{DropIn: true, Domains: []Domain{fileDomain("o.yaml", "over",
+		Descriptor{Key: "user", RateLimit: perUnit(100, "minute")},
+	)}})
+	override := func(key, value string) *rlscommonv3.RateLimitDescriptor {
+		d := desc(key, value)
+		d.Limit = &rlscommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: rlstypev3.RateLimitUnit_MINUTE}
+		return d
+	}
+	for _, key := range []string{"user", "unmatched"} {
+		for i, want := range []rlsv3.RateLimitResponse_Code{codeOK, codeOK, codeOver} {
+			st := shouldRateLimit(t, c, request("over", override(key, "u1"))).GetStatuses()[0]
+			if st.GetCode() != want || st.GetCurrentLimit().GetRequestsPerUnit() != 2 {
+				t.Errorf("%s, hit %d: %s with limit %v, want %s under 2 per minute", key, i+1, st.GetCode(), st.GetCurrentLimit(), want)
+			}
+		}
+	}
+	if st := shouldRateLimit(t, c, request("elsewhere", override("user", "u1"))).GetStatuses()[0]; st.GetCode() != codeOK || st.GetCurrentLimit() != nil {
+		t.Errorf("an override in a domain that is not configured: %v, want a bare OK", st)
+	}
+	if got := envoyCounts(t, reader)["hits"]["over/(limit override)/user_u1"]; got != 3 {
+		t.Errorf("the override's hits counted %d, want 3 under the domain's (limit override) rule", got)
 	}
 }
