@@ -99,7 +99,6 @@ var ratelimitRefusals = []struct{ name, value, why string }{
 	{"REDIS_TLS_CLIENT_KEY", "", "quotad does not present a client certificate to Redis; authenticate with REDIS_AUTH"},
 	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "quotad always verifies Redis's certificate; give its CA in REDIS_TLS_CACERT"},
 	{"CACHE_KEY_PREFIX", "", "quotad names its Redis keys itself (--key-prefix): its counters are not upstream's, so a switch starts every window afresh; unset CACHE_KEY_PREFIX"},
-	{"MERGE_DOMAIN_CONFIG", "true", "quotad refuses two files of one domain; merge them into one file and unset MERGE_DOMAIN_CONFIG"},
 }
 
 // ratelimitHonoured are the variables translate reads; with the no-ops and
@@ -111,7 +110,7 @@ var ratelimitHonoured = []string{
 	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES",
 	"USE_STATSD", "USE_DOG_STATSD", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
 	"LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "BACKEND_TYPE", "SHADOW_MODE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-	"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
+	"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG",
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS",
 	"REDIS_TLS_CACERT", "REDIS_TIMEOUT", "REDIS_PERSECOND",
 	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
@@ -242,7 +241,7 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 	if ratio := value("NEAR_LIMIT_RATIO"); set("NEAR_LIMIT_RATIO") {
 		out.args = append(out.args, "--envoy-near-limit-ratio", ratio)
 	}
-	for _, f := range [][2]string{{"QUOTA_MODE", "--envoy-quota-mode"}, {"RESPONSE_DYNAMIC_METADATA", "--envoy-dynamic-metadata"}} {
+	for _, f := range [][2]string{{"QUOTA_MODE", "--envoy-quota-mode"}, {"RESPONSE_DYNAMIC_METADATA", "--envoy-dynamic-metadata"}, {"MERGE_DOMAIN_CONFIG", "--envoy-merge-domains"}} {
 		if on, err := boolean(f[0]); err != nil {
 			fail("%v", err)
 		} else if on {

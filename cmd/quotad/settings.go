@@ -225,6 +225,8 @@ func settings() []setting {
 			v: text(func(c *config) *string { return &c.EnvoyHeaders.Names })},
 		{flag: "envoy-stop-increment-when-over-limit", file: "envoy.stop_increment_when_over_limit", help: "count only the hits that fit under the rate_limit blocks of envoyproxy/ratelimit's files, as quotad's own policies do (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default every hit counts, as envoyproxy/ratelimit counts it",
 			v: boolean(func(c *config) *bool { return &c.Envoy.StopIncrementWhenOverLimit })},
+		{flag: "envoy-merge-domains", file: "envoy.merge_domains", help: "merge the rules of one domain's files in --envoy-config-dir (or from xDS) instead of refusing the second file (MERGE_DOMAIN_CONFIG)",
+			v: boolean(func(c *config) *bool { return &c.Envoy.MergeDomains })},
 		{flag: "envoy-quota-mode", file: "envoy.quota_mode", help: "make every rule of envoyproxy/ratelimit's files a soft limit, as its quota_mode: a request is over the limit only when every such descriptor of it is (QUOTA_MODE)",
 			v: boolean(func(c *config) *bool { return &c.Envoy.QuotaMode })},
 		{flag: "envoy-dynamic-metadata", file: "envoy.dynamic_metadata", help: "answer with dynamic_metadata: the domain, the descriptors, and the metadata of the rules within their limits (RESPONSE_DYNAMIC_METADATA)",

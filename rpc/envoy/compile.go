@@ -140,8 +140,13 @@ func compileTable(c Config, lookup policyLookup) (ruleTable, error) {
 		if d.Domain == "" {
 			return ruleTable{}, fmt.Errorf("%s: %w: must not be empty", base.field("domain"), ErrInvalidConfig)
 		}
-		if first, dup := where[d.Domain]; dup {
-			return ruleTable{}, fmt.Errorf("%s: %w: %q is configured twice (also in %s)", base.field("domain"), ErrInvalidConfig, d.Domain, first)
+		first, dup := where[d.Domain]
+		if dup && !(c.MergeDomains && d.File != "" && t.fileDomains[d.Domain]) {
+			how := ""
+			if d.File != "" && t.fileDomains[d.Domain] {
+				how = "; merge the files, or set MERGE_DOMAIN_CONFIG (--envoy-merge-domains)"
+			}
+			return ruleTable{}, fmt.Errorf("%s: %w: %q is configured twice (also in %s)%s", base.field("domain"), ErrInvalidConfig, d.Domain, first, how)
 		}
 		if len(d.Descriptors) == 0 && d.File == "" {
 			return ruleTable{}, fmt.Errorf("%s: %w: domain %q has none", base.field("descriptors"), ErrInvalidConfig, d.Domain)
@@ -160,12 +165,54 @@ func compileTable(c Config, lookup policyLookup) (ruleTable, error) {
 		if err != nil {
 			return ruleTable{}, err
 		}
+		if dup {
+			// MERGE_DOMAIN_CONFIG: this file's rules join the domain's.
+			if err := mergeLevels(t.domains[d.Domain], lvl); err != nil {
+				return ruleTable{}, fmt.Errorf("%s: %w: domain %q, also in %s: %w", base, ErrInvalidConfig, d.Domain, first, err)
+			}
+			where[d.Domain] = first + ", " + here
+			continue
+		}
+		if d.File != "" {
+			if t.fileDomains == nil {
+				t.fileDomains = map[string]bool{}
+			}
+			t.fileDomains[d.Domain] = true
+		}
 		t.domains[d.Domain] = lvl
 		t.overrideStats[d.Domain] = newRuleStat(d.Domain, overrideStatName, true)
 		t.names = append(t.names, d.Domain)
 		where[d.Domain] = here
 	}
 	return t, nil
+}
+
+// mergeLevels adds the rules of from to into, as envoyproxy/ratelimit
+// merges a domain's files: a rule for the same key and value (or the same
+// key's default, or wildcard) in both is refused; from's wildcards come
+// after into's.
+func mergeLevels(into, from *ruleLevel) error {
+	for e, n := range from.exact {
+		if _, dup := into.exact[e]; dup {
+			return fmt.Errorf("a rule for %s=%s is in both", e.key, e.value)
+		}
+		into.exact[e] = n
+	}
+	for k, n := range from.defaults {
+		if _, dup := into.defaults[k]; dup {
+			return fmt.Errorf("a rule for key %q with no value is in both", k)
+		}
+		into.defaults[k] = n
+	}
+	for _, w := range from.wildcards {
+		for _, have := range into.wildcards {
+			if have.key == w.key && have.pattern == w.pattern {
+				return fmt.Errorf("a rule for %s=%s is in both", w.key, w.pattern)
+			}
+		}
+		into.wildcards = append(into.wildcards, w)
+	}
+	return nil
 }
 
 // level compiles the rules ds, whose parent is at parent; statKey is the

@@ -65,6 +65,11 @@ type Config struct {
 	// over too); quotad's own policies count only what they admit, either
 	// way.
 	StopIncrementWhenOverLimit bool
+	// MergeDomains is envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: the
+	// files of one domain merge into its rules, which must then not repeat
+	// a rule (the same key and value, default or wildcard at the top);
+	// without it a domain in two files is refused.
+	MergeDomains bool
 	// QuotaMode is envoyproxy/ratelimit's QUOTA_MODE: every rule is in
 	// quota mode (Descriptor.QuotaMode).
 	QuotaMode bool

@@ -97,6 +97,9 @@ type ruleTable struct {
 	// overrideStats are the statistics of each domain's limit overrides
 	// (overrideRule).
 	overrideStats map[string]ruleStat
+	// fileDomains are the domains of envoyproxy/ratelimit's files, which
+	// Config.MergeDomains may merge.
+	fileDomains map[string]bool
 }
 
 // ruleLevel is the rules for one entry of a descriptor: those naming a

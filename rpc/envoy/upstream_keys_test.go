@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -141,5 +142,24 @@ func TestLimitOverride(t *testing.T) {
 	}
 	if got := envoyCounts(t, reader)["hits"]["over/(limit override)/user_u1"]; got != 3 {
 		t.Errorf("the override's hits counted %d, want 3 under the domain's (limit override) rule", got)
+	}
+}
+
+// MERGE_DOMAIN_CONFIG: two files of one domain merge their rules; a rule
+// in both is refused, and so, without it, is the second file.
+func TestMergeDomains(t *testing.T) {
+	a := fileDomain("a.yaml", "m", Descriptor{Key: "user", RateLimit: perUnit(1, "hour")})
+	b := fileDomain("b.yaml", "m", Descriptor{Key: "path", Value: "/x", RateLimit: perUnit(2, "hour")})
+	c, _ := fileService(t, Config{MergeDomains: true, Domains: []Domain{a, b}})
+	res := shouldRateLimit(t, c, request("m", desc("user", "u"), desc("path", "/x")))
+	if res.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 1 || res.GetStatuses()[1].GetCurrentLimit().GetRequestsPerUnit() != 2 {
+		t.Errorf("merged domain answered %v, want both files' rules", res)
+	}
+	if _, err := Compile(Config{Domains: []Domain{a, b}}, nil); err == nil || !strings.Contains(err.Error(), "MERGE_DOMAIN_CONFIG") {
+		t.Errorf("two files of one domain without merging: %v, want refused, naming MERGE_DOMAIN_CONFIG", err)
+	}
+	again := fileDomain("c.yaml", "m", Descriptor{Key: "user", RateLimit: perUnit(5, "hour")})
+	if _, err := Compile(Config{MergeDomains: true, Domains: []Domain{a, again}}, nil); err == nil || !strings.Contains(err.Error(), `key "user" with no value is in both`) {
+		t.Errorf("a rule in both merged files: %v, want refused", err)
 	}
 }
