@@ -41,6 +41,8 @@ type config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string
+	// LogFormat is text (logfmt) or json. Default text.
+	LogFormat string
 	// Lease sizes leases; the zero value takes node's defaults (horizon
 	// 200ms, hold 500ms, max fraction 0.05).
 	Lease node.LeaseConfig
@@ -148,6 +150,9 @@ func (c config) validate() error {
 	}
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return err
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("log format: %q: want text or json", c.LogFormat)
 	}
 	if err := c.Telemetry.validate(); err != nil {
 		return err

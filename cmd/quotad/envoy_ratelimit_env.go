@@ -90,15 +90,12 @@ var ratelimitRefusals = []struct{ name, value, why string }{
 	{"GRPC_MAX_CONNECTION_AGE", "", "quotad does not age out connections; unset it (a load balancer in front can)"},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "", "quotad does not age out connections; unset it"},
 	{"GRPC_CLIENT_TLS_SAN", "", "quotad checks that a client certificate is signed by GRPC_CLIENT_TLS_CACERT, not its name; unset it"},
-	{"LOG_FORMAT", "json", "quotad logs text (logfmt) only; unset LOG_FORMAT"},
 	{"USE_STATSD", "true", "quotad does not send statsd; set USE_STATSD=false and USE_PROMETHEUS=true to scrape its metrics"},
 	{"USE_DOG_STATSD", "true", "quotad does not send statsd; set USE_DOG_STATSD=false and USE_PROMETHEUS=true"},
 	{"BACKEND_TYPE", "memcache", "quotad counts in Redis (or in memory on one node), not memcached; set BACKEND_TYPE=redis"},
-	{"REDIS_PERSECOND", "true", "quotad keeps every limit in one Redis; set REDIS_PERSECOND=false (its per-second Redis is not needed)"},
 	{"REDIS_TLS_CLIENT_CERT", "", "quotad does not present a client certificate to Redis; authenticate with REDIS_AUTH"},
 	{"REDIS_TLS_CLIENT_KEY", "", "quotad does not present a client certificate to Redis; authenticate with REDIS_AUTH"},
 	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "quotad always verifies Redis's certificate; give its CA in REDIS_TLS_CACERT"},
-	{"CACHE_KEY_PREFIX", "", "quotad names its Redis keys itself (--key-prefix): its counters are not upstream's, so a switch starts every window afresh; unset CACHE_KEY_PREFIX"},
 }
 
 // ratelimitHonoured are the variables translate reads; with the no-ops and
@@ -112,7 +109,7 @@ var ratelimitHonoured = []string{
 	"LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "BACKEND_TYPE", "SHADOW_MODE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
 	"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG",
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS",
-	"REDIS_TLS_CACERT", "REDIS_TIMEOUT", "REDIS_PERSECOND",
+	"REDIS_TLS_CACERT", "REDIS_TIMEOUT", "REDIS_PERSECOND", "CACHE_KEY_PREFIX",
 	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
 	"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER",
 	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
@@ -126,7 +123,7 @@ var ratelimitHonoured = []string{
 // memcached (BACKEND_TYPE=memcache) and xDS (CONFIG_TYPE=GRPC_XDS_SOTW).
 // Setting one is accepted, as upstream accepts it, and said at start.
 var ratelimitFamilies = []struct{ prefix, note string }{
-	{"REDIS_PERSECOND_", "used only with REDIS_PERSECOND=true"},
+	{"REDIS_PERSECOND_", "quotad keeps every limit in the Redis of REDIS_URL, per-second ones too"},
 	{"MEMCACHE_", "used only with BACKEND_TYPE=memcache"},
 }
 
@@ -203,6 +200,22 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 		}
 	}
 
+	switch f := strings.ToLower(value("LOG_FORMAT")); f {
+	case "text", "json":
+		out.args = append(out.args, "--log-format", f)
+	default:
+		fail("LOG_FORMAT=%q: want text or json", value("LOG_FORMAT"))
+	}
+	if p := getenv("CACHE_KEY_PREFIX"); p != "" {
+		// quotad's keys are not upstream's: the windows in progress start
+		// afresh whatever the prefix.
+		out.args = append(out.args, "--key-prefix", p)
+	}
+	if per, err := boolean("REDIS_PERSECOND"); err != nil {
+		fail("%v", err)
+	} else if per {
+		out.notes = append(out.notes, "REDIS_PERSECOND is not needed: quotad keeps every limit in the Redis of REDIS_URL, per-second ones too")
+	}
 	switch l := strings.ToLower(value("LOG_LEVEL")); l {
 	case "trace", "debug":
 		out.args = append(out.args, "--log-level", "debug")

@@ -98,11 +98,11 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 		problems []string
 	}{
 		{name: "upstream's defaults", env: nil,
-			args:  "--listen 0.0.0.0:8081 --pprof-addr 0.0.0.0:6070 --log-level warn --envoy-config-dir /srv/runtime_data/current/config --redis unix:///var/run/nutcracker/ratelimit.sock",
+			args:  "--listen 0.0.0.0:8081 --pprof-addr 0.0.0.0:6070 --log-format text --log-level warn --envoy-config-dir /srv/runtime_data/current/config --redis unix:///var/run/nutcracker/ratelimit.sock",
 			notes: []string{"USE_STATSD defaults to true upstream"}},
 		{name: "docker compose", env: []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379",
 			"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "MEMCACHE_HOST_PORT=memcached:11211"},
-			args:  "--listen 0.0.0.0:8081 --pprof-addr 0.0.0.0:6070 --log-level debug --envoy-config-dir /data/ratelimit/config --redis redis://redis:6379/0",
+			args:  "--listen 0.0.0.0:8081 --pprof-addr 0.0.0.0:6070 --log-format text --log-level debug --envoy-config-dir /data/ratelimit/config --redis redis://redis:6379/0",
 			notes: []string{"MEMCACHE_HOST_PORT is not needed: used only with BACKEND_TYPE=memcache"}},
 		{name: "password and TLS", env: []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=r:6380", "REDIS_AUTH=s3cret", "REDIS_TLS=true", "REDIS_TLS_CACERT=/ca.pem", "USE_STATSD=false"},
 			args: "--redis-tls-ca /ca.pem --redis rediss://:s3cret@r:6380/0"},
@@ -113,7 +113,7 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 			args: "--redis-tls --redis-cluster a:7000,b:7000"},
 		{name: "settings", env: []string{"USE_STATSD=false", "SHADOW_MODE=true", "NEAR_LIMIT_RATIO=0.9", "LOCAL_CACHE_SIZE_IN_BYTES=1000", "REDIS_POOL_SIZE=20",
 			"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=grpc", "TRACING_SAMPLING_RATE=0.1", "GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=/c", "GRPC_SERVER_TLS_KEY=/k"},
-			args: "--tls-cert-file /c --tls-key-file /k --log-level warn --envoy-config-dir /srv/runtime_data/current/config --envoy-near-limit-ratio 0.9 --envoy-shadow-mode --denied-cache-bytes 524288 --trace-exporter otlp-grpc --trace-sample-ratio 0.1",
+			args: "--tls-cert-file /c --tls-key-file /k --log-format text --log-level warn --envoy-config-dir /srv/runtime_data/current/config --envoy-near-limit-ratio 0.9 --envoy-shadow-mode --denied-cache-bytes 524288 --trace-exporter otlp-grpc --trace-sample-ratio 0.1",
 			env2: map[string]string{"OTEL_SERVICE_NAME": "RateLimit"},
 			notes: []string{"LOCAL_CACHE_SIZE_IN_BYTES=1000: the denied-key cache holds 524288 bytes",
 				"REDIS_POOL_SIZE is not needed: quotad pipelines every check"}},
@@ -122,9 +122,9 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT=/ca", "CONFIG_GRPC_XDS_SERVER_TLS_SAN=xds.internal", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=30s"},
 			args:  "--envoy-xds-server xds:18000 --envoy-xds-node-id test-node-id --envoy-xds-headers authorization=Bearer t,x-team=edge --envoy-xds-retry-interval 3s --envoy-xds-tls --envoy-xds-tls-ca-file /ca --envoy-xds-tls-server-name xds.internal",
 			notes: []string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL is not needed"}},
-		{name: "refusals", env: []string{"USE_STATSD=true", "BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC", "GRPC_UDS=/s.sock", "LOG_LEVEL=loud", "REDIS_TYPE=ring"},
+		{name: "refusals", env: []string{"USE_STATSD=true", "BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC", "GRPC_UDS=/s.sock", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
 			problems: []string{"USE_STATSD=true: quotad does not send statsd", "BACKEND_TYPE=memcache", `CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
-				"GRPC_UDS=/s.sock", `LOG_LEVEL="loud"`, `REDIS_TYPE="ring": want single, sentinel or cluster`}},
+				"GRPC_UDS=/s.sock", `LOG_LEVEL="loud"`, `REDIS_TYPE="ring": want single, sentinel or cluster`, `LOG_FORMAT="xml"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr, err := translateRatelimitEnv(c.env)

@@ -63,7 +63,11 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	level := new(slog.LevelVar)
 	l, _ := parseLogLevel(cfg.LogLevel) // validated
 	level.Set(l)
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var logs slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	if cfg.LogFormat == "json" {
+		logs = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
+	}
+	log := slog.New(logs)
 	logOtelTo(log)
 	envoy, envoyFiles, err := loadEnvoy(cfg)
 	if err != nil {

@@ -170,6 +170,8 @@ func settings() []setting {
 			v: duration(func(c *config) *time.Duration { return &c.ShutdownTimeout })},
 		{flag: "log-level", file: "log_level", arg: "level", def: "info", help: "debug, info, warn or error",
 			v: text(func(c *config) *string { return &c.LogLevel })},
+		{flag: "log-format", file: "log_format", arg: "format", def: "text", help: "text (logfmt) or json, one object a line",
+			v: text(func(c *config) *string { return &c.LogFormat })},
 
 		{flag: "trace-exporter", file: "tracing.exporter", arg: "name", unset: "OTEL_TRACES_EXPORTER, else none", help: "where spans go: none, otlp-grpc, otlp-http or stdout; unset reads OTEL_TRACES_EXPORTER (otlp, console, none)",
 			v: text(func(c *config) *string { return &c.Telemetry.TraceExporter })},
