@@ -62,7 +62,7 @@ func envoyRatelimit(ctx context.Context, args []string, environ []string, stdout
 
 // serve opens upstream's HTTP port and, with USE_PROMETHEUS, its metrics
 // endpoint, both in front of quotad's API handler.
-func (tr ratelimitEnv) serve(api http.Handler, _ *rpc.Health, log *slog.Logger) ([]string, []*http.Server, []net.Listener, error) {
+func (out ratelimitEnv) serve(api http.Handler, _ *rpc.Health, log *slog.Logger) ([]string, []*http.Server, []net.Listener, error) {
 	var lines []string
 	var servers []*http.Server
 	var listeners []net.Listener
@@ -79,12 +79,12 @@ func (tr ratelimitEnv) serve(api http.Handler, _ *rpc.Health, log *slog.Logger) 
 		lines = append(lines, fmt.Sprintf("envoy-ratelimit: %s on http://%s", what, ln.Addr()))
 		return nil
 	}
-	if err := open(tr.httpListen, ratelimitHTTP(api), "HTTP port (/healthcheck, /json and the API)"); err != nil {
+	if err := open(out.httpListen, ratelimitHTTP(api), "HTTP port (/healthcheck, /json and the API)"); err != nil {
 		return nil, nil, nil, err
 	}
-	if tr.metricsListen != "" {
+	if out.metricsListen != "" {
 		metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != tr.metricsPath {
+			if r.URL.Path != out.metricsPath {
 				http.NotFound(w, r)
 				return
 			}
@@ -92,7 +92,7 @@ func (tr ratelimitEnv) serve(api http.Handler, _ *rpc.Health, log *slog.Logger) 
 			r2.URL.Path = "/metrics"
 			api.ServeHTTP(w, r2)
 		})
-		if err := open(tr.metricsListen, metrics, "Prometheus metrics at "+tr.metricsPath); err != nil {
+		if err := open(out.metricsListen, metrics, "Prometheus metrics at "+out.metricsPath); err != nil {
 			return nil, nil, nil, err
 		}
 	}

@@ -410,7 +410,7 @@ func (out *ratelimitEnv) redis(value func(string) string, set func(string) bool,
 			return nil
 		}
 		if len(addrs) < 2 {
-			return fmt.Errorf("REDIS_URL=%q: REDIS_TYPE=sentinel wants the master's name, then the sentinels: mymaster,host:port,...", value("REDIS_URL"))
+			return fmt.Errorf("REDIS_URL=%q: REDIS_TYPE=sentinel wants the master's name, then the sentinels (mymaster,host:port,host:port)", value("REDIS_URL"))
 		}
 		out.args = append(out.args, "--redis-master", addrs[0], "--redis-sentinel", strings.Join(addrs[1:], ","))
 		if a := value("REDIS_SENTINEL_AUTH"); a != "" {
