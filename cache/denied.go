@@ -227,14 +227,24 @@ func (c *Denied) Lookup(k Key, cost int64, nowMs int64) (algorithms.Decision, bo
 	}
 	c.hits.Add(1)
 	elapsed := time.Duration(nowMs-e.addedMs) * time.Millisecond
-	retry := retryAfter - elapsed
+	// Whole milliseconds, rounded up, as every answer's waits: a denial a
+	// peer gossiped carries its own clock's fractions.
+	retry := ceilMillis(retryAfter - elapsed)
 	return algorithms.Decision{
 		Allowed:    false,
 		Limit:      e.limit,
 		Remaining:  e.remaining,
-		ResetAfter: max(e.resetAfter-elapsed, retry),
+		ResetAfter: max(ceilMillis(e.resetAfter-elapsed), retry),
 		RetryAfter: retry,
 	}, true
+}
+
+// ceilMillis rounds d up to a whole millisecond.
+func ceilMillis(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r > 0 {
+		d += time.Millisecond - r
+	}
+	return d
 }
 
 // waitFor returns the authority's wait, as of addedMs, for a check of cost
