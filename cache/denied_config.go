@@ -7,7 +7,7 @@ import (
 )
 
 // ErrInvalidConfig is wrapped by every error DeniedConfig.Validate returns.
-var ErrInvalidConfig = errors.New("invalid cache config")
+var ErrInvalidConfig = errors.New("invalid config")
 
 // Bounds and defaults of DeniedConfig.
 const (

@@ -34,7 +34,7 @@ const (
 )
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
-var ErrInvalidConfig = errors.New("invalid rpc config")
+var ErrInvalidConfig = errors.New("invalid config")
 
 // Config is the wire's configuration. The zero value is the default
 // configuration: inline limits allowed with periods of up to a day,

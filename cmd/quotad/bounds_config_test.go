@@ -41,11 +41,11 @@ func TestBoundsConfigErrors(t *testing.T) {
 		file string
 		want string
 	}{
-		{name: "negative max connections", args: []string{"--max-connections", "-1"}, want: "config: max connections: invalid rpc config: -1 must be > 0 (0 means 10000)"},
+		{name: "negative max connections", args: []string{"--max-connections", "-1"}, want: "config: max connections: invalid config: -1 must be > 0 (0 means 10000)"},
 		{name: "bad read timeout", args: []string{"--read-timeout", "slow"}, want: `flag --read-timeout: invalid duration "slow"`},
-		{name: "negative read header timeout", file: "read_header_timeout: -1s\n", want: "config: read header timeout: invalid rpc config: -1s must not be negative (0 means the default)"},
-		{name: "negative idle timeout", file: "idle_timeout: -1s\n", want: "config: idle timeout: invalid rpc config: -1s must not be negative (0 means the default)"},
-		{name: "inline period over a year", args: []string{"--max-inline-period", "9000h"}, want: "config: max inline period: invalid rpc config: 9000h0m0s must be 1ms to 8760h0m0s (0 means 24h0m0s)"},
+		{name: "negative read header timeout", file: "read_header_timeout: -1s\n", want: "config: read header timeout: invalid config: -1s must not be negative (0 means the default)"},
+		{name: "negative idle timeout", file: "idle_timeout: -1s\n", want: "config: idle timeout: invalid config: -1s must not be negative (0 means the default)"},
+		{name: "inline period over a year", args: []string{"--max-inline-period", "9000h"}, want: "config: max inline period: invalid config: 9000h0m0s must be 1ms to 8760h0m0s (0 means 24h0m0s)"},
 		{name: "negative memory max keys", args: []string{"--memory-max-keys", "-5"}, want: "config: memory max keys: invalid config: -5 must be > 0 (0 means 250000)"},
 		{name: "negative lease max keys", file: "lease:\n  max_keys: -1\n", want: "config: lease max keys: invalid config: -1 must be > 0 (0 means 50000)"},
 		{name: "lease hold over an hour", args: []string{"--lease-hold", "2h"}, want: "config: lease hold: invalid config: 2h0m0s exceeds 1h0m0s"},
