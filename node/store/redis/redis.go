@@ -98,6 +98,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		s.release[a] = goredis.NewScript(algorithms.ReleaseScript(a))
 	}
 	if err := s.loadScripts(ctx); err != nil {
+		err = explainTLS(err, s.client, cfg.ConnectTimeout)
 		s.closeClients()
 		return nil, err
 	}

@@ -1,0 +1,58 @@
+package redis
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// This file explains a TLS connection to a Redis that does not speak TLS:
+// the handshake then gets no answer (the server waits for a command), and
+// the check that Redis answers fails with a bare deadline.
+
+// plaintextPeer reports whether addr answers a plaintext PING in RESP, and
+// so is a Redis without TLS, within timeout.
+func plaintextPeer(addr string, timeout time.Duration) bool {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	// +PONG, or an error reply (-NOAUTH when a password is set): RESP.
+	return err == nil && (strings.HasPrefix(line, "+") || strings.HasPrefix(line, "-"))
+}
+
+// explainTLS wraps err, the failure to reach Redis over TLS through
+// client, when the server answers in plaintext: TLS, not Redis, failed.
+func explainTLS(err error, client goredis.UniversalClient, timeout time.Duration) error {
+	var addrs []string
+	switch c := client.(type) {
+	case *goredis.Client:
+		if c.Options().TLSConfig == nil {
+			return err
+		}
+		addrs = []string{c.Options().Addr}
+	case *goredis.ClusterClient:
+		if c.Options().TLSConfig == nil {
+			return err
+		}
+		addrs = c.Options().Addrs
+	default:
+		return err
+	}
+	for _, a := range addrs {
+		if plaintextPeer(a, timeout) {
+			return fmt.Errorf("%w: the TLS handshake with %s got no answer, and it answers plaintext Redis commands: it does not speak TLS; use redis:// (or --redis-tls off), or enable TLS on the server", err, a)
+		}
+	}
+	return err
+}
