@@ -74,8 +74,20 @@ func (c jsonCodec) Unmarshal(data []byte, message any) error {
 	if len(data) == 0 {
 		return errors.New("zero-length payload is not a valid JSON object; send {} for an empty message")
 	}
-	if err := (protojson.UnmarshalOptions{}).Unmarshal(data, m); err != nil {
-		return fmt.Errorf("unmarshal into %T: %w", message, err)
+	err := (protojson.UnmarshalOptions{}).Unmarshal(data, m)
+	if err == nil {
+		return nil
 	}
-	return nil
+	// The config file's spellings (respell) are read too; only a request
+	// protobuf refuses pays for trying them.
+	if again, ok := respell(data); ok {
+		proto.Reset(m)
+		if err = (protojson.UnmarshalOptions{}).Unmarshal(again, m); err == nil {
+			return nil
+		}
+	}
+	if hint := spellingHint(err); hint != "" {
+		return fmt.Errorf("%s (%w)", hint, err)
+	}
+	return fmt.Errorf("unmarshal into %T: %w", message, err)
 }
