@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/quotad/quotad/cache"
@@ -138,6 +140,14 @@ func (c config) rpcConfig() rpc.Config {
 func (c config) validate() error {
 	if c.Listen == "" {
 		return errors.New("listen: must not be empty")
+	}
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		if _, numeric := strconv.Atoi(c.Listen); numeric == nil {
+			return fmt.Errorf("listen: %q is a port alone; write :%s (every interface) or 127.0.0.1:%s (this machine only)", c.Listen, c.Listen, c.Listen)
+		}
+		return fmt.Errorf("listen: %q: want host:port, e.g. :8080 or 127.0.0.1:8080", c.Listen)
+	} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("listen: %q: the port must be a number from 0 to 65535", c.Listen)
 	}
 	if c.Redis.Timeout <= 0 {
 		return fmt.Errorf("redis timeout: %s must be > 0", c.Redis.Timeout)

@@ -46,7 +46,10 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 // load is loadConfig that also says where each setting came from.
 func load(args []string, getenv func(string) string, stderr io.Writer) (loaded, error) {
 	fs := flag.NewFlagSet("quotad", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package prints its error and the whole usage; quotad says
+	// what went wrong in one line instead (unknownFlag), and prints the
+	// usage only for --help.
+	fs.SetOutput(io.Discard)
 	configPath := fs.String("config", "", configHelp)
 	all := settings()
 	for _, s := range all {
@@ -58,12 +61,13 @@ func load(args []string, getenv func(string) string, stderr io.Writer) (loaded, 
 	}
 	showVersion := fs.Bool("version", false, versionHelp)
 	printSettings := fs.Bool("print-settings", false, printSettingsHelp)
-	fs.Usage = func() { usage(fs.Output(), all) }
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage(stderr, all)
 			return loaded{}, errHelp
 		}
-		return loaded{}, err
+		return loaded{}, flagError(err, fs)
 	}
 	if *showVersion {
 		return loaded{}, errVersion

@@ -217,7 +217,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "hold under horizon", args: []string{"--lease-horizon", "1s", "--lease-hold", "100ms"}, want: []string{"lease hold", "horizon"}},
 		{name: "bad lease fraction flag", args: []string{"--lease-max-fraction", "most"}, want: []string{"--lease-max-fraction", "most"}},
 		{name: "denied cache sized twice", args: []string{"--denied-cache-entries", "10", "--denied-cache-bytes", "100000"}, want: []string{"denied cache", "at most one"}},
-		{name: "negative denied cache", file: "denied_cache:\n  max_entries: -1\n", want: []string{"q.yaml: line 2: denied_cache.max_entries: invalid cache config: -1 must be 1 to"}},
+		{name: "negative denied cache", file: "denied_cache:\n  max_entries: -1\n", want: []string{"q.yaml: line 2: denied_cache.max_entries: invalid config: -1 must be 1 to"}},
 		{name: "two redis deployments", args: []string{"--redis", "redis://a:1", "--redis-cluster", "b:1,c:1"}, want: []string{"redis", "only one"}},
 		{name: "sentinel without master", args: []string{"--redis-sentinel", "a:26379"}, want: []string{"master name"}},
 		{name: "cluster address without port", file: "redis:\n  cluster: [a:1, b]\n", want: []string{`q.yaml: line 2: redis.cluster: redis cluster address "b"`, "host:port"}},
@@ -230,7 +230,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad breaker probe", args: []string{"--breaker-probe-every", "often"}, want: []string{"--breaker-probe-every", "often"}},
 		{name: "tls ca without tls", args: []string{"--redis", "redis://a:1/0", "--redis-tls-ca", "/ca.pem"}, want: []string{"tls ca", "does not use TLS"}},
 		{name: "batch above 1000", args: []string{"--max-batch", "5000"}, want: []string{"max batch", "5000", "1 to 1000"}},
-		{name: "negative request bytes", file: "max_request_bytes: -1\n", want: []string{"q.yaml: line 1: max_request_bytes: invalid rpc config: -1 must be > 0"}},
+		{name: "negative request bytes", file: "max_request_bytes: -1\n", want: []string{"q.yaml: line 1: max_request_bytes: invalid config: -1 must be > 0"}},
 		{name: "second yaml document", file: "listen: :1\n---\nlisten: :2\n", want: []string{"q.yaml: line 2: a second YAML document"}},
 		{name: "fractional limit", file: "policies:\n  - name: a\n    algorithm: gcra\n    limit: 100.5\n    period: 1s\n", want: []string{"q.yaml: line 4: policies[0].limit: want a whole number, got 100.5"}},
 		{name: "fractional burst", file: "policies:\n  - name: a\n    algorithm: token_bucket\n    limit: 10\n    burst: 2.7\n    period: 1s\n", want: []string{"q.yaml: line 5: policies[0].burst: want a whole number, got 2.7"}},
@@ -256,7 +256,9 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad pprof addr", args: []string{"--pprof-addr", "6060"}, want: []string{"pprof addr", "6060", "host:port"}},
 		{name: "bad grpc transport", args: []string{"--grpc-transport", "fast"}, want: []string{"grpc transport", "fast", "grpc-go or connect"}},
 		{name: "bad grpc transport in the file", file: "grpc_transport: netty\n", want: []string{"grpc transport", "netty"}},
-		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"lissten"}},
+		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"unknown flag --lissten; did you mean --listen? (quotad --help lists every flag)"}},
+		{name: "a port alone", args: []string{"--listen", "8080"}, want: []string{`config: listen: "8080" is a port alone; write :8080 (every interface) or 127.0.0.1:8080 (this machine only)`}},
+		{name: "bad log format", args: []string{"--log-format", "xml"}, want: []string{`config: log format: "xml": want text or json`}},
 		{name: "stray argument", args: []string{"serve"}, want: []string{"serve"}},
 	}
 	for _, tc := range cases {

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotad/quotad/internal/quotadtest"
+	"github.com/quotad/quotad/internal/redistest"
+)
+
+// A first mistake is answered with what to write instead, by the built
+// binary: one line, no usage, no library's words alone.
+func TestStartErrorsSayHowToFixThem(t *testing.T) {
+	r := redistest.Start(t)
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+		not  string
+	}{
+		{"unknown flag", []string{"--lsiten", ":8080"}, "quotad: unknown flag --lsiten; did you mean --listen? (quotad --help lists every flag)", "Usage"},
+		{"a port alone", []string{"--listen", "8080"}, `listen: "8080" is a port alone; write :8080 (every interface) or 127.0.0.1:8080 (this machine only)`, ""},
+		{"a setting out of range", []string{"--max-connections", "-1"}, "max connections: invalid config: -1 must be > 0", "rpc config"},
+		{"TLS to a plaintext Redis", []string{"--listen", "127.0.0.1:0", "--redis", "rediss://" + r.Addr() + "/0"}, "it does not speak TLS; use redis://", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, quotadtest.Binary(t), c.args...).CombinedOutput()
+			if err == nil {
+				t.Fatalf("started:\n%s", out)
+			}
+			text := string(out)
+			if !strings.Contains(text, c.want) || (c.not != "" && strings.Contains(text, c.not)) {
+				t.Errorf("printed\n%s\nwant %q%s", text, c.want, map[bool]string{true: " and not " + c.not, false: ""}[c.not != ""])
+			}
+			// go-redis logs its own dial failures; quotad's words are one line.
+			var ours []string
+			for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+				if !strings.HasPrefix(l, "redis: ") {
+					ours = append(ours, l)
+				}
+			}
+			if len(ours) != 1 {
+				t.Errorf("%d lines, want one:\n%s", len(ours), text)
+			}
+		})
+	}
+}
+
+// The HTTP/JSON API takes the config file's spellings (an algorithm as
+// fixed_window, a period as 60 or "1m") and answers a mistake with what
+// is accepted.
+func TestJSONSpellingsOfTheConfigFile(t *testing.T) {
+	addr := startQuotad(t)
+	post := func(body string) (int, string) {
+		t.Helper()
+		res, err := http.Post(addr+"/quotad.v1.QuotaService/Check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, limit := range []string{
+		`{"algorithm":"fixed_window","limit":"5","period":"60s"}`,
+		`{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":60}`,
+		`{"algorithm":"token_bucket","limit":"5","period":"1m"}`,
+	} {
+		if code, body := post(`{"policy":"p","key":"k","limit":` + limit + `}`); code != 200 || !strings.Contains(body, `"allowed":true`) {
+			t.Errorf("limit %s: %d %s, want allowed", limit, code, body)
+		}
+	}
+	for _, c := range []struct{ limit, want string }{
+		{`{"algorithm":"fixed","limit":"5","period":"60s"}`, "algorithm: write one of ALGORITHM_FIXED_WINDOW (fixed_window)"},
+		{`{"algorithm":"fixed_window","limit":"5","period":"a while"}`, `period: write a duration such as \"60s\"`},
+	} {
+		if code, body := post(`{"policy":"p","key":"k","limit":` + c.limit + `}`); code != 400 || !strings.Contains(body, c.want) {
+			t.Errorf("limit %s: %d %s, want 400 saying %q", c.limit, code, body, c.want)
+		}
+	}
+}
