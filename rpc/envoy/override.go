@@ -6,6 +6,7 @@ import (
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 )
 
 // This file is the limit a request brings itself (a descriptor's limit
@@ -18,7 +19,9 @@ import (
 // labelled with the descriptor's entries (capped per domain, as
 // detailed_metric).
 func (t *ruleTable) overrideRule(domain string, o *rlscommonv3.RateLimitDescriptor_RateLimitOverride) (*rule, error) {
-	u, ok := fileUnits[o.GetUnit().String()]
+	// As envoyproxy/ratelimit, the unit is read by its number as the
+	// answer's unit, so that 7 is WEEK, which Envoy's RateLimitUnit lacks.
+	u, ok := fileUnits[rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()).String()]
 	if !ok {
 		return nil, fmt.Errorf("limit.unit: %w: %s is not a unit: send SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", errInvalidRequest, o.GetUnit())
 	}

@@ -145,6 +145,40 @@ func TestLimitOverride(t *testing.T) {
 	}
 }
 
+// A limit the request brings counts apart from the rule's and from another
+// unit's on the same entries (the node keys an inline limit's state by the
+// limit), as envoyproxy/ratelimit's counters are named by their window:
+// their hits neither spend it nor restart its window. Unit 7 is WEEK, as
+// there, though Envoy's RateLimitUnit has no name for it.
+func TestLimitOverrideCountsPerUnit(t *testing.T) {
+	c, _ := fileService(t, Config{Domains: []Domain{fileDomain("o.yaml", "over",
+		Descriptor{Key: "user", RateLimit: perUnit(100, "minute")},
+	)}})
+	override := func(n uint32, unit rlstypev3.RateLimitUnit) *rlscommonv3.RateLimitDescriptor {
+		d := desc("user", "u2")
+		d.Limit = &rlscommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: unit}
+		return d
+	}
+	call := func(d *rlscommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse_DescriptorStatus {
+		t.Helper()
+		return shouldRateLimit(t, c, request("over", d)).GetStatuses()[0]
+	}
+	call(override(2, rlstypev3.RateLimitUnit_DAY))
+	call(override(2, rlstypev3.RateLimitUnit_DAY))
+	if st := call(desc("user", "u2")); st.GetCode() != codeOK || st.GetLimitRemaining() != 99 {
+		t.Errorf("the rule after two overridden hits: %v, want OK with 99 of its 100 left", st)
+	}
+	if st := call(override(2, rlstypev3.RateLimitUnit_HOUR)); st.GetCode() != codeOK || st.GetLimitRemaining() != 1 {
+		t.Errorf("2 an hour after 2 a day: %v, want OK with 1 left", st)
+	}
+	if st := call(override(2, rlstypev3.RateLimitUnit_DAY)); st.GetCode() != codeOver {
+		t.Errorf("a third hit of 2 a day, after hits in minutes and hours: %v, want OVER_LIMIT", st)
+	}
+	if st := call(override(3, rlstypev3.RateLimitUnit(7))); st.GetCode() != codeOK || st.GetCurrentLimit().GetUnit() != rlsv3.RateLimitResponse_RateLimit_WEEK {
+		t.Errorf("unit 7: %v, want OK under a limit per WEEK", st)
+	}
+}
+
 // MERGE_DOMAIN_CONFIG: two files of one domain merge their rules; a rule
 // in both is refused, and so, without it, is the second file.
 func TestMergeDomains(t *testing.T) {
