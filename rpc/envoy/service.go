@@ -129,7 +129,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 			res.Statuses[i] = st
 		}
-		quota[i] = t.quotaMode || (c.rule != nil && c.rule.quota)
+		// As envoyproxy/ratelimit, a descriptor of an unlimited rule is no
+		// quota: its OK must not keep the quotas that are over from
+		// making the request over.
+		quota[i] = (t.quotaMode || (c.rule != nil && c.rule.quota)) && (c.rule == nil || !c.rule.unlimited)
 		over := st.Code == rlsv3.RateLimitResponse_OVER_LIMIT
 		switch {
 		case quota[i]:

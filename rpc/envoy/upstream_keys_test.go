@@ -69,6 +69,24 @@ func TestQuotaMode(t *testing.T) {
 	}
 }
 
+// An unlimited rule's descriptor is no quota, as envoyproxy/ratelimit
+// leaves it out of the tally: its OK does not keep the request's only
+// quota that is over, with or without the global quota mode, from making
+// the request OVER_LIMIT.
+func TestQuotaModeLeavesOutUnlimitedRules(t *testing.T) {
+	for _, global := range []bool{false, true} {
+		c, _ := fileService(t, Config{QuotaMode: global, Domains: []Domain{fileDomain("q.yaml", "quota",
+			Descriptor{Key: "soft", QuotaMode: true, RateLimit: perUnit(1, "hour")},
+			Descriptor{Key: "free", QuotaMode: true, RateLimit: &RateLimit{Unlimited: true}},
+		)}})
+		shouldRateLimit(t, c, request("quota", desc("soft", "a")))
+		res := shouldRateLimit(t, c, request("quota", desc("free", "f"), desc("soft", "a")))
+		if res.GetOverallCode() != codeOver {
+			t.Errorf("global %t: an unlimited descriptor beside the only quota, over: overall %s, want OVER_LIMIT", global, res.GetOverallCode())
+		}
+	}
+}
+
 // With DynamicMetadata every answer carries the request's domain and
 // descriptors and the metadata of the rules within their limits, merged.
 func TestDynamicMetadata(t *testing.T) {
