@@ -1,9 +1,12 @@
 package envoy
 
 import (
+	"fmt"
+
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 )
 
@@ -13,10 +16,11 @@ import (
 // put in the request's dynamic metadata.
 
 // dynamicMetadata is the metadata of an answer to req: its domain, its
-// descriptors (each entry as "key=value", with the descriptor's own
-// hits_addend if it has one), the request's hits_addend if set, and under
-// "metadata" the metadata of the rules of the descriptors that are not over
-// their limit, merged in order (a key already set is kept, mappings merge).
+// descriptors (each entry as "key=value", with the descriptor's own limit,
+// limitText, and hits_addend if it has them), the request's hits_addend if
+// set, and under "metadata" the metadata of the rules of the descriptors
+// that are not over their limit, unlimited rules' excepted, merged in
+// order (a key already set is kept, mappings merge).
 func dynamicMetadata(req *rlsv3.RateLimitRequest, checks []check, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) *structpb.Struct {
 	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
 	descriptors := make([]*structpb.Value, 0, len(req.GetDescriptors()))
@@ -26,6 +30,9 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, checks []check, statuses []*rl
 			entries = append(entries, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
 		}
 		df := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if l := d.GetLimit(); l != nil {
+			df["limit"] = structpb.NewStringValue(limitText(l))
+		}
 		if h := d.GetHitsAddend(); h != nil {
 			df["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
 		}
@@ -37,7 +44,9 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, checks []check, statuses []*rl
 	}
 	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	for i, c := range checks {
-		if c.rule != nil && c.rule.metadata != nil && statuses[i].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		// As envoyproxy/ratelimit, an unlimited rule's descriptor is not
+		// among those that passed.
+		if c.rule != nil && !c.rule.unlimited && c.rule.metadata != nil && statuses[i].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 			mergeMetadata(passed, c.rule.metadata)
 		}
 	}
@@ -61,4 +70,15 @@ func mergeMetadata(dest, src *structpb.Struct) {
 			mergeMetadata(have.GetStructValue(), v.GetStructValue())
 		}
 	}
+}
+
+// limitText is a descriptor's own limit as envoyproxy/ratelimit writes it
+// there (the protobuf's text, with one space between fields where Go's
+// String varies the spacing on purpose): "requests_per_unit:5 unit:HOUR".
+func limitText(l *rlscommonv3.RateLimitDescriptor_RateLimitOverride) string {
+	s := fmt.Sprintf("requests_per_unit:%d unit:%s", l.GetRequestsPerUnit(), l.GetUnit())
+	if m := l.GetUnitMultiplier(); m != nil {
+		s += fmt.Sprintf(" unit_multiplier:{value:%d}", m.GetValue())
+	}
+	return s
 }

@@ -114,6 +114,26 @@ func TestDynamicMetadata(t *testing.T) {
 	}
 }
 
+// As envoyproxy/ratelimit builds it, dynamic_metadata names a descriptor's
+// own limit, and leaves out the metadata of an unlimited rule, whose
+// descriptor is not among those that passed.
+func TestDynamicMetadataLimitsAndUnlimited(t *testing.T) {
+	c, _ := fileService(t, Config{DynamicMetadata: true, Domains: []Domain{fileDomain("m.yaml", "meta",
+		Descriptor{Key: "free", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"free": structpb.NewBoolValue(true)}}, RateLimit: &RateLimit{Unlimited: true}},
+		Descriptor{Key: "user", RateLimit: perUnit(5, "hour")},
+	)}})
+	own := desc("user", "u")
+	own.Limit = &rlscommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: rlstypev3.RateLimitUnit_HOUR}
+	got := shouldRateLimit(t, c, request("meta", desc("free", "f"), own)).GetDynamicMetadata().AsMap()
+	if _, ok := got["metadata"]; ok {
+		t.Errorf("dynamic metadata %v has metadata; want none, the unlimited rule's left out", got)
+	}
+	ds, _ := got["descriptors"].([]any)
+	if len(ds) != 2 || !equalJSON(ds[1], map[string]any{"entries": []any{"user=u"}, "limit": "requests_per_unit:5 unit:HOUR"}) {
+		t.Errorf("descriptors %v, want the second with its limit, requests_per_unit:5 unit:HOUR", ds)
+	}
+}
+
 func equalJSON(a, b any) bool {
 	x, err1 := structpb.NewValue(a)
 	y, err2 := structpb.NewValue(b)
