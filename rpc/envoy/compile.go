@@ -251,6 +251,11 @@ func (cc compiler) level(ds []Descriptor, parent fieldPath, statKey string) (*ru
 				}
 			}
 			lvl.wildcards = append(lvl.wildcards, wildcardRule{key: d.Key, pattern: d.Value, parts: strings.Split(d.Value, "*"), node: n})
+			// A wildcard is also found by its own text first, as
+			// envoyproxy/ratelimit looks an entry's key_value up before it
+			// tries wildcards: the value "a*" is the rule "a*", whatever
+			// wildcard written before it matches "a*" too.
+			lvl.exact[entry{d.Key, d.Value}] = n
 		default:
 			if d.ShareThreshold {
 				return nil, fmt.Errorf("%s: %w: share_threshold takes a wildcard value (one with '*'), whose matches then share one limit; %q has none", path.field("share_threshold"), ErrInvalidConfig, d.Value)

@@ -157,6 +157,8 @@ func TestFileMatch(t *testing.T) {
 		{entries("path", "/api/v1/x/y"), "v1-prefix"},
 		{entries("path", "/api/v2"), "api-prefix"},
 		{entries("path", "/api/"), "api-prefix"},
+		// A wildcard's own text is its rule's, before any wildcard.
+		{entries("path", "/api/v1/x*"), "shadowed-by-earlier"},
 		{entries("path", "/home"), "default"},
 		{entries("user", "alice"), "any-user"},
 		{entries("user", "alice", "tier", "gold-plus"), "gold"},
