@@ -219,7 +219,7 @@ func TestStockClient(t *testing.T) {
 		}
 	}
 
-	// Fields quotad refuses are understood, not skipped: a limit override
+	// Fields are understood, not skipped: a limit override without a unit
 	// and negative hits are InvalidArgument; an unknown domain NotFound.
 	for _, tc := range []struct {
 		req  *rlsv3.RateLimitRequest
@@ -228,8 +228,8 @@ func TestStockClient(t *testing.T) {
 	}{
 		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{
 			Entries: descriptor("remote_address", "192.0.2.9").GetEntries(),
-			Limit:   &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 100, Unit: typev3.RateLimitUnit_SECOND},
-		}}}, codes.InvalidArgument, "descriptors[0].limit"},
+			Limit:   &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 100, Unit: typev3.RateLimitUnit_UNKNOWN},
+		}}}, codes.InvalidArgument, "descriptors[0].limit.unit"},
 		{&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{
 			Entries: descriptor("remote_address", "192.0.2.9").GetEntries(), HitsAddend: wrapperspb.UInt64(1), IsNegativeHits: true,
 		}}}, codes.InvalidArgument, "descriptors[0].is_negative_hits"},
