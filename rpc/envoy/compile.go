@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"time"
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
-	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
 )
 
 // This file compiles a Config into Rules: it validates every rule, resolves
@@ -25,21 +23,6 @@ func Compile(c Config, policies []node.Policy) (*Rules, error) {
 		return nil, err
 	}
 	return &Rules{table: t}, nil
-}
-
-// fileUnits are the units envoyproxy/ratelimit accepts, as it spells them
-// (in upper case) and as long as it counts them.
-var fileUnits = map[string]struct {
-	period time.Duration
-	unit   rlsv3.RateLimitResponse_RateLimit_Unit
-}{
-	"SECOND": {time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
-	"MINUTE": {time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
-	"HOUR":   {time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
-	"DAY":    {24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
-	"WEEK":   {7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
-	"MONTH":  {30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
-	"YEAR":   {365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
 }
 
 // policyLookup finds a configured policy by name; node.(*Node).Policy is one.
@@ -416,4 +399,15 @@ func resolvePolicy(name string, lookup policyLookup) (node.Policy, error) {
 			ErrInvalidConfig, name, p.Limit.Limit, p.Limit.Burst, uint32(math.MaxUint32))
 	}
 	return p, nil
+}
+
+// Validate reports the first problem with c, naming the field as the
+// config file spells it (e.g. envoy.domains[0].descriptors[1].policy), or
+// the envoyproxy/ratelimit file, line and descriptor path
+// (edge.yaml: line 7: descriptors[0].rate_limit.unit), when policies are
+// the configured policies. Its errors wrap ErrInvalidConfig, and
+// node.ErrUnknownPolicy for a policy that is not among policies.
+func (c Config) Validate(policies []node.Policy) error {
+	_, err := compileTable(c, lookupIn(policies))
+	return err
 }

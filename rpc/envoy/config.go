@@ -1,19 +1,11 @@
 package envoy
 
 import (
-	"errors"
-
 	"google.golang.org/protobuf/types/known/structpb"
-
-	"github.com/quotad/quotad/node"
 )
 
 // This file is the rules' format: Config and the domains and rules it
 // carries, in quotad's schema and in envoyproxy/ratelimit's.
-
-// ErrInvalidConfig is wrapped by every error Config.Validate, Compile and
-// NewService return about what they were given.
-var ErrInvalidConfig = errors.New("invalid envoy config")
 
 // DefaultNearLimitRatio is Config.NearLimitRatio's default, as
 // envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
@@ -196,13 +188,12 @@ type RateLimit struct {
 	Policy string
 }
 
-// Validate reports the first problem with c, naming the field as the
-// config file spells it (e.g. envoy.domains[0].descriptors[1].policy), or
-// the envoyproxy/ratelimit file, line and descriptor path
-// (edge.yaml: line 7: descriptors[0].rate_limit.unit), when policies are
-// the configured policies. Its errors wrap ErrInvalidConfig, and
-// node.ErrUnknownPolicy for a policy that is not among policies.
-func (c Config) Validate(policies []node.Policy) error {
-	_, err := compileTable(c, lookupIn(policies))
-	return err
+// ResponseHeaders names the three headers. The zero value is not valid;
+// DefaultResponseHeaders are envoyproxy/ratelimit's names.
+type ResponseHeaders struct {
+	Limit, Remaining, Reset string
 }
+
+// DefaultResponseHeaders are envoyproxy/ratelimit's default header names
+// (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+var DefaultResponseHeaders = ResponseHeaders{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}

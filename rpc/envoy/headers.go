@@ -16,16 +16,6 @@ import (
 // seconds until it resets, of the descriptor closest to its limit, for
 // Envoy to add to the response it sends downstream.
 
-// ResponseHeaders names the three headers. The zero value is not valid;
-// DefaultResponseHeaders are envoyproxy/ratelimit's names.
-type ResponseHeaders struct {
-	Limit, Remaining, Reset string
-}
-
-// DefaultResponseHeaders are envoyproxy/ratelimit's default header names
-// (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
-var DefaultResponseHeaders = ResponseHeaders{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
-
 func (h ResponseHeaders) validate() error {
 	for _, n := range []string{h.Limit, h.Remaining, h.Reset} {
 		if !httpguts.ValidHeaderFieldName(n) {

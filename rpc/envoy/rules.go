@@ -111,8 +111,6 @@ type ruleLevel struct {
 	defaults  map[string]*ruleNode
 }
 
-type entry struct{ key, value string }
-
 // wildcardRule is a rule whose value has a '*' (envoyproxy/ratelimit's
 // files): each '*' stands for any run of characters, none included, so
 // "foo*" matches the key's values that start with "foo" and "bar*b" those
@@ -218,4 +216,73 @@ func policyLimit(p node.Policy, name string) currentLimit {
 	l.unit, m = unitToProto(p.Limit.Period)
 	l.multiplier = m.GetValue()
 	return l
+}
+
+// check is what deciding one descriptor takes. Every descriptor of a
+// request is planned before any is decided, so that a malformed descriptor
+// fails the request before anything is spent.
+type check struct {
+	// rule applies to the descriptor; nil when none does.
+	rule *rule
+	// entries are the descriptor's as counted (a share_threshold rule's
+	// pattern for the value it matched), for the key and the detailed
+	// statistics.
+	entries []entry
+	// key names the descriptor's counter under rule.policy.
+	key string
+	// hits is what the descriptor asks to spend; cost is what the check
+	// spends, hits or (over the capacity) 0.
+	hits uint64
+	cost int64
+	// overCapacity means the hits exceed what the policy can ever admit:
+	// the descriptor is over its limit, and cost is 0 so that the check
+	// reads the counter without spending.
+	overCapacity bool
+}
+
+// unitToProto expresses period as an Envoy unit times a multiplier; the
+// multiplier is nil when it is 1, and the unit UNKNOWN when no unit divides
+// period.
+func unitToProto(period time.Duration) (rlsv3.RateLimitResponse_RateLimit_Unit, *wrapperspb.UInt32Value) {
+	const day = 24 * time.Hour
+	// Envoy counts a month as 30 days and a year as 365 days.
+	units := [...]struct {
+		unit rlsv3.RateLimitResponse_RateLimit_Unit
+		d    time.Duration
+	}{
+		{rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * day},
+		{rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * day},
+		{rlsv3.RateLimitResponse_RateLimit_DAY, day},
+		{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+		{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+		{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+	}
+	for _, u := range units {
+		if period <= 0 || period%u.d != 0 {
+			continue
+		}
+		// Periods are at most algorithms.MaxPeriod (365 days), so the
+		// multiplier fits easily.
+		m := period / u.d
+		if m == 1 {
+			return u.unit, nil
+		}
+		return u.unit, wrapperspb.UInt32(uint32(m))
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN, nil
+}
+
+// fileUnits are the units envoyproxy/ratelimit accepts, as it spells them
+// (in upper case) and as long as it counts them.
+var fileUnits = map[string]struct {
+	period time.Duration
+	unit   rlsv3.RateLimitResponse_RateLimit_Unit
+}{
+	"SECOND": {time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+	"MINUTE": {time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	"HOUR":   {time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+	"DAY":    {24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+	"WEEK":   {7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
+	"MONTH":  {30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+	"YEAR":   {365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
 }

@@ -10,9 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/node"
 	rlscommonv3 "github.com/quotad/quotad/proto/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/quotad/quotad/proto/envoy/service/ratelimit/v3"
@@ -21,14 +19,6 @@ import (
 // This file serves Envoy's rate limit service: ShouldRateLimit decides each
 // descriptor of a request with the rule its entries match (match.go) and
 // the node's Check.
-
-// ErrUnknownDomain is wrapped by the error of a request that names a
-// domain the rules do not configure (and that they do not serve anyway,
-// DropIn).
-var ErrUnknownDomain = errors.New("unknown domain")
-
-// errInvalidRequest: the request is malformed. It wraps node.ErrInvalidInput.
-var errInvalidRequest = algorithms.NewInputError("invalid request")
 
 // NewService returns Envoy's rate limit service on node n, deciding with
 // the rules that rules holds at each request, which carries 1 to
@@ -61,28 +51,6 @@ type Service struct {
 	stats          *stats
 	// now is the clock of blocked rules' windows.
 	now func() time.Time
-}
-
-// check is what deciding one descriptor takes. Every descriptor of a
-// request is planned before any is decided, so that a malformed descriptor
-// fails the request before anything is spent.
-type check struct {
-	// rule applies to the descriptor; nil when none does.
-	rule *rule
-	// entries are the descriptor's as counted (a share_threshold rule's
-	// pattern for the value it matched), for the key and the detailed
-	// statistics.
-	entries []entry
-	// key names the descriptor's counter under rule.policy.
-	key string
-	// hits is what the descriptor asks to spend; cost is what the check
-	// spends, hits or (over the capacity) 0.
-	hits uint64
-	cost int64
-	// overCapacity means the hits exceed what the policy can ever admit:
-	// the descriptor is over its limit, and cost is 0 so that the check
-	// reads the counter without spending.
-	overCapacity bool
 }
 
 // ShouldRateLimit decides req as RateLimitService.ShouldRateLimit does: one
@@ -276,11 +244,11 @@ func (s *Service) decide(ctx context.Context, t *ruleTable, c check) (*rlsv3.Rat
 	case r == nil:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	case r.unlimited:
-		s.stats.record(ctx, r, c.entries, t.nearRatio, outcome{hits: c.hits})
+		s.stats.record(ctx, r.stat, r.unlimited, r.shadow, c.entries, t.nearRatio, outcome{hits: c.hits})
 		// As envoyproxy/ratelimit answers for unlimited rules.
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil
 	case r.blocked:
-		s.stats.record(ctx, r, c.entries, t.nearRatio, outcome{hits: c.hits, over: true})
+		s.stats.record(ctx, r.stat, r.unlimited, r.shadow, c.entries, t.nearRatio, outcome{hits: c.hits, over: true})
 		// The window as envoyproxy/ratelimit aligns it: to the Unix epoch.
 		p := int64(r.period)
 		return s.status(r, true, 0, time.Duration(p-s.now().UnixNano()%p)), nil
@@ -306,7 +274,7 @@ func (s *Service) answer(ctx context.Context, t *ruleTable, c check, res node.Re
 	if spent {
 		o.before -= min(o.before, uint64(c.cost))
 	}
-	s.stats.record(ctx, c.rule, c.entries, t.nearRatio, o)
+	s.stats.record(ctx, c.rule.stat, c.rule.unlimited, c.rule.shadow, c.entries, t.nearRatio, o)
 	// Remaining is at most the capacity, which resolvePolicy bounded to
 	// 32 bits.
 	return s.status(c.rule, over, uint32(remaining), res.ResetAfter)
@@ -398,36 +366,4 @@ func (s *Service) status(r *rule, over bool, remaining uint32, reset time.Durati
 		LimitRemaining:     remaining,
 		DurationUntilReset: durationpb.New(reset),
 	}
-}
-
-// unitToProto expresses period as an Envoy unit times a multiplier; the
-// multiplier is nil when it is 1, and the unit UNKNOWN when no unit divides
-// period.
-func unitToProto(period time.Duration) (rlsv3.RateLimitResponse_RateLimit_Unit, *wrapperspb.UInt32Value) {
-	const day = 24 * time.Hour
-	// Envoy counts a month as 30 days and a year as 365 days.
-	units := [...]struct {
-		unit rlsv3.RateLimitResponse_RateLimit_Unit
-		d    time.Duration
-	}{
-		{rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * day},
-		{rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * day},
-		{rlsv3.RateLimitResponse_RateLimit_DAY, day},
-		{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
-		{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
-		{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
-	}
-	for _, u := range units {
-		if period <= 0 || period%u.d != 0 {
-			continue
-		}
-		// Periods are at most algorithms.MaxPeriod (365 days), so the
-		// multiplier fits easily.
-		m := period / u.d
-		if m == 1 {
-			return u.unit, nil
-		}
-		return u.unit, wrapperspb.UInt32(uint32(m))
-	}
-	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN, nil
 }

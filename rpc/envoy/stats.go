@@ -135,20 +135,21 @@ type outcome struct {
 	unspent bool
 }
 
-// record counts one decided descriptor of rule r, whose entries were es,
-// as envoyproxy/ratelimit does: every hit is a hit; the hits past the
+// record counts one decided descriptor of the rule named st (unlimited,
+// or shadow_mode, as the rule is), whose entries were es, as
+// envoyproxy/ratelimit does: every hit is a hit; the hits past the
 // limit are over_limit, those past the near-limit threshold (nearRatio of
 // the limit, rounded down) but not past the limit near_limit, and the rest
 // of an admitted request's within_limit; an over-the-limit shadow_mode rule
 // counts its hits in shadow_mode too.
-func (s *stats) record(ctx context.Context, r *rule, es []entry, nearRatio float64, o outcome) {
+func (s *stats) record(ctx context.Context, st ruleStat, unlimited, shadow bool, es []entry, nearRatio float64, o outcome) {
 	if o.hits == 0 {
 		return
 	}
-	attrs := metric.WithAttributeSet(r.stat.attrs)
-	if r.stat.details != nil {
-		label := r.stat.details.label(detailOf(es))
-		kvs := append(r.stat.attrs.ToSlice(), attrDetail.String(label))
+	attrs := metric.WithAttributeSet(st.attrs)
+	if st.details != nil {
+		label := st.details.label(detailOf(es))
+		kvs := append(st.attrs.ToSlice(), attrDetail.String(label))
 		attrs = metric.WithAttributeSet(attribute.NewSet(kvs...))
 	}
 	add := func(c metric.Int64Counter, n uint64) {
@@ -157,7 +158,7 @@ func (s *stats) record(ctx context.Context, r *rule, es []entry, nearRatio float
 		}
 	}
 	add(s.hits, o.hits)
-	if r.unlimited || o.unspent {
+	if unlimited || o.unspent {
 		return
 	}
 	near := uint64(math.Floor(float64(o.limit) * nearRatio))
@@ -171,7 +172,7 @@ func (s *stats) record(ctx context.Context, r *rule, es []entry, nearRatio float
 			add(s.overLimit, after-o.limit)
 			add(s.nearLimit, o.limit-max(near, o.before))
 		}
-		if r.shadow {
+		if shadow {
 			add(s.shadowMode, o.hits)
 		}
 		return
