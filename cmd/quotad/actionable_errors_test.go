@@ -24,6 +24,7 @@ func TestStartErrorsSayHowToFixThem(t *testing.T) {
 		not  string
 	}{
 		{"unknown flag", []string{"--lsiten", ":8080"}, "quotad: unknown flag --lsiten; did you mean --listen? (quotad --help lists every flag)", "Usage"},
+		{"a flag near a file key", []string{"--redis-ur", "redis://" + r.Addr()}, "quotad: unknown flag --redis-ur; did you mean --redis? (quotad --help lists every flag)", "--redis-db"},
 		{"a port alone", []string{"--listen", "8080"}, `listen: "8080" is a port alone; write :8080 (every interface) or 127.0.0.1:8080 (this machine only)`, ""},
 		{"a setting out of range", []string{"--max-connections", "-1"}, "max connections: invalid config: -1 must be > 0", "rpc config"},
 		{"TLS to a plaintext Redis", []string{"--listen", "127.0.0.1:0", "--redis", "rediss://" + r.Addr() + "/0"}, "it does not speak TLS; use redis://", ""},

@@ -67,7 +67,7 @@ func load(args []string, getenv func(string) string, stderr io.Writer) (loaded, 
 			usage(stderr, all)
 			return loaded{}, errHelp
 		}
-		return loaded{}, flagError(err, fs)
+		return loaded{}, flagError(err, fs, all)
 	}
 	if *showVersion {
 		return loaded{}, errVersion

@@ -257,6 +257,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad grpc transport", args: []string{"--grpc-transport", "fast"}, want: []string{"grpc transport", "fast", "grpc-go or connect"}},
 		{name: "bad grpc transport in the file", file: "grpc_transport: netty\n", want: []string{"grpc transport", "netty"}},
 		{name: "unknown flag", args: []string{"--lissten", ":1"}, want: []string{"unknown flag --lissten; did you mean --listen? (quotad --help lists every flag)"}},
+		{name: "unknown flag near a file key", args: []string{"--redis-ur", "redis://a:1"}, want: []string{"unknown flag --redis-ur; did you mean --redis? (quotad --help lists every flag)"}},
+		{name: "a file key as a flag", args: []string{"--redis-url", "redis://a:1"}, want: []string{"unknown flag --redis-url; did you mean --redis? (quotad --help lists every flag)"}},
 		{name: "a port alone", args: []string{"--listen", "8080"}, want: []string{`config: listen: "8080" is a port alone; write :8080 (every interface) or 127.0.0.1:8080 (this machine only)`}},
 		{name: "bad log format", args: []string{"--log-format", "xml"}, want: []string{`config: log format: "xml": want text or json`}},
 		{name: "stray argument", args: []string{"serve"}, want: []string{"serve"}},
