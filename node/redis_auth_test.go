@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -98,6 +99,25 @@ func TestRedisTLS(t *testing.T) {
 		t.Errorf("Describe() = %q, want it to say tls", d)
 	}
 	checkFive(t, s)
+}
+
+// A rediss:// URL that points at a Redis without TLS fails to start with
+// an error that says TLS failed with that server and how to fix the URL,
+// not with the deadline of the command that waited for the connection
+// (which errors.Is still finds).
+func TestRedissToAPlainRedisSaysTLSFailed(t *testing.T) {
+	r := redistest.Start(t)
+	_, err := redis.New(context.Background(), redis.Config{URL: "rediss://" + r.Addr() + "/0", ConnectTimeout: 300 * time.Millisecond})
+	if err == nil {
+		t.Fatal("rediss:// to a Redis without TLS started")
+	}
+	want := "TLS with redis at " + r.Addr() + " failed: the handshake got no answer, and " + r.Addr() + " answers plaintext Redis commands, so it does not speak TLS; use redis://"
+	if msg := err.Error(); !strings.HasPrefix(msg, want) || strings.Contains(msg, "context deadline exceeded") {
+		t.Fatalf("error %q; want it to start %q, without the deadline's words", msg, want)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error %q does not unwrap to context.DeadlineExceeded", err)
+	}
 }
 
 // writeTestPKI writes a CA and a server certificate for 127.0.0.1 signed by

@@ -27,7 +27,9 @@ func TestStartErrorsSayHowToFixThem(t *testing.T) {
 		{"a flag near a file key", []string{"--redis-ur", "redis://" + r.Addr()}, "quotad: unknown flag --redis-ur; did you mean --redis? (quotad --help lists every flag)", "--redis-db"},
 		{"a port alone", []string{"--listen", "8080"}, `listen: "8080" is a port alone; write :8080 (every interface) or 127.0.0.1:8080 (this machine only)`, ""},
 		{"a setting out of range", []string{"--max-connections", "-1"}, "max connections: invalid config: -1 must be > 0", "rpc config"},
-		{"TLS to a plaintext Redis", []string{"--listen", "127.0.0.1:0", "--redis", "rediss://" + r.Addr() + "/0"}, "it does not speak TLS; use redis://", ""},
+		{"TLS to a plaintext Redis", []string{"--listen", "127.0.0.1:0", "--redis", "rediss://" + r.Addr() + "/0"},
+			"quotad: redis store: TLS with redis at " + r.Addr() + " failed: the handshake got no answer, and " + r.Addr() + " answers plaintext Redis commands, so it does not speak TLS; use redis:// (or --redis-tls off), or enable TLS on the server",
+			"context deadline exceeded"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -37,9 +39,6 @@ func TestStartErrorsSayHowToFixThem(t *testing.T) {
 				t.Fatalf("started:\n%s", out)
 			}
 			text := string(out)
-			if !strings.Contains(text, c.want) || (c.not != "" && strings.Contains(text, c.not)) {
-				t.Errorf("printed\n%s\nwant %q%s", text, c.want, map[bool]string{true: " and not " + c.not, false: ""}[c.not != ""])
-			}
 			// go-redis logs its own dial failures; quotad's words are one line.
 			var ours []string
 			for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
@@ -48,7 +47,10 @@ func TestStartErrorsSayHowToFixThem(t *testing.T) {
 				}
 			}
 			if len(ours) != 1 {
-				t.Errorf("%d lines, want one:\n%s", len(ours), text)
+				t.Fatalf("%d lines, want one:\n%s", len(ours), text)
+			}
+			if !strings.Contains(ours[0], c.want) || (c.not != "" && strings.Contains(ours[0], c.not)) {
+				t.Errorf("printed\n%s\nwant %q%s", text, c.want, map[bool]string{true: " and not " + c.not, false: ""}[c.not != ""])
 			}
 		})
 	}

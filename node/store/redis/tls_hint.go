@@ -31,8 +31,10 @@ func plaintextPeer(addr string, timeout time.Duration) bool {
 	return err == nil && (strings.HasPrefix(line, "+") || strings.HasPrefix(line, "-"))
 }
 
-// explainTLS wraps err, the failure to reach Redis over TLS through
-// client, when the server answers in plaintext: TLS, not Redis, failed.
+// explainTLS replaces err, the failure to reach Redis over TLS through
+// client, when the server answers in plaintext: TLS, not Redis, failed,
+// and the error says so instead of err's bare deadline, which it still
+// unwraps to.
 func explainTLS(err error, client goredis.UniversalClient, timeout time.Duration) error {
 	var addrs []string
 	switch c := client.(type) {
@@ -51,8 +53,18 @@ func explainTLS(err error, client goredis.UniversalClient, timeout time.Duration
 	}
 	for _, a := range addrs {
 		if plaintextPeer(a, timeout) {
-			return fmt.Errorf("%w: the TLS handshake with %s got no answer, and it answers plaintext Redis commands: it does not speak TLS; use redis:// (or --redis-tls off), or enable TLS on the server", err, a)
+			return tlsError{fmt.Sprintf("TLS with redis at %s failed: the handshake got no answer, and %s answers plaintext Redis commands, so it does not speak TLS; use redis:// (or --redis-tls off), or enable TLS on the server", a, a), err}
 		}
 	}
 	return err
 }
+
+// tlsError is a failure of TLS said in words: its text is msg alone, and
+// it unwraps to the error it explains.
+type tlsError struct {
+	msg string
+	err error
+}
+
+func (e tlsError) Error() string { return e.msg }
+func (e tlsError) Unwrap() error { return e.err }
