@@ -291,6 +291,11 @@ func TestThreeProcessCluster(t *testing.T) {
 		if err != nil || got.Allowed || got.Source != quotadv1.Source_SOURCE_DENIED_CACHE || got.RetryAfter.AsDuration() < 55*time.Minute {
 			t.Fatalf("C answered %v, %v; want the denial from its denied cache", got, err)
 		}
+		// In whole milliseconds, as docs/client.md promises, although the
+		// gossip's age is not.
+		if r, rs := got.RetryAfter.AsDuration(), got.ResetAfter.AsDuration(); r%time.Millisecond != 0 || rs%time.Millisecond != 0 {
+			t.Fatalf("C answered waits of %s and %s; want whole milliseconds", r, rs)
+		}
 		if after := scriptCalls(t, rc); after != calls {
 			t.Fatalf("C's answer cost Redis %d script calls", after-calls)
 		}

@@ -77,6 +77,11 @@ func TestDenialsAreGossiped(t *testing.T) {
 		if got.RetryAfter <= 55*time.Minute || got.RetryAfter > res.RetryAfter || got.Limit != 5 || got.Remaining != 0 {
 			t.Fatalf("node %s answered %+v; the store said %+v", ms[i+1].Name(), got.Decision, res.Decision)
 		}
+		// Whole milliseconds, as the store and the local path answer,
+		// although the gossip's age is not.
+		if got.RetryAfter%time.Millisecond != 0 || got.ResetAfter%time.Millisecond != 0 {
+			t.Fatalf("node %s answered waits of %s and %s; want whole milliseconds", ms[i+1].Name(), got.RetryAfter, got.ResetAfter)
+		}
 		if calls := stores[i+1].Calls(); calls != before {
 			t.Fatalf("node %s made %d store calls for a gossiped denial", ms[i+1].Name(), calls-before)
 		}
