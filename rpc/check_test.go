@@ -99,7 +99,7 @@ func TestJSONRejectsMalformedRequests(t *testing.T) {
 		"unknown field": {`{"policy":"demo","key":"u1","cots":3,"limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"60s"}}`, "cots"},
 		"bad enum name": {`{"policy":"demo","key":"u1","limit":{"algorithm":"ALGORITHM_NOPE","limit":"5","period":"60s"}}`, "ALGORITHM_NOPE"},
 		"enum number":   {`{"policy":"demo","key":"u1","limit":{"algorithm":99,"limit":"5","period":"60s"}}`, "limit.algorithm"},
-		"bad duration":  {`{"policy":"demo","key":"u1","limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"sixty"}}`, "google.protobuf.Duration"},
+		"bad duration":  {`{"policy":"demo","key":"u1","limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"sixty"}}`, `limit.period: want a duration such as "60s" (seconds), "1m" or "500ms", or a number of seconds; got "sixty"`},
 		"not JSON":      {`policy=demo`, "unmarshal"},
 		"empty body":    {``, "{}"},
 	} {

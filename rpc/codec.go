@@ -27,7 +27,7 @@ func jsonCodecs() connect.HandlerOption {
 	)
 }
 
-// jsonCodec is the protobuf JSON mapping (protojson) with two differences
+// jsonCodec is the protobuf JSON mapping (protojson) with these differences
 // from connect-go's default JSON codec:
 //
 //   - Marshal emits unpopulated fields, so a denial reads
@@ -38,6 +38,10 @@ func jsonCodecs() connect.HandlerOption {
 //   - Unmarshal rejects unknown fields (connect-go discards them), so a
 //     misspelt field such as "cots" fails with InvalidArgument instead of
 //     silently checking the default cost.
+//   - Unmarshal also takes the config file's spellings of an enum value
+//     ("fixed_window") and Go's or a number of seconds for a duration
+//     ("1m", 60), and answers a spelling that is none of those with the
+//     accepted ones (respell).
 //
 // It is stateless and safe for concurrent use.
 type jsonCodec struct {
@@ -74,20 +78,21 @@ func (c jsonCodec) Unmarshal(data []byte, message any) error {
 	if len(data) == 0 {
 		return errors.New("zero-length payload is not a valid JSON object; send {} for an empty message")
 	}
-	err := (protojson.UnmarshalOptions{}).Unmarshal(data, m)
+	err := protojson.Unmarshal(data, m)
 	if err == nil {
 		return nil
 	}
-	// The config file's spellings (respell) are read too; only a request
-	// protobuf refuses pays for trying them.
-	if again, ok := respell(data); ok {
-		proto.Reset(m)
-		if err = (protojson.UnmarshalOptions{}).Unmarshal(again, m); err == nil {
+	// Only a body protojson refused is respelt (json_spellings.go): one it
+	// accepts means what it means to protojson.
+	fixed, respellErr := respell(data, m.ProtoReflect().Descriptor())
+	switch {
+	case respellErr != nil:
+		return respellErr
+	case fixed != nil:
+		err = protojson.Unmarshal(fixed, m)
+		if err == nil {
 			return nil
 		}
-	}
-	if hint := spellingHint(err); hint != "" {
-		return fmt.Errorf("%s (%w)", hint, err)
 	}
 	return fmt.Errorf("unmarshal into %T: %w", message, err)
 }

@@ -165,6 +165,27 @@ func TestAllOrNothingExampleAnswersAsShown(t *testing.T) {
 	}
 }
 
+// docs/api.md's JSON spellings: the config file's spelling of an algorithm
+// and Go's of a period are answered as the page shows (a token bucket of 5
+// per minute, fresh, resets in exactly 12s), and the three mistakes with
+// the messages it shows, byte for byte.
+func TestJSONSpellingsExampleAnswersAsShown(t *testing.T) {
+	text := section(t, "docs/api.md", "### JSON spellings")
+	scripts, shown := blocks(text, "sh"), blocks(text, "json")
+	if len(scripts) != 2 || len(shown) != 2 {
+		t.Fatalf("the section has %d sh and %d json blocks, want 2 of each", len(scripts), len(shown))
+	}
+	addr := startQuotad(t)
+	// protojson spaces its output at random; the errors are written by
+	// encoding/json, the same every time.
+	if got := runShell(t, scripts[0], addr); strings.Join(strings.Fields(got), "") != strings.Join(strings.Fields(shown[0]), "") {
+		t.Errorf("the check answered\n%s\ndocs/api.md shows\n%s", got, shown[0])
+	}
+	if got := runShell(t, scripts[1], addr); got != shown[1] {
+		t.Errorf("the mistakes were answered\n%s\ndocs/api.md shows\n%s", got, shown[1])
+	}
+}
+
 // docs/client.md's `quotad check` examples print what the page shows.
 func TestQuotadCheckExampleAnswersAsShown(t *testing.T) {
 	text := section(t, "docs/client.md", "## `quotad check`")
