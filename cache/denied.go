@@ -13,6 +13,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/leases"
 )
 
 // Key names one limit at the authority: a policy, the client's key within
@@ -229,22 +230,14 @@ func (c *Denied) Lookup(k Key, cost int64, nowMs int64) (algorithms.Decision, bo
 	elapsed := time.Duration(nowMs-e.addedMs) * time.Millisecond
 	// Whole milliseconds, rounded up, as every answer's waits: a denial a
 	// peer gossiped carries its own clock's fractions.
-	retry := ceilMillis(retryAfter - elapsed)
+	retry := leases.CeilMillis(retryAfter - elapsed)
 	return algorithms.Decision{
 		Allowed:    false,
 		Limit:      e.limit,
 		Remaining:  e.remaining,
-		ResetAfter: max(ceilMillis(e.resetAfter-elapsed), retry),
+		ResetAfter: max(leases.CeilMillis(e.resetAfter-elapsed), retry),
 		RetryAfter: retry,
 	}, true
-}
-
-// ceilMillis rounds d up to a whole millisecond.
-func ceilMillis(d time.Duration) time.Duration {
-	if r := d % time.Millisecond; r > 0 {
-		d += time.Millisecond - r
-	}
-	return d
 }
 
 // waitFor returns the authority's wait, as of addedMs, for a check of cost
