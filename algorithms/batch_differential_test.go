@@ -39,7 +39,9 @@ return batch(KEYS, ARGV)
 `
 
 // TestDifferentialBatch is TestDifferentialLeases through the batch check
-// script: the same random sequences of acquires and releases, the
+// script: the same random sequences of acquires and releases (in every
+// other sequence about half the acquires are charges, as in
+// TestDifferentialCharges), the
 // acquires between two releases decided in batches of random size (one
 // batch script call each, several checks of one key in one call, each at
 // its own explicit now), the releases by the release script; decisions,
@@ -66,7 +68,7 @@ func TestDifferentialBatch(t *testing.T) {
 					limits = append(limits, diffLimit(rng, a))
 				}
 				where := fmt.Sprintf("seed %d, sequence %d, limits %+v", seed, n, limits)
-				steps, want, err := runModel(rng, limits, n%3 == 2, true)
+				steps, want, err := runModel(rng, limits, n%3 == 2, true, n%2 == 1)
 				if err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
@@ -94,7 +96,7 @@ func TestDifferentialBatch(t *testing.T) {
 					for ; j < len(steps) && j < i+size && !steps[j].release; j++ {
 						st := steps[j]
 						bkeys = append(bkeys, keys...)
-						args = append(args, algorithms.AcquireArgs(st.l, st.cost, st.want, time.Duration(st.holdMs)*time.Millisecond, st.nowMs)...)
+						args = append(args, batchArgs(st)...)
 					}
 					reply, err := batch.Run(ctx, rdb, bkeys, args...).Result()
 					if err != nil {
@@ -185,4 +187,13 @@ func TestBatchScriptOnRedisTime(t *testing.T) {
 	if allowed != 10 {
 		t.Fatalf("%d of 39 checks allowed, want 10", allowed)
 	}
+}
+
+// batchArgs is the ARGV of step s, an acquire or a charge.
+func batchArgs(s diffStep) []any {
+	hold := time.Duration(s.holdMs) * time.Millisecond
+	if s.charge {
+		return algorithms.ChargeArgs(s.l, s.cost, s.want, hold, s.nowMs)
+	}
+	return algorithms.AcquireArgs(s.l, s.cost, s.want, hold, s.nowMs)
 }

@@ -15,7 +15,10 @@ import "time"
 //     to the millisecond (cost units refill, drain or are emitted by then).
 //
 // A node holds a RetryAfter that someone else reports (a peer's gossip) to
-// it: a longer one cannot have come from the authority. l must be valid and
+// it: a longer one cannot have come from the authority, except for a key
+// that owes a debt State.Charge recorded, which may wait up to MaxCharge
+// units' refill. Holding such a denial to the bound only ends it sooner at
+// the peers, which then ask the authority. l must be valid and
 // cost within 0..Capacity (0 counts as 1, as in Acquire); hold is clamped to
 // 0..MaxPeriod. Waits too long for a Duration saturate as Acquire's do.
 func (l Limit) MaxRetryAfter(cost int64, hold time.Duration) time.Duration {

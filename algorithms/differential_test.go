@@ -39,8 +39,8 @@ type diffStep struct {
 	l            algorithms.Limit
 	nowMs, cost  int64
 	want, holdMs int64
-	// charge counts cost even when it does not fit (fixed windows only:
-	// FixedWindowState.Charge, algorithms.ChargeArgs).
+	// charge counts cost even when it does not fit (State.Charge,
+	// algorithms.ChargeArgs).
 	charge  bool
 	release bool
 	units   int64
@@ -73,7 +73,7 @@ func TestDifferential(t *testing.T) {
 			for n := range *differentialSequences {
 				l := diffLimit(rng, a)
 				where := fmt.Sprintf("seed %d, sequence %d, %+v", seed, n, l)
-				steps, want, err := runModel(rng, []algorithms.Limit{l}, false, false)
+				steps, want, err := runModel(rng, []algorithms.Limit{l}, false, false, false)
 				if err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
@@ -103,7 +103,7 @@ func TestDifferentialWindowClockBackwards(t *testing.T) {
 			for n := range *differentialSequences / 2 {
 				l := diffLimit(rng, a)
 				where := fmt.Sprintf("seed %d, sequence %d, %+v", seed, n, l)
-				steps, want, err := runModel(rng, []algorithms.Limit{l}, true, false)
+				steps, want, err := runModel(rng, []algorithms.Limit{l}, true, false, false)
 				if err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
@@ -129,7 +129,7 @@ func TestDifferentialLimitChanges(t *testing.T) {
 			for n := range *differentialSequences / 4 {
 				limits := []algorithms.Limit{diffLimit(rng, a), diffLimit(rng, a), diffLimit(rng, a)}
 				where := fmt.Sprintf("seed %d, sequence %d, limits %+v", seed, n, limits)
-				steps, want, err := runModel(rng, limits, false, false)
+				steps, want, err := runModel(rng, limits, false, false, false)
 				if err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
@@ -171,7 +171,7 @@ func TestDifferentialLeases(t *testing.T) {
 					limits = append(limits, diffLimit(rng, a), diffLimit(rng, a))
 				}
 				where := fmt.Sprintf("seed %d, sequence %d (%s), limits %+v", seed, n, mode, limits)
-				steps, want, err := runModel(rng, limits, mode == "clock backwards", true)
+				steps, want, err := runModel(rng, limits, mode == "clock backwards", true, false)
 				if err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
@@ -187,6 +187,63 @@ func TestDifferentialLeases(t *testing.T) {
 					}
 				}
 				base := fmt.Sprintf("{test:lease:%d:%s:%d}", seed, a, n)
+				compareOnRedis(t, rdb, where, base, steps, want, mode == "expire")
+			}
+		})
+	}
+	requireTTLs(t, rdb)
+}
+
+// TestDifferentialCharges is TestDifferential with checks that count
+// (State.Charge): random sequences in which about half the checks count,
+// some with costs above the capacity or of the most a key may owe, mixed
+// with plain checks, leases and releases, through each algorithm's Go model
+// and its scripts, requiring identical decisions, grants, returned units
+// and TTLs (a charge writes, and sets the TTL of an admission). Keys are
+// kept, expire as in production, meet other limits, or see the clock step
+// back, as in TestDifferentialLeases.
+func TestDifferentialCharges(t *testing.T) {
+	rdb := startRedis(t)
+	seed := seedFor(t)
+	for _, a := range algorithms.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 6000+uint64(a)))
+			// What the sequences exercised, so that a generator that stops
+			// producing debts fails rather than passes vacuously.
+			var debts, overCapacity, deniedAfterDebt int
+			defer func() {
+				t.Logf("charges into debt %d (above the capacity %d), plain checks denied by a debt %d", debts, overCapacity, deniedAfterDebt)
+				if !t.Failed() && (debts == 0 || overCapacity == 0 || deniedAfterDebt == 0) {
+					t.Errorf("the sequences recorded no debt, none above the capacity, or no debt denied a later check")
+				}
+			}()
+			for n := range *differentialSequences {
+				limits := []algorithms.Limit{diffLimit(rng, a)}
+				mode := []string{"keep", "expire", "limit changes", "clock backwards"}[n%4]
+				if mode == "limit changes" {
+					limits = append(limits, diffLimit(rng, a), diffLimit(rng, a))
+				}
+				where := fmt.Sprintf("seed %d, sequence %d (%s), limits %+v", seed, n, mode, limits)
+				steps, want, err := runModel(rng, limits, mode == "clock backwards", n%2 == 1, true)
+				if err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				inDebt := false
+				for i, s := range steps {
+					switch {
+					case s.release:
+					case s.charge && !want[i].decision.Allowed && s.cost > 0:
+						debts++
+						inDebt = true
+						if s.cost > s.l.Capacity() {
+							overCapacity++
+						}
+					case !s.charge && inDebt && !want[i].decision.Allowed && s.cost <= want[i].decision.Limit/2:
+						deniedAfterDebt++
+						inDebt = false
+					}
+				}
+				base := fmt.Sprintf("{test:charge:%d:%s:%d}", seed, a, n)
 				compareOnRedis(t, rdb, where, base, steps, want, mode == "expire")
 			}
 		})
@@ -468,13 +525,14 @@ func (s diffStep) String() string {
 	if s.release {
 		return fmt.Sprintf("%+v, now %d, release %d of %+v", s.l, s.nowMs, s.units, s.grant)
 	}
+	verb := "cost"
 	if s.charge {
-		return fmt.Sprintf("%+v, now %d, charge %d", s.l, s.nowMs, s.cost)
+		verb = "charge"
 	}
 	if s.want != s.cost || s.holdMs != 0 {
-		return fmt.Sprintf("%+v, now %d, cost %d, want %d, hold %d ms", s.l, s.nowMs, s.cost, s.want, s.holdMs)
+		return fmt.Sprintf("%+v, now %d, %s %d, want %d, hold %d ms", s.l, s.nowMs, verb, s.cost, s.want, s.holdMs)
 	}
-	return fmt.Sprintf("%+v, now %d, cost %d", s.l, s.nowMs, s.cost)
+	return fmt.Sprintf("%+v, now %d, %s %d", s.l, s.nowMs, verb, s.cost)
 }
 
 // runSequence runs steps, all of one algorithm, through its scripts on
@@ -495,7 +553,8 @@ func runSequence(rdb *redis.Client, base string, steps []diffStep, expire bool) 
 		case s.release:
 			args = append(append(append(args, "r"), algorithms.ReleaseArgs(s.l, s.units, s.grant, s.nowMs)...), 0)
 		case s.charge:
-			args = append(append(args, "c"), algorithms.ChargeArgs(s.l, s.cost, s.nowMs)...)
+			hold := time.Duration(s.holdMs) * time.Millisecond
+			args = append(append(args, "c"), algorithms.ChargeArgs(s.l, s.cost, s.want, hold, s.nowMs)...)
 		default:
 			hold := time.Duration(s.holdMs) * time.Millisecond
 			args = append(append(args, "c"), algorithms.AcquireArgs(s.l, s.cost, s.want, hold, s.nowMs)...)
@@ -557,9 +616,11 @@ func diffHistory(steps []diffStep, want []diffOutcome, i int) string {
 // moves on from around diffStartMs, by jumps that favour the edges the last
 // decision names; with backwards it sometimes steps back too. With leases
 // checks take random leases (want and hold) and releases give back random
-// parts of the grants taken (see leaseStep). A panicking model (a
+// parts of the grants taken (see leaseStep); without, a fixed window's
+// checks are now and then charges. With charges about half the checks of
+// any algorithm are charges (see chargeStep). A panicking model (a
 // placeholder) is an error.
-func runModel(rng *rand.Rand, limits []algorithms.Limit, backwards, leases bool) ([]diffStep, []diffOutcome, error) {
+func runModel(rng *rand.Rand, limits []algorithms.Limit, backwards, leases, charges bool) ([]diffStep, []diffOutcome, error) {
 	st := algorithms.NewState(limits[0].Algorithm)
 	now := diffStartMs + rng.Int64N(86_400_000)
 	n := 1 + rng.IntN(100)
@@ -583,6 +644,10 @@ func runModel(rng *rand.Rand, limits []algorithms.Limit, backwards, leases bool)
 		} else if l.Algorithm == algorithms.FixedWindow && rng.IntN(4) == 0 {
 			// A charge, often of more than the window has left or holds.
 			s.charge, s.cost = true, rng.Int64N(3*l.Capacity()+1)
+			s.want = s.cost
+		}
+		if charges && !s.release {
+			s = chargeStep(rng, s)
 		}
 		o, err := runModelStep(st, s)
 		if err != nil {
@@ -646,6 +711,28 @@ func leaseStep(rng *rand.Rand, s diffStep, grants []algorithms.Grant) (diffStep,
 	return s, grants
 }
 
+// chargeStep makes s, a random check, count about half the time, with a
+// cost that is now and then above the capacity: a little, a few times, or
+// the most the limit may be charged (MaxCharge, which a key then saturates
+// at).
+func chargeStep(rng *rand.Rand, s diffStep) diffStep {
+	if rng.IntN(2) == 0 {
+		return s
+	}
+	s.charge = true
+	capacity, most := s.l.Capacity(), s.l.MaxCharge()
+	switch r := rng.IntN(20); {
+	case r < 4:
+		s.cost = min(most, capacity+1+rng.Int64N(3))
+	case r < 6:
+		s.cost = min(most, capacity*(2+rng.Int64N(3)))
+	case r < 7:
+		s.cost = most
+	}
+	s.want = max(s.want, s.cost)
+	return s
+}
+
 // runModelStep runs one step through the model, turning a panic into an
 // error so that one unfinished model fails its own subtest, not the whole
 // run.
@@ -659,7 +746,7 @@ func runModelStep(st algorithms.State, s diffStep) (o diffOutcome, err error) {
 	case s.release:
 		o.returned = st.Release(s.l, s.nowMs, s.units, s.grant)
 	case s.charge:
-		o.decision, o.grant = st.(*algorithms.FixedWindowState).Charge(s.l, s.nowMs, s.cost)
+		o.decision, o.grant = st.Charge(s.l, s.nowMs, s.cost, s.want, s.holdMs)
 	default:
 		o.decision, o.grant = st.Acquire(s.l, s.nowMs, s.cost, s.want, s.holdMs)
 	}

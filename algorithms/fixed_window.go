@@ -38,6 +38,17 @@ func (s *FixedWindowState) window(p, nowMs int64) (w, used int64) {
 // Acquire implements State. Granted units must be spent within the window
 // they were taken in: the next one would admit them on top of its own limit.
 func (s *FixedWindowState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	return s.acquire(l, nowMs, cost, want, false)
+}
+
+// Charge implements State: a cost that does not fit still adds to the
+// window's count, above the limit, until the window ends.
+func (s *FixedWindowState) Charge(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	return s.acquire(l, nowMs, cost, want, true)
+}
+
+// acquire is Acquire, or Charge when charge.
+func (s *FixedWindowState) acquire(l Limit, nowMs, cost, want int64, charge bool) (Decision, Grant) {
 	lim, p := l.Limit, l.PeriodMillis()
 	c := max(cost, 1)
 	w, used := s.window(p, nowMs)
@@ -49,37 +60,23 @@ func (s *FixedWindowState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (De
 		used += g.Units
 		s.w, s.used = w, used
 	}
+	if !allowed && charge && cost > 0 {
+		used = min(used+cost, l.MaxCharge())
+		s.w, s.used = w, used
+	}
 
-	// used exceeds lim when a charge went over it, or the key's limit
-	// shrank since it was spent.
+	// used exceeds lim after a charge, or when the key's limit shrank since
+	// it was spent.
 	d := Decision{Allowed: allowed, Limit: lim, Remaining: max(0, lim-used)}
 	if used > 0 {
 		d.ResetAfter = time.Duration(w+p-nowMs) * time.Millisecond
 	}
 	if !allowed {
-		// The next window is empty and c ≤ limit, so its start is the
-		// earliest moment the same cost fits.
+		// The next window is empty, so its start is the earliest moment
+		// the same cost fits, or (c > limit, a charge) the quota is whole.
 		d.RetryAfter = time.Duration(w+p-nowMs) * time.Millisecond
 	}
 	return d, g
-}
-
-// Charge is a check of cost that counts even when it does not fit, as
-// envoyproxy/ratelimit's INCRBY does: the window's count goes over the
-// limit, and every check of the window after it is denied. A cost that
-// fits is spent (and granted) as Acquire spends a plain check's. It mirrors the charge flag of
-// scripts/fixed_window.lua (ChargeArgs).
-func (s *FixedWindowState) Charge(l Limit, nowMs, cost int64) (Decision, Grant) {
-	d, g := s.Acquire(l, nowMs, cost, cost, 0)
-	if d.Allowed || cost <= 0 {
-		return d, g
-	}
-	p := l.PeriodMillis()
-	w, used := s.window(p, nowMs)
-	s.w, s.used = w, min(used+cost, MaxExact)
-	d.Remaining = 0
-	d.ResetAfter = time.Duration(w+p-nowMs) * time.Millisecond
-	return d, Grant{}
 }
 
 // Release implements State: units go back only to the window they were

@@ -27,32 +27,46 @@ func (s *GCRAState) Check(l Limit, nowMs, cost int64) Decision {
 }
 
 // ahead returns x, how far tat lies beyond nowMs in 1/a ms (0 once tat has
-// passed), capped at full, and whether the cap acted.
-func (s *GCRAState) ahead(a, full, nowMs int64) (x int64, capped bool) {
+// passed), capped at top, and whether the cap acted.
+func (s *GCRAState) ahead(a, top, nowMs int64) (x int64, capped bool) {
 	ahead := s.tatMs - nowMs
 	if ahead < 0 {
 		return 0, false
 	}
-	// A write never puts tat more than full beyond the now it was made at,
-	// so it lies further only if the clock went backwards or the limit
-	// shrank. Capping there reads the bucket as exhausted, and checking
-	// before multiplying keeps ahead × a ≤ full.
-	if ahead > full/a {
-		return full, true
+	// A write never puts tat more than top (MaxCharge × b, a charge's
+	// deepest debt) beyond the now it was made at, so it lies further only
+	// if the clock went backwards or the limit changed. Capping there reads
+	// the key as owing its most, and checking before multiplying keeps
+	// ahead × a ≤ top.
+	if ahead > top/a {
+		return top, true
 	}
 	x = ahead*a + min(s.tatFrac, a-1)
-	return min(full, x), x > full
+	return min(top, x), x > top
 }
 
 // Acquire implements State. It sets no bound on when granted units are
 // spent: emissions taken early are only ever more conservative.
 func (s *GCRAState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	return s.acquire(l, nowMs, cost, want, false)
+}
+
+// Charge implements State: a cost that does not fit pushes tat on all the
+// same, beyond the burst tolerance; time catches up with the excess before
+// any cost fits again.
+func (s *GCRAState) Charge(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	return s.acquire(l, nowMs, cost, want, true)
+}
+
+// acquire is Acquire, or Charge when charge.
+func (s *GCRAState) acquire(l Limit, nowMs, cost, want int64, charge bool) (Decision, Grant) {
 	capacity := l.Capacity()
 	a, b := l.Rate()
 	c := max(cost, 1)
-	// full is the whole burst tolerance, capacity × T, in 1/a ms.
-	full := capacity * b
-	x, _ := s.ahead(a, full, nowMs)
+	// full is the whole burst tolerance, capacity × T, in 1/a ms; top the
+	// furthest a charge may push tat, MaxCharge × T.
+	full, top := capacity*b, l.MaxCharge()*b
+	x, _ := s.ahead(a, top, nowMs)
 
 	// room is how far tat may lie beyond now for c more units to fit:
 	// allowed ⇔ x + c × b ≤ full, rearranged so no sum exceeds full.
@@ -66,23 +80,32 @@ func (s *GCRAState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision,
 			x += g.Units * b
 			s.tatMs, s.tatFrac = nowMs+x/a, x%a
 		}
-	} else {
+	} else if charge && cost > 0 {
+		// x, cost × b ≤ 2^52 each: the sum is exact in Lua too.
+		x = min(x+cost*b, top)
+		s.tatMs, s.tatFrac = nowMs+x/a, x%a
+	}
+	d.Remaining = max(0, full-x) / b
+	d.ResetAfter = waitDuration(ceilDiv(x, a))
+	switch {
+	case d.Allowed:
+	case c > capacity:
+		// A charge that can never fit: when the quota is whole again.
+		d.RetryAfter = d.ResetAfter
+	default:
 		d.RetryAfter = waitDuration(ceilDiv(x-room, a))
 	}
-	d.Remaining = (full - x) / b
-	d.ResetAfter = waitDuration(ceilDiv(x, a))
 	return d, g
 }
 
 // Release implements State: it moves tat back by the units' emission
 // intervals, but not before nowMs. A tat the check reads capped (the clock
-// went backwards or the limit shrank) is left alone: moving it back from
+// went backwards or the limit changed) is left alone: moving it back from
 // the cap could read looser than the tat without those units.
 func (s *GCRAState) Release(l Limit, nowMs, units int64, g Grant) int64 {
-	capacity := l.Capacity()
 	a, b := l.Rate()
 	u := releaseUnits(l, units, g)
-	x, capped := s.ahead(a, capacity*b, nowMs)
+	x, capped := s.ahead(a, l.MaxCharge()*b, nowMs)
 	if u <= 0 || capped || x <= 0 {
 		return 0
 	}

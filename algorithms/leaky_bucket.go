@@ -19,7 +19,7 @@ package algorithms
 // (STRING base:lb3, "l d ts"); the rules are docs/algorithms.md,
 // "Leaky bucket" and "Leases".
 type LeakyBucketState struct {
-	level  int64 // units in the bucket, rounded up, 0 to capacity
+	level  int64 // units in the bucket, rounded up, 0 to MaxCharge (above capacity: a debt)
 	leaked int64 // how much of the top unit has drained, in 1/b units, 0 ≤ leaked < b
 	lastMs int64 // time of the last drain, ms since the Unix epoch; never decreases
 }
@@ -31,13 +31,14 @@ func (s *LeakyBucketState) Check(l Limit, nowMs, cost int64) Decision {
 }
 
 // drain returns the bucket at nowMs: the level rounded up, how much of the
-// top unit has drained in 1/b units, and the time of this drain.
-func (s *LeakyBucketState) drain(capacity, a, b, nowMs int64) (level, leaked, last int64) {
-	// A state written under another limit (the policy changed) is read
-	// clamped to this one, so remaining stays in [0, capacity] and every
-	// product stays within the bounds Limit.Validate guarantees. The zero
-	// value needs no special case: level 0 drains to empty at any time.
-	level, leaked, last = min(s.level, capacity), min(s.leaked, b-1), s.lastMs
+// top unit has drained in 1/b units, and the time of this drain. most is
+// l.MaxCharge.
+func (s *LeakyBucketState) drain(most, a, b, nowMs int64) (level, leaked, last int64) {
+	// A level above the capacity is a charge's debt, or was poured under a
+	// larger limit (the policy changed); it counts in full, up to MaxCharge,
+	// which keeps every product within MaxExact. The zero value needs no
+	// special case: level 0 drains to empty at any time.
+	level, leaked, last = min(s.level, most), min(s.leaked, b-1), s.lastMs
 
 	// Comparing the elapsed time with the time to empty before multiplying
 	// keeps e × a below capacity × b + a however long the key sat idle. A
@@ -55,10 +56,22 @@ func (s *LeakyBucketState) drain(capacity, a, b, nowMs int64) (level, leaked, la
 // Acquire implements State. It sets no bound on when granted units are
 // spent: units poured in early are only ever more conservative.
 func (s *LeakyBucketState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
-	capacity := l.Capacity()
+	return s.acquire(l, nowMs, cost, want, false)
+}
+
+// Charge implements State: a cost that does not fit is poured in all the
+// same, above the capacity; the drain empties the excess before any cost
+// fits again.
+func (s *LeakyBucketState) Charge(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	return s.acquire(l, nowMs, cost, want, true)
+}
+
+// acquire is Acquire, or Charge when charge.
+func (s *LeakyBucketState) acquire(l Limit, nowMs, cost, want int64, charge bool) (Decision, Grant) {
+	capacity, most := l.Capacity(), l.MaxCharge()
 	a, b := l.Rate()
 	c := max(cost, 1)
-	level, leaked, last := s.drain(capacity, a, b, nowMs)
+	level, leaked, last := s.drain(most, a, b, nowMs)
 
 	var g Grant
 	d := Decision{Limit: capacity}
@@ -69,28 +82,38 @@ func (s *LeakyBucketState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (De
 			level += g.Units
 			*s = LeakyBucketState{level: level, leaked: leaked, lastMs: last}
 		}
-	} else {
-		// The time for the exact level to drop to capacity - c.
+	} else if charge && cost > 0 {
+		level = min(level+cost, most)
+		*s = LeakyBucketState{level: level, leaked: leaked, lastMs: last}
+	}
+	d.Remaining = max(0, capacity-level)
+	d.ResetAfter = waitDuration(ceilDiv(level*b-leaked, a))
+	switch {
+	case d.Allowed:
+	case c > capacity:
+		// A charge that can never fit: when the quota is whole again.
+		d.RetryAfter = d.ResetAfter
+	default:
+		// The time for the exact level to drop to capacity - c; level + c
+		// - capacity ≤ MaxCharge keeps the product within MaxExact.
 		d.RetryAfter = waitDuration(ceilDiv((level+c-capacity)*b-leaked, a))
 	}
-	d.Remaining = capacity - level
-	d.ResetAfter = waitDuration(ceilDiv(level*b-leaked, a))
 	return d, g
 }
 
 // Release implements State: it drains to nowMs as a check does, then takes
-// the units out, down to an empty bucket. A level above the capacity was
-// written under a larger limit and is read clamped; taking units from the
+// the units out, down to an empty bucket. A level above MaxCharge was
+// written under another limit and is read clamped; taking units from the
 // clamped level could read looser than the level without them, so such a
 // state is left alone.
 func (s *LeakyBucketState) Release(l Limit, nowMs, units int64, g Grant) int64 {
-	capacity := l.Capacity()
 	a, b := l.Rate()
 	u := releaseUnits(l, units, g)
-	if u <= 0 || s.level > capacity {
+	most := l.MaxCharge()
+	if u <= 0 || s.level > most {
 		return 0
 	}
-	level, leaked, last := s.drain(capacity, a, b, nowMs)
+	level, leaked, last := s.drain(most, a, b, nowMs)
 	if level <= 0 {
 		return 0
 	}

@@ -86,11 +86,6 @@ const (
 	MaxPeriod = 365 * 24 * time.Hour
 	// MaxExact bounds every product the algorithms compute.
 	MaxExact = int64(1) << 52
-	// MaxCharge is the largest cost a fixed window's charge takes
-	// (FixedWindowState.Charge): more than Envoy's 32-bit hits_addend, and
-	// little enough that a window's count, which a charge may push past the
-	// limit, stays exact (it is held at MaxExact at most).
-	MaxCharge = int64(1) << 32
 	// MaxSlidingLogLimit bounds the sliding window log, which stores one
 	// Redis sorted-set member per admitted request.
 	MaxSlidingLogLimit = 1_000_000
@@ -106,6 +101,9 @@ var (
 	ErrInvalidBurst     = NewInputError("invalid burst")
 	ErrInvalidCost      = NewInputError("invalid cost")
 	ErrTooLarge         = NewInputError("limit too large for exact arithmetic")
+	// ErrCannotCharge is a charge (State.Charge) of a limit that has no
+	// debt to record: concurrency.
+	ErrCannotCharge = NewInputError("cannot charge over the limit")
 )
 
 // Limit is one rate limit. It is a value; the zero value is invalid.
@@ -201,6 +199,50 @@ func (l Limit) ValidateCost(cost int64) error {
 	}
 	if c := l.Capacity(); cost > c {
 		return fmt.Errorf("cost: %w: %d exceeds what the limit can ever admit (%d)", ErrInvalidCost, cost, c)
+	}
+	return nil
+}
+
+// MaxCharge is the most units a key of l may owe, and the largest cost a
+// check that counts (State.Charge) may charge: a charge that does not fit
+// is recorded up to this much in use (debt included), and beyond it the
+// key stays at it. The bound keeps every product the models and scripts
+// compute below 2^53 (so the Lua doubles stay exact):
+//
+//   - fixed window and sliding window log: MaxExact units;
+//   - sliding window counter: MaxExact / period in ms;
+//   - token bucket, leaky bucket and GCRA: MaxExact / b, with the rate
+//     reduced to a/b (Rate).
+//
+// It is at least Capacity for a valid l (Validate bounds the products the
+// same way), and 0 for Concurrency, whose slots cannot be owed.
+func (l Limit) MaxCharge() int64 {
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindowLog:
+		return MaxExact
+	case SlidingWindowCounter:
+		return MaxExact / l.PeriodMillis()
+	case TokenBucket, LeakyBucket, GCRA:
+		_, b := l.Rate()
+		return MaxExact / b
+	}
+	return 0
+}
+
+// ValidateCharge is ValidateCost for a check that counts whether or not
+// it fits (State.Charge): cost from 0 to MaxCharge, so above the capacity
+// too (such a cost is always denied, and recorded). A concurrency limit
+// refuses it: a slot is taken only when one is free, so there is nothing
+// to owe. l must be valid.
+func (l Limit) ValidateCharge(cost int64) error {
+	if l.Algorithm == Concurrency {
+		return fmt.Errorf("charge: %w: a concurrency limit holds slots, taken only while one is free, so a check cannot go over it; check it without charging", ErrCannotCharge)
+	}
+	if cost < 0 {
+		return fmt.Errorf("cost: %w: %d must be >= 0", ErrInvalidCost, cost)
+	}
+	if m := l.MaxCharge(); cost > m {
+		return fmt.Errorf("cost: %w: %d exceeds the most a key of this limit can be charged (%d)", ErrInvalidCost, cost, m)
 	}
 	return nil
 }

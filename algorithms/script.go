@@ -130,12 +130,12 @@ func AcquireArgs(l Limit, cost, want int64, hold time.Duration, nowMs int64) []a
 	return []any{l.Limit, l.PeriodMillis(), l.Capacity(), cost, a, b, nowArg(nowMs), want, hold.Milliseconds(), 0}
 }
 
-// ChargeArgs returns the ARGV of a fixed window's charge of cost: a check
-// that counts its cost even when it does not fit (FixedWindowState.Charge),
-// as AcquireArgs(l, cost, cost, 0, nowMs) with the charge flag, the tenth
-// argument, set. Only the fixed window's script reads the flag.
-func ChargeArgs(l Limit, cost, nowMs int64) []any {
-	args := AcquireArgs(l, cost, cost, 0, nowMs)
+// ChargeArgs returns the ARGV of a charge of cost: a check that counts its
+// cost even when it does not fit (State.Charge), as AcquireArgs(l, cost,
+// want, hold, nowMs) with the charge flag, the tenth argument, set. A
+// charge that fits may take a lease as an acquire does.
+func ChargeArgs(l Limit, cost, want int64, hold time.Duration, nowMs int64) []any {
+	args := AcquireArgs(l, cost, want, hold, nowMs)
 	args[len(args)-1] = 1
 	return args
 }

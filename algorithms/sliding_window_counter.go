@@ -28,7 +28,19 @@ func (s *SlidingCounterState) Check(l Limit, nowMs, cost int64) Decision {
 // they were taken in: in the next one they would count only as a weighted
 // share of the previous window, on top of its own limit.
 func (s *SlidingCounterState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
-	lim, p := l.Limit, l.PeriodMillis()
+	return s.acquire(l, nowMs, cost, want, false)
+}
+
+// Charge implements State: a cost that does not fit still adds to the
+// current window's count, above the limit; it weighs on the next window
+// as its previous one, fading out over it.
+func (s *SlidingCounterState) Charge(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	return s.acquire(l, nowMs, cost, want, true)
+}
+
+// acquire is Acquire, or Charge when charge.
+func (s *SlidingCounterState) acquire(l Limit, nowMs, cost, want int64, charge bool) (Decision, Grant) {
+	lim, p, most := l.Limit, l.PeriodMillis(), l.MaxCharge()
 	c := max(cost, 1)
 
 	// The stored window, aligned to this limit's period: a no-op unless the
@@ -43,12 +55,13 @@ func (s *SlidingCounterState) Acquire(l Limit, nowMs, cost, want, holdMs int64) 
 	case sw + p:
 		prev = s.cur
 	}
-	// Counts above the limit were spent under a larger one (the key's limit
-	// changed); capping them keeps prev × period within MaxExact.
-	cur, prev = min(cur, lim), min(prev, lim)
+	// Counts above the limit are a charge's debt, or were spent under a
+	// larger limit (the key's limit changed); capping them at MaxCharge
+	// keeps prev × period within MaxExact.
+	cur, prev = min(cur, most), min(prev, most)
 
 	// The previous window's share, rounded up so the estimate errs strict.
-	// prev × (p - e) ≤ limit × period ≤ MaxExact (Limit.Validate).
+	// prev × (p - e) ≤ MaxCharge × period ≤ MaxExact.
 	e := max(0, nowMs-w)
 	pw := (prev*(p-e) + p - 1) / p
 
@@ -59,6 +72,10 @@ func (s *SlidingCounterState) Acquire(l Limit, nowMs, cost, want, holdMs int64) 
 		cur += g.Units
 		s.w, s.cur, s.prev = w, cur, prev
 	}
+	if !allowed && charge && cost > 0 {
+		cur = min(cur+cost, most)
+		s.w, s.cur, s.prev = w, cur, prev
+	}
 
 	d := Decision{Allowed: allowed, Limit: lim, Remaining: max(0, lim-pw-cur)}
 	switch {
@@ -67,11 +84,16 @@ func (s *SlidingCounterState) Acquire(l Limit, nowMs, cost, want, holdMs int64) 
 	case prev > 0:
 		d.ResetAfter = time.Duration(w+p-nowMs) * time.Millisecond
 	}
-	if !allowed {
+	switch {
+	case !allowed && c > lim:
+		// A charge that can never fit: when the quota is whole again.
+		d.RetryAfter = d.ResetAfter
+	case !allowed:
 		// The cost fits at the first e where ceil(n × (p - e) / p) ≤ room,
 		// i.e. e ≥ p - floor(room × p / n), n being the count that is
-		// fading out. room ≥ 0 makes prev > 0 here (pw > room), room < 0
-		// makes cur > 0, so neither division is by zero.
+		// fading out (a charge's debt included). room ≥ 0 makes prev > 0
+		// here (pw > room), room < 0 makes cur > 0, so neither division
+		// is by zero.
 		if room := lim - cur - c; room >= 0 {
 			k := room * p / prev
 			d.RetryAfter = time.Duration(w+p-k-nowMs) * time.Millisecond

@@ -3,6 +3,7 @@ package algorithms
 import (
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -44,6 +45,20 @@ func (s *SlidingLogState) Check(l Limit, nowMs, cost int64) Decision {
 // the rolling window at least a period after it was spent. Without a hold
 // there is no end to record at, so it grants only cost.
 func (s *SlidingLogState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	return s.acquire(l, nowMs, cost, want, holdMs, false)
+}
+
+// Charge implements State. A cost that does not fit is recorded without
+// adding an entry, so that the log never holds more than about limit
+// entries however many charges come: it joins the newest entry, which
+// moves to now if it is older (holding its own units a little longer,
+// never less). Into an empty log it goes as an entry of its own.
+func (s *SlidingLogState) Charge(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	return s.acquire(l, nowMs, cost, want, holdMs, true)
+}
+
+// acquire is Acquire, or Charge when charge.
+func (s *SlidingLogState) acquire(l Limit, nowMs, cost, want, holdMs int64, charge bool) (Decision, Grant) {
 	lim, p := l.Limit, l.PeriodMillis()
 	c := max(cost, 1)
 
@@ -80,6 +95,10 @@ func (s *SlidingLogState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Dec
 		s.sum = used
 		live = 0
 	}
+	if !allowed && charge && cost > 0 {
+		used = s.charge(nowMs, live, min(cost, MaxExact-used), used)
+		live = 0
+	}
 
 	// used exceeds lim only when the key's limit shrank since it was spent.
 	d := Decision{Allowed: allowed, Limit: lim, Remaining: max(0, lim-used)}
@@ -87,7 +106,11 @@ func (s *SlidingLogState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Dec
 		newest := s.entries[len(s.entries)-1].ts
 		d.ResetAfter = time.Duration(newest+p-nowMs) * time.Millisecond
 	}
-	if !allowed {
+	switch {
+	case !allowed && c > lim:
+		// A charge that can never fit: when the quota is whole again.
+		d.RetryAfter = d.ResetAfter
+	case !allowed:
 		// The same cost fits once the oldest entries worth need units
 		// have expired; entries expire at ts + period.
 		need, freed := used+c-lim, int64(0)
@@ -99,6 +122,41 @@ func (s *SlidingLogState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Dec
 		}
 	}
 	return d, g
+}
+
+// charge records units that did not fit at nowMs, the log's first live
+// entries being s.entries[live:] and used their units, and returns the
+// units in use after it. Expired entries go, as on any write. Seqs restart
+// on a log with no live entry, as an admission's do.
+func (s *SlidingLogState) charge(nowMs int64, live int, units, used int64) int64 {
+	s.entries = s.entries[live:]
+	if len(s.entries) == 0 {
+		s.seq = 1
+		s.entries = append(s.entries, slidingLogEntry{ts: nowMs, cost: units, seq: s.seq})
+		s.sum = units
+		return units
+	}
+	// The newest entry, as Redis orders a sorted set: by ts, then, among
+	// equal ts, by the member "seq:cost" as bytes.
+	i := len(s.entries) - 1
+	for j := i - 1; j >= 0 && s.entries[j].ts == s.entries[i].ts; j-- {
+		if s.entries[j].member() > s.entries[i].member() {
+			i = j
+		}
+	}
+	e := s.entries[i]
+	s.entries = slices.Delete(s.entries, i, i+1)
+	// A new seq, so that no grant's Release finds the merged entry: it
+	// holds units that were never granted.
+	s.seq++
+	s.entries = append(s.entries, slidingLogEntry{ts: max(e.ts, nowMs), cost: e.cost + units, seq: s.seq})
+	s.sum = used + units
+	return s.sum
+}
+
+// member is the entry's sorted-set member on Redis, "seq:cost".
+func (e slidingLogEntry) member() string {
+	return strconv.FormatInt(e.seq, 10) + ":" + strconv.FormatInt(e.cost, 10)
 }
 
 // Release implements State: it shrinks the grant's entry (seq g.Ref, cost

@@ -10,13 +10,16 @@ type State interface {
 	// state only when it admits a positive cost. l must be valid, cost must
 	// pass l.ValidateCost. l may differ from the limit the state was last
 	// used with (stores key states by policy and key, so an edited policy
-	// meets old state): the state is then read clamped to the new limit and
-	// never yields a Decision outside [0, capacity].
+	// meets old state): the state is then read clamped to the new limit's
+	// bounds (use within l.MaxCharge, tokens at most the capacity) and never
+	// yields a Decision outside [0, capacity].
 	//
 	// Once the returned Decision's ResetAfter has passed, the state is
 	// equivalent to a fresh one and may be dropped.
 	//
 	// Check(l, nowMs, cost) is Acquire(l, nowMs, cost, cost, 0)'s Decision.
+	// The state may hold more than the capacity in use: a debt Charge
+	// recorded, or use spent under a larger limit; it counts in full.
 	Check(l Limit, nowMs, cost int64) Decision
 
 	// Acquire is Check for a lease: it decides for cost exactly as Check
@@ -29,6 +32,19 @@ type State interface {
 	// Grant{} and writes nothing. The same preconditions as Check apply;
 	// want < cost means cost.
 	Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant)
+
+	// Charge is Acquire for a check that counts whether or not it fits:
+	// a cost that fits is admitted exactly as Acquire admits it; one that
+	// does not (cost > 0) is denied and recorded all the same, so that the
+	// key owes it (debt): later checks are denied until the window ends or
+	// the refill pays it back. Use stays at most l.MaxCharge: a charge
+	// beyond it records up to it. The denial's RetryAfter counts the debt
+	// just recorded, for cost, or when cost exceeds the capacity (it never
+	// fits) it is ResetAfter, the wait until the quota is whole again.
+	// Remaining is never below 0. cost must pass l.ValidateCharge; the
+	// other preconditions are Acquire's. docs/algorithms.md, "Counting
+	// checks", gives each algorithm's rule.
+	Charge(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant)
 
 	// Release gives back up to units unused units of g, a Grant an Acquire
 	// of this state returned, at nowMs, and returns how many made a

@@ -12,7 +12,7 @@ package algorithms
 // (STRING base:tb3, "t r ts"); the rules are docs/algorithms.md,
 // "Token bucket" and "Leases".
 type TokenBucketState struct {
-	tokens  int64 // whole tokens, 0 to capacity
+	tokens  int64 // whole tokens, capacity - MaxCharge to capacity (below 0: a debt)
 	frac    int64 // the part of the next token refilled so far, in 1/b tokens, 0 ≤ frac < b
 	lastMs  int64 // time of the last refill, ms since the Unix epoch; never decreases
 	written bool  // false until the first admitted cost: the bucket is full
@@ -25,14 +25,15 @@ func (s *TokenBucketState) Check(l Limit, nowMs, cost int64) Decision {
 }
 
 // refill returns the bucket at nowMs: whole tokens, the fraction of the next
-// one in 1/b tokens, and the time of this refill.
-func (s *TokenBucketState) refill(capacity, a, b, nowMs int64) (tokens, frac, last int64) {
+// one in 1/b tokens, and the time of this refill. most is l.MaxCharge.
+func (s *TokenBucketState) refill(capacity, most, a, b, nowMs int64) (tokens, frac, last int64) {
 	tokens, frac, last = capacity, 0, nowMs
 	if s.written {
 		// A state written under another limit (the policy changed) is read
 		// clamped to this one, so remaining stays in [0, capacity] and every
-		// product stays within the bounds Limit.Validate guarantees.
-		tokens, frac, last = min(s.tokens, capacity), min(s.frac, b-1), s.lastMs
+		// product stays within the bounds MaxCharge guarantees: a debt of
+		// at most MaxCharge.
+		tokens, frac, last = max(min(s.tokens, capacity), capacity-most), min(s.frac, b-1), s.lastMs
 	}
 
 	// Comparing the elapsed time with the time to fill up before
@@ -51,10 +52,22 @@ func (s *TokenBucketState) refill(capacity, a, b, nowMs int64) (tokens, frac, la
 // Acquire implements State. It sets no bound on when granted units are
 // spent: tokens taken early are only ever more conservative.
 func (s *TokenBucketState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
-	capacity := l.Capacity()
+	return s.acquire(l, nowMs, cost, want, false)
+}
+
+// Charge implements State: a cost that does not fit still takes its
+// tokens, leaving the bucket below empty; the refill pays the debt back
+// before any cost fits again.
+func (s *TokenBucketState) Charge(l Limit, nowMs, cost, want, holdMs int64) (Decision, Grant) {
+	return s.acquire(l, nowMs, cost, want, true)
+}
+
+// acquire is Acquire, or Charge when charge.
+func (s *TokenBucketState) acquire(l Limit, nowMs, cost, want int64, charge bool) (Decision, Grant) {
+	capacity, most := l.Capacity(), l.MaxCharge()
 	a, b := l.Rate()
 	c := max(cost, 1)
-	tokens, frac, last := s.refill(capacity, a, b, nowMs)
+	tokens, frac, last := s.refill(capacity, most, a, b, nowMs)
 
 	var g Grant
 	d := Decision{Limit: capacity}
@@ -65,11 +78,21 @@ func (s *TokenBucketState) Acquire(l Limit, nowMs, cost, want, holdMs int64) (De
 			tokens -= g.Units
 			*s = TokenBucketState{tokens: tokens, frac: frac, lastMs: last, written: true}
 		}
-	} else {
+	} else if charge && cost > 0 {
+		tokens = max(tokens-cost, capacity-most)
+		*s = TokenBucketState{tokens: tokens, frac: frac, lastMs: last, written: true}
+	}
+	d.Remaining = max(0, tokens)
+	d.ResetAfter = waitDuration(ceilDiv((capacity-tokens)*b-frac, a))
+	switch {
+	case d.Allowed:
+	case c > capacity:
+		// A charge that can never fit: when the quota is whole again.
+		d.RetryAfter = d.ResetAfter
+	default:
+		// c - tokens ≤ MaxCharge, so the product stays within MaxExact.
 		d.RetryAfter = waitDuration(ceilDiv((c-tokens)*b-frac, a))
 	}
-	d.Remaining = tokens
-	d.ResetAfter = waitDuration(ceilDiv((capacity-tokens)*b-frac, a))
 	return d, g
 }
 
@@ -83,7 +106,7 @@ func (s *TokenBucketState) Release(l Limit, nowMs, units int64, g Grant) int64 {
 		// A bucket never written is full.
 		return 0
 	}
-	tokens, frac, last := s.refill(capacity, a, b, nowMs)
+	tokens, frac, last := s.refill(capacity, l.MaxCharge(), a, b, nowMs)
 	returned := min(u, capacity-tokens)
 	if returned <= 0 {
 		return 0

@@ -17,13 +17,18 @@ type CheckOptions struct {
 	Bulk bool
 	// Charge counts the cost even when it does not fit, as
 	// envoyproxy/ratelimit's counters do (its fixed window is an INCRBY):
-	// the key goes over its limit and later checks are denied until its
-	// window ends. Only a fixed window charges; any cost of at least 0 and
-	// at most algorithms.MaxCharge is taken, even above the limit. A charge
-	// never takes a lease, and one that is denied empties the key's lease on
-	// this node: its units were counted, and the window is over. A charge
-	// answered by this node's lease or by a denial it remembers (the window
-	// is then over its limit already) is not counted again.
+	// the key goes over its limit, owing a debt, and later checks are
+	// denied until the window ends or the refill pays it back
+	// (algorithms.State.Charge; docs/algorithms.md, "Charges"). Every rate
+	// algorithm charges; a concurrency limit refuses it
+	// (algorithms.ErrCannotCharge), and so does CheckAllWith. Any cost from
+	// 0 to the limit's MaxCharge is taken, even above the capacity. A
+	// charge that fits is admitted as a plain check is, from the key's
+	// lease or at the store (where it may take a lease: the lease's units
+	// are counted when taken). A remembered denial never answers a charge:
+	// it goes to the store, to be counted. One that is denied empties the
+	// key's lease on this node: its units were counted, and the key owes
+	// more than they would cover.
 	Charge bool
 }
 

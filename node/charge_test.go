@@ -3,10 +3,17 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/node/store/memory"
@@ -92,20 +99,224 @@ func TestChargesCountWhatDoesNotFit(t *testing.T) {
 	}
 }
 
-// A charge is for fixed windows (the other algorithms decide cost before
-// the work) and one item at a time.
+// A charge is for rate limits (a concurrency limit takes a slot only while
+// one is free, so nothing can be owed; the error says to check without
+// charging) and one item at a time.
 func TestChargesAreRefusedWhereTheyHaveNoMeaning(t *testing.T) {
 	n := newNode(t, memory.New(nil, 0), node.Config{})
 	ctx := context.Background()
-	tb := node.Policy{Name: "tb", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Period: time.Hour}}
-	if _, err := n.CheckWith(ctx, tb, "k", 1, node.CheckOptions{Charge: true}); !errors.Is(err, node.ErrInvalidInput) {
-		t.Errorf("a token bucket charge: %v, want invalid input", err)
+	slots := node.Policy{Name: "slots", Limit: algorithms.Limit{Algorithm: algorithms.Concurrency, Limit: 2, Period: time.Minute}}
+	_, err := n.CheckWith(ctx, slots, "k", 1, node.CheckOptions{Charge: true})
+	if !errors.Is(err, algorithms.ErrCannotCharge) || !node.IsInvalidInput(err) || !strings.Contains(err.Error(), "without charging") {
+		t.Errorf("a concurrency charge: %v, want ErrCannotCharge, an input error saying to check without charging", err)
 	}
 	fw := node.Policy{Name: "fw", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Period: time.Hour}}
 	if _, err := n.CheckAllWith(ctx, []node.Item{{Policy: fw, Key: "k", Cost: 1}}, node.CheckOptions{Charge: true}); !errors.Is(err, node.ErrInvalidInput) {
 		t.Errorf("an all-or-nothing charge: %v, want invalid input", err)
 	}
-	if _, err := n.CheckWith(ctx, fw, "k", algorithms.MaxCharge+1, node.CheckOptions{Charge: true}); err == nil {
-		t.Errorf("a charge over MaxCharge was taken")
+	if _, err := n.CheckWith(ctx, fw, "k", fw.Limit.MaxCharge()+1, node.CheckOptions{Charge: true}); !errors.Is(err, algorithms.ErrInvalidCost) {
+		t.Errorf("a charge over MaxCharge: %v, want ErrInvalidCost", err)
+	}
+	if res, err := n.Check(ctx, fw, "k", 10); err != nil || !res.Allowed {
+		t.Errorf("the refused charges spent: a check of the whole limit after them: %+v, %v", res, err)
+	}
+}
+
+var charging = node.CheckOptions{Charge: true}
+
+// TestChargesOfEveryAlgorithmRecordADebt checks envoyproxy/ratelimit's
+// sequence under every rate algorithm, on both stores: with a limit of 10,
+// a charge of 27 is denied and counted, so that a check of 3 after it is
+// denied too, and waits for the debt (token bucket: 20 s for 3 tokens when
+// 17 are owed), where without charging the 27 is refused as input and the
+// 3 fits.
+func TestChargesOfEveryAlgorithmRecordADebt(t *testing.T) {
+	r := redistest.Start(t)
+	stores := map[string]func() node.Store{
+		"memory": func() node.Store { return memory.New(nil, 0) },
+		"redis":  func() node.Store { return newRedisStore(t, r) },
+	}
+	// Windows of a year, so that none turns during the test; the buckets
+	// and GCRA refill one unit a second.
+	var limits []algorithms.Limit
+	var bucket algorithms.Limit
+	for _, a := range algorithms.Algorithms() {
+		l := algorithms.Limit{Algorithm: a, Limit: 10, Period: algorithms.MaxPeriod}
+		if a == algorithms.TokenBucket || a == algorithms.LeakyBucket || a == algorithms.GCRA {
+			l.Period = 10 * time.Second
+		}
+		if a == algorithms.TokenBucket {
+			bucket = l
+		}
+		limits = append(limits, l)
+	}
+	for name, mk := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			n := newNode(t, mk(), node.Config{})
+			for _, l := range limits {
+				p := node.Policy{Name: "charge", Limit: l}
+				key := "charged-" + l.Algorithm.String()
+				res, err := n.CheckWith(ctx, p, key, 27, charging)
+				if err != nil || res.Allowed || res.Remaining != 0 || res.Source != node.SourceStore {
+					t.Fatalf("%s: a charge of 27 against 10: %+v, %v; want denied by the store, 0 remaining", l.Algorithm, res, err)
+				}
+				res, err = n.Check(ctx, p, key, 3)
+				if err != nil || res.Allowed || res.Remaining != 0 {
+					t.Fatalf("%s: a check of 3 after a charge of 27: %+v, %v; want denied", l.Algorithm, res, err)
+				}
+				if l == bucket && (res.RetryAfter < 19*time.Second || res.RetryAfter > 20*time.Second) {
+					t.Fatalf("token bucket: a check of 3 owing 17 tokens waits %s; want about 20s", res.RetryAfter)
+				}
+
+				// Without charging, a cost above the capacity is refused as
+				// input, and the key stays as it was.
+				other := "plain-" + l.Algorithm.String()
+				if _, err := n.Check(ctx, p, other, 27); !errors.Is(err, algorithms.ErrInvalidCost) {
+					t.Fatalf("%s: a plain check of 27 against 10: %v, want ErrInvalidCost", l.Algorithm, err)
+				}
+				if res, err := n.Check(ctx, p, other, 3); err != nil || !res.Allowed || res.Remaining != 7 {
+					t.Fatalf("%s: a plain check of 3 on an untouched key: %+v, %v; want allowed, 7 remaining", l.Algorithm, res, err)
+				}
+			}
+		})
+	}
+}
+
+// storedCount reads a configured fixed-window policy's count for key at
+// the authority: the "w n" state under quotad's default key prefix.
+func storedCount(t *testing.T, r *redistest.Server, policy, key string) int64 {
+	t.Helper()
+	v, err := r.Do("GET", "{quotad:"+policy+":"+key+"}:fw2")
+	if err != nil {
+		t.Fatalf("GET the state of %s/%s: %v", policy, key, err)
+	}
+	f := strings.Fields(v)
+	if len(f) != 2 {
+		t.Fatalf("the state of %s/%s is %q, want \"w n\"", policy, key, v)
+	}
+	n, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestChargeIsNotAnsweredByARememberedDenial checks that a denial
+// the node remembers does not hide a charge: once a key's denial answers
+// plain checks locally, a charge still goes to Redis and is
+// counted there, and plain checks are still answered locally after it.
+func TestChargeIsNotAnsweredByARememberedDenial(t *testing.T) {
+	r := redistest.Start(t)
+	ctx := context.Background()
+	p := node.Policy{Name: "remembered", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Period: algorithms.MaxPeriod}, Lease: node.LeaseOff}
+	store := &countingStore{Store: newRedisStore(t, r)}
+	n := newNode(t, store, node.Config{Policies: []node.Policy{p}})
+	for i := range 6 {
+		if res, err := n.Check(ctx, p, "k", 1); err != nil || res.Allowed != (i < 5) {
+			t.Fatalf("check %d of 5/year: %+v, %v", i, res, err)
+		}
+	}
+	// The denial reaches the cache asynchronously.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := n.Check(ctx, p, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Source == node.SourceDeniedCache {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the denial was never remembered: %+v", res)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	before := store.Acquires.Load()
+	for i := range 3 {
+		res, err := n.CheckWith(ctx, p, "k", 1, charging)
+		if err != nil || res.Allowed || res.Source != node.SourceStore {
+			t.Fatalf("charge %d on a remembered denial: %+v, %v; want denied by the store", i, res, err)
+		}
+	}
+	if calls := store.Acquires.Load() - before; calls != 3 {
+		t.Fatalf("3 charges made %d store calls, want 3", calls)
+	}
+	if got := storedCount(t, r, p.Name, "k"); got != 5+3 {
+		t.Fatalf("Redis counts %d for the key, want 5 admitted + 3 charges of 1 = 8", got)
+	}
+	if res, err := n.Check(ctx, p, "k", 1); err != nil || res.Source != node.SourceDeniedCache {
+		t.Fatalf("a plain check after the charges: %+v, %v; want still answered by the remembered denial", res, err)
+	}
+}
+
+// TestChargesOnLeasingNodesAdmitAtMostTheLimit drives three nodes
+// with leases on one Redis with charges of random costs until far
+// more than the limit has been asked, and checks the two sides of the
+// rule: the cluster admits at most the limit in total (lease hits
+// included: a lease's units were counted when taken), and once the nodes
+// have given their unspent lease units back, Redis counts every unit
+// asked, admitted or not, exactly.
+func TestChargesOnLeasingNodesAdmitAtMostTheLimit(t *testing.T) {
+	r := redistest.Start(t)
+	const limit, nodes, workers, checks = 3000, 3, 4, 600
+	// A year's window: no window turns during the test.
+	p := node.Policy{Name: "leased", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: limit, Period: algorithms.MaxPeriod}}
+	cfg := node.Config{Policies: []node.Policy{p}, Cluster: quotadtest.SizedCluster(nodes), Lease: node.LeaseConfig{MaxFraction: 0.3}}
+	ns := make([]*node.Node, nodes)
+	for i := range ns {
+		var err error
+		if ns[i], err = node.New(cfg, newRedisStore(t, r), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var admitted, asked, leaseHits atomic.Int64
+	var wg sync.WaitGroup
+	var failure atomic.Value
+	for i, n := range ns {
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(w)))
+				for range checks {
+					cost := 1 + rng.Int64N(3)
+					res, err := n.CheckWith(context.Background(), p, "hot", cost, charging)
+					if err != nil || res.Source == node.SourceFailOpen || res.Source == node.SourceFailClosed {
+						failure.Store(fmt.Sprintf("%+v, %v", res, err))
+						return
+					}
+					asked.Add(cost)
+					if res.Allowed {
+						admitted.Add(cost)
+					}
+					if res.Source == node.SourceLease {
+						leaseHits.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if f := failure.Load(); f != nil {
+		t.Fatalf("a check failed: %s", f)
+	}
+	for _, n := range ns {
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("asked %d units, admitted %d (limit %d), %d lease hits", asked.Load(), admitted.Load(), limit, leaseHits.Load())
+	if leaseHits.Load() == 0 {
+		t.Fatal("no check spent a lease: the test does not exercise leases")
+	}
+	if asked.Load() < 2*limit {
+		t.Fatalf("only %d units asked; the test must ask well over the limit %d", asked.Load(), limit)
+	}
+	if admitted.Load() > limit {
+		t.Fatalf("the cluster admitted %d units, over the limit %d", admitted.Load(), limit)
+	}
+	if got := storedCount(t, r, p.Name, "hot"); got != asked.Load() {
+		t.Fatalf("Redis counts %d units, want every unit asked: %d", got, asked.Load())
 	}
 }

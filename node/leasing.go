@@ -132,7 +132,8 @@ func (n *leasing) drain(ctx context.Context) {
 func (n *leasing) close() { n.denials.cache.Close() }
 
 // check implements local: the key's lease, then its remembered denials,
-// then the store (refill.go).
+// then the store (refill.go). A charge (o.Charge) skips the remembered
+// denials: it must reach the store to be counted.
 func (n *leasing) check(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error) {
 	k := leaseKey{p.Name, key}
 	now := n.clock()
@@ -145,7 +146,7 @@ func (n *leasing) check(ctx context.Context, p Policy, key string, cost int64, o
 			l.demand.LastUsed.Store(now)
 		}
 	}
-	if res, ok := n.answerLocally(k, l, p.Limit, cost, now); ok {
+	if res, ok := n.answerLocally(k, l, p.Limit, cost, now, o.Charge); ok {
 		return res, nil
 	}
 	if l == nil {
@@ -158,14 +159,19 @@ func (n *leasing) check(ctx context.Context, p Policy, key string, cost int64, o
 }
 
 // answerLocally answers a check of cost of k under lim without the store:
-// from l's grant (l may be nil: an untracked key), or from a remembered
-// denial.
-func (n *leasing) answerLocally(k leaseKey, l *lease, lim algorithms.Limit, cost, now int64) (Result, bool) {
+// from l's grant (l may be nil: an untracked key), or, unless the check is
+// a charge, from a remembered denial. A grant's units were counted at the
+// store when it was taken, so spending them counts a charge; a remembered
+// denial would hide a charge from the store.
+func (n *leasing) answerLocally(k leaseKey, l *lease, lim algorithms.Limit, cost, now int64, charge bool) (Result, bool) {
 	if l != nil {
 		if d, ok := n.take(l, lim, cost, now); ok {
 			n.stats.leaseHits.Add(1)
 			return Result{Decision: d, Source: SourceLease}, true
 		}
+	}
+	if charge {
+		return Result{}, false
 	}
 	if d, ok := n.denials.lookup(k, l, lim, cost, now); ok {
 		n.stats.deniedCacheHits.Add(1)

@@ -245,7 +245,7 @@ func (n *Node) check(ctx context.Context, p Policy, key string, cost int64, o Ch
 		return Result{}, err
 	}
 	if o.Charge {
-		if err := validateCharge(p.Limit, cost); err != nil {
+		if err := p.Limit.ValidateCharge(cost); err != nil {
 			return Result{}, err
 		}
 	} else if err := p.Limit.ValidateCost(cost); err != nil {
@@ -371,14 +371,3 @@ func (n *Node) Close() error {
 // ErrInvalidInput, as every input error of this package and of package
 // algorithms does.
 func IsInvalidInput(err error) bool { return errors.Is(err, ErrInvalidInput) }
-
-// validateCharge checks a charge of cost under l (CheckOptions.Charge).
-func validateCharge(l algorithms.Limit, cost int64) error {
-	if l.Algorithm != algorithms.FixedWindow {
-		return fmt.Errorf("charge: %w: only a fixed window counts what does not fit; %s decides cost before the work", ErrInvalidInput, l.Algorithm)
-	}
-	if cost < 0 || cost > algorithms.MaxCharge {
-		return fmt.Errorf("cost: %w: a charge of %d must be 0 to %d", algorithms.ErrInvalidCost, cost, algorithms.MaxCharge)
-	}
-	return nil
-}

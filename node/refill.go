@@ -107,7 +107,7 @@ func (n *leasing) refill(ctx context.Context, k leaseKey, l *lease, p Policy, co
 		case <-ctx.Done():
 			return Result{}, fmt.Errorf("check %s: %w", p.Name, ctx.Err())
 		}
-		if res, ok := n.answerLocally(k, l, p.Limit, cost, n.clock()); ok {
+		if res, ok := n.answerLocally(k, l, p.Limit, cost, n.clock(), o.Charge); ok {
 			return res, nil
 		}
 		if f.failed != nil {
@@ -138,9 +138,7 @@ func (n *leasing) call(ctx context.Context, k leaseKey, l *lease, p Policy, cost
 	f := &storeCall{done: make(chan struct{})}
 	want, hold := cost, time.Duration(0)
 	if l.refilling == nil {
-		if !o.Charge { // a charge takes no lease
-			want, hold = n.grantSize(k, l, p, cost, start)
-		}
+		want, hold = n.grantSize(k, l, p, cost, start)
 		l.refilling = f
 	} else {
 		l.beside++
@@ -276,7 +274,7 @@ func (n *leasing) callStore(ctx context.Context, k leaseKey, l *lease, f *storeC
 		// a Reset either sees them (and forgets them) or prevents them.
 		n.remember(k, l, p.Limit, max(cost, 1), d, start)
 		if o.Charge {
-			// A denied charge put the window over its limit: this node's
+			// A denied charge put the key over its limit: this node's
 			// leased units were counted, and are not spent now either.
 			l.claimUnspent(start, false)
 		}

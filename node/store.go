@@ -80,7 +80,9 @@ type AcquireRequest struct {
 	// nor goes in one.
 	Bulk bool
 	// Charge counts Cost even when it does not fit (CheckOptions.Charge):
-	// only for a fixed window, with Want = Cost and Hold = 0.
+	// the call is decided as algorithms.State.Charge, and Cost may be up
+	// to Limit.MaxCharge, above the capacity. A cost that fits is admitted,
+	// and may take a lease, as without it.
 	Charge bool
 	// Late, if not nil, is given what a call took when it failed before
 	// the store's reply came (its deadline passed, or ctx ended) and the

@@ -7,8 +7,8 @@
 --          window w (prelude: load, save)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
---          hold_ms (how long a lease keeps them; missing = 0), charge (1: count
---          the cost even when it does not fit; see FixedWindowState.Charge)
+--          hold_ms (how long a lease keeps them; missing = 0), charge (1: a
+--          cost that does not fit is recorded all the same; State.Charge)
 -- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms, ref}; see docs/algorithms.md, "Leases"
 
@@ -34,26 +34,22 @@ local function decide(found, st_w, st_n)
 
   local allowed = used + c <= limit
   local granted, use_within, ref = 0, 0, 0
-  local charged = false
   if allowed and cost > 0 then
     -- A lease takes up to want of what is left; its units belong to window w
     -- and must not be spent in the next, which would admit them again.
     granted = math.max(cost, math.min(want, limit - used))
     use_within, ref = w + period - now, w
     used = used + granted
-  elseif charge and cost > 0 then
-    -- A charge counts what does not fit too: the window goes over its limit
-    -- (held at 2^52, algorithms.MaxExact, so that it stays exact).
-    used = math.min(used + cost, 4503599627370496)
-    charged = true
   end
+  local charged = not allowed and charge and cost > 0
+  if charged then used = math.min(used + cost, MAX_EXACT) end
 
   local reset_after, retry_after = 0, 0
   if used > 0 then reset_after = w + period - now end
-  -- The next window is empty and c <= limit: its start is the earliest fit.
+  -- The next window is empty: its start is the earliest fit, or (c > limit,
+  -- a charge) when the quota is whole.
   if not allowed then retry_after = w + period - now end
-  -- used exceeds limit when a charge went over it, or the key's limit shrank
-  -- since it was spent.
+  -- used exceeds limit after a charge, or when the key's limit shrank.
   local reply = {allowed and 1 or 0, limit, math.max(0, limit - used), reset_after,
     retry_after, granted, use_within, ref}
   if granted > 0 or charged then

@@ -11,7 +11,9 @@
 --          is tat = now.
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" reads TIME),
 --          want (units a lease would like, >= cost; missing = cost), hold_ms
---          (unused: units taken early are only ever more conservative)
+--          (unused: units taken early are only ever more conservative),
+--          charge (1: a cost that does not fit pushes tat on all the same,
+--          beyond the tolerance; State.Charge)
 -- Reply    {allowed (0|1), capacity, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms (0: no bound), ref (0)}; see
 --          docs/algorithms.md, "Leases"
@@ -28,9 +30,12 @@ local b = tonumber(ARGV[6])
 local now = now_ms(ARGV[7])
 
 local want = tonumber(ARGV[8]) or cost
+local charge = tonumber(ARGV[10]) == 1
 local c = math.max(cost, 1)
--- full is the whole burst tolerance, capacity * T, in 1/a ms.
+-- full is the whole burst tolerance, capacity * T, in 1/a ms; top the
+-- furthest a charge may push tat, Limit.MaxCharge * T (<= 2^52).
 local full = capacity * b
+local top = math.floor(MAX_EXACT / b) * b
 
 -- decide: see check_state (prelude). st_tat and st_r are the stored tat and
 -- r.
@@ -40,14 +45,14 @@ local function decide(found, st_tat, st_r)
   if found then
     local ahead = st_tat - now
     if ahead >= 0 then
-      -- A write never puts tat more than full beyond the now it was made at,
+      -- A write never puts tat more than top beyond the now it was made at,
       -- so it lies further only if the clock went backwards or the limit
-      -- shrank. Capping there reads the bucket as exhausted, and checking
-      -- before multiplying keeps ahead*a <= full.
-      if ahead > math.floor(full / a) then
-        x = full
+      -- changed. Capping there reads the key as owing its most, and
+      -- checking before multiplying keeps ahead*a <= top.
+      if ahead > math.floor(top / a) then
+        x = top
       else
-        x = math.min(full, ahead * a + math.min(st_r, a - 1))
+        x = math.min(top, ahead * a + math.min(st_r, a - 1))
       end
     end
   end
@@ -55,6 +60,7 @@ local function decide(found, st_tat, st_r)
   -- allowed <=> x + c*b <= full, rearranged so no sum exceeds full.
   local room = (capacity - c) * b
   local allowed, retry_after, granted = 0, 0, 0
+  local charged = false
   if x <= room then
     allowed = 1
     if cost > 0 then
@@ -62,15 +68,23 @@ local function decide(found, st_tat, st_r)
       granted = math.max(cost, math.min(want, math.floor((full - x) / b)))
       x = x + granted * b
     end
-  else
-    retry_after = ceildiv(x - room, a)
+  elseif charge and cost > 0 then
+    -- x, cost*b <= 2^52 each: the sum is exact.
+    charged = true
+    x = math.min(x + cost * b, top)
   end
   local reset_after = ceildiv(x, a)
+  if allowed == 0 and c > capacity then
+    -- A charge that can never fit: when the quota is whole again.
+    retry_after = reset_after
+  elseif allowed == 0 then
+    retry_after = ceildiv(x - room, a)
+  end
 
-  local reply = {allowed, capacity, math.floor((full - x) / b), reset_after, retry_after,
-    granted, 0, 0}
-  -- Denied and cost-0 checks write nothing.
-  if allowed == 1 and cost > 0 then
+  local reply = {allowed, capacity, math.floor(math.max(0, full - x) / b), reset_after,
+    retry_after, granted, 0, 0}
+  -- Denied checks that are not charges, and cost-0 checks, write nothing.
+  if granted > 0 or charged then
     -- now + whole <= now + 2^52, still far below 2^53.
     local whole = math.floor(x / a)
     return reply, encode(now + whole, x - whole * a), math.max(reset_after, 1)

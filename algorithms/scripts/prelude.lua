@@ -17,6 +17,10 @@ local function now_ms(arg)
   return time_ms
 end
 
+-- MAX_EXACT is algorithms.MaxExact, 2^52: the bound Limit.Validate and
+-- Limit.MaxCharge keep every product under, so that each is exact here.
+local MAX_EXACT = 4503599627370496
+
 -- ceil(x / y) for integers x and y > 0, exact while |x| < 2^53.
 local function ceildiv(x, y)
   return math.floor((x + y - 1) / y)

@@ -25,15 +25,16 @@ if units <= 0 then return {0} end
 local found, tat, r = load(key, 2, 1)
 -- A missing key is tat = now already.
 if not found then return {0} end
-local full = capacity * b
+-- top is the furthest a check puts tat beyond now: Limit.MaxCharge * T.
+local top = math.floor(MAX_EXACT / b) * b
 -- x, how far tat lies beyond now in 1/a ms, read as the check does. A tat
--- the check reads capped (the clock went backwards or the limit shrank) is
+-- the check reads capped (the clock went backwards or the limit changed) is
 -- left alone: moving it back from the cap could read looser than the tat
 -- without those units.
 local ahead = tat - now
-if ahead < 0 or ahead > math.floor(full / a) then return {0} end
+if ahead < 0 or ahead > math.floor(top / a) then return {0} end
 local x = ahead * a + math.min(r, a - 1)
-if x <= 0 or x > full then return {0} end
+if x <= 0 or x > top then return {0} end
 
 local returned = math.min(units, ceildiv(x, b))
 x = math.max(0, x - units * b)

@@ -24,10 +24,11 @@ if units <= 0 then return {0} end
 local found, level, d, last = load(key, 3, 3)
 -- A missing key is an empty bucket already.
 if not found then return {0} end
--- A level above the capacity was written under a larger limit and is read
+-- A level above Limit.MaxCharge was written under another limit and is read
 -- clamped; taking units from the clamped level could read looser than the
--- level without them, so leave it.
-if level > capacity then return {0} end
+-- level without them, so leave it. (Above the capacity and up to it, the
+-- level is a charge's debt and counts in full.)
+if level > math.floor(MAX_EXACT / b) then return {0} end
 -- Drain exactly as the check does.
 d = math.min(d, b - 1)
 local e = math.max(0, now - last)

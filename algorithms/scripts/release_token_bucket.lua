@@ -25,7 +25,7 @@ local found, tokens, r, last = load(key, 3, 3)
 -- A missing key is a full bucket already.
 if not found then return {0} end
 -- Read and refill exactly as the check does.
-tokens = math.min(tokens, capacity)
+tokens = math.max(math.min(tokens, capacity), capacity - math.floor(MAX_EXACT / b))
 r = math.min(r, b - 1)
 local e = math.max(0, now - last)
 if e >= ceildiv((capacity - tokens) * b - r, a) then

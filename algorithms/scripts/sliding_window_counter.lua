@@ -9,7 +9,8 @@
 --          (prelude: load, save)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
---          hold_ms (how long a lease keeps them; missing = 0)
+--          hold_ms (how long a lease keeps them; missing = 0), charge (1: a
+--          cost that does not fit is recorded all the same; State.Charge)
 -- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms, ref}; see docs/algorithms.md, "Leases"
 
@@ -19,7 +20,11 @@ local period = tonumber(ARGV[2])
 local cost = tonumber(ARGV[4])
 local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
+local charge = tonumber(ARGV[10]) == 1
 local c = math.max(cost, 1)
+-- Limit.MaxCharge: the most a count may hold, which keeps prev * period
+-- within 2^52.
+local most = math.floor(MAX_EXACT / period)
 
 -- decide: see check_state (prelude). st_w, st_cur and st_prev are the stored
 -- w, cur and prev.
@@ -36,12 +41,13 @@ local function decide(found, st_w, st_cur, st_prev)
   elseif w == stored_w + period then
     prev = found and st_cur or 0
   end
-  -- Counts above the limit were spent under a larger one (the key's limit
-  -- changed); capping them keeps prev * period within 2^52.
-  cur, prev = math.min(cur, limit), math.min(prev, limit)
+  -- Counts above the limit are a charge's debt, or were spent under a
+  -- larger limit (the key's limit changed); capping them at most keeps
+  -- prev * period within 2^52.
+  cur, prev = math.min(cur, most), math.min(prev, most)
 
   -- The previous window's share, rounded up so the estimate errs strict.
-  -- prev * (period - e) <= limit * period <= 2^52 (Limit.Validate): exact.
+  -- prev * (period - e) <= most * period <= 2^52: exact.
   local e = math.max(0, now - w)
   local pw = math.floor((prev * (period - e) + period - 1) / period)
 
@@ -55,6 +61,8 @@ local function decide(found, st_w, st_cur, st_prev)
     use_within, ref = w + period - now, w
     cur = cur + granted
   end
+  local charged = not allowed and charge and cost > 0
+  if charged then cur = math.min(cur + cost, most) end
 
   local reset_after, retry_after = 0, 0
   if cur > 0 then
@@ -62,10 +70,14 @@ local function decide(found, st_w, st_cur, st_prev)
   elseif prev > 0 then
     reset_after = w + period - now
   end
-  if not allowed then
+  if not allowed and c > limit then
+    -- A charge that can never fit: when the quota is whole again.
+    retry_after = reset_after
+  elseif not allowed then
     -- The cost fits at the first e where ceil(n * (period - e) / period) <=
     -- room, i.e. e >= period - floor(room * period / n), n being the count
-    -- that is fading out. room >= 0 implies prev > 0, room < 0 implies cur > 0.
+    -- that is fading out (a charge's debt included). room >= 0 implies
+    -- prev > 0, room < 0 implies cur > 0.
     local room = limit - cur - c
     if room >= 0 then
       local k = math.floor(room * period / prev)
@@ -78,7 +90,7 @@ local function decide(found, st_w, st_cur, st_prev)
   end
   local reply = {allowed and 1 or 0, limit, math.max(0, limit - pw - cur), reset_after,
     retry_after, granted, use_within, ref}
-  if granted > 0 then
+  if granted > 0 or charged then
     return reply, encode(w, cur, prev), math.max(1, w + 2 * period - now)
   end
   return reply

@@ -9,7 +9,8 @@
 --                     cost in the log, seq = last seq used
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
---          hold_ms (how long a lease keeps them; missing = 0)
+--          hold_ms (how long a lease keeps them; missing = 0), charge (1: a
+--          cost that does not fit is recorded all the same; State.Charge)
 -- Reply    {allowed (0|1), limit, remaining, reset_after_ms, retry_after_ms,
 --          granted, use_within_ms, ref (the entry's seq)}; see
 --          docs/algorithms.md, "Leases"
@@ -17,7 +18,9 @@
 -- An entry counts while ts > now - period. A lease grant's entry is recorded
 -- at ts = now + hold_ms, the lease's end, so that however late in the lease a
 -- unit is spent it stays in the window a period after; without a hold there
--- is no end to record at, and it grants only cost.
+-- is no end to record at, and it grants only cost. A charge that does not
+-- fit joins the newest entry (moved to now if older, under a new seq) rather
+-- than add one, so the log stays about limit entries long.
 
 local log, meta = KEYS[1], KEYS[2]
 local limit = tonumber(ARGV[1])
@@ -27,18 +30,19 @@ local now = now_ms(ARGV[7])
 local want = tonumber(ARGV[8]) or cost
 -- Clamped to the longest period, which keeps now + hold exact.
 local hold = math.max(0, math.min(tonumber(ARGV[9]) or 0, 31536000000))
+local charge = tonumber(ARGV[10]) == 1
 local c = math.max(cost, 1)
 
 local function cost_of(member) return tonumber(string.match(member, ':(%d+)$')) end
 
 -- sum and seq are read only when the log is non-empty, so that a state left
 -- behind by a lost log cannot count entries that are gone.
-local sum, seq, newest = 0, 0, 0
+local sum, seq, newest, newest_member = 0, 0, 0, nil
 local cutoff = int(now - period)
 local expired = {}
 local last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
 if #last > 0 then
-  newest = tonumber(last[2])
+  newest, newest_member = tonumber(last[2]), last[1]
   local found
   found, sum, seq = load(meta, 2)
   if not found then
@@ -76,11 +80,33 @@ if allowed and cost > 0 then
   redis.call('ZADD', log, int(now + hold), int(seq) .. ':' .. int(granted))
   redis.call('PEXPIRE', log, int(ttl))
   redis.call('SET', meta, encode(sum, seq), 'PX', int(ttl))
+elseif cost > 0 and charge then
+  local units = math.min(cost, MAX_EXACT - sum)
+  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', cutoff) end
+  expired = {}
+  if newest <= now - period then
+    -- No entry counts (or the log is empty): the charge is the first.
+    seq, sum, newest = 1, units, now
+    redis.call('ZADD', log, int(now), '1:' .. int(units))
+  else
+    -- The newest entry (ZRANGE's last: by score, then member) takes the
+    -- units, under a new seq so that no grant's release finds it.
+    local merged = cost_of(newest_member) + units
+    seq, sum, newest = seq + 1, sum + units, math.max(newest, now)
+    redis.call('ZREM', log, newest_member)
+    redis.call('ZADD', log, int(newest), int(seq) .. ':' .. int(merged))
+  end
+  local ttl = newest + period - now
+  redis.call('PEXPIRE', log, int(ttl))
+  redis.call('SET', meta, encode(sum, seq), 'PX', int(ttl))
 end
 
 local reset_after, retry_after = 0, 0
 if sum > 0 then reset_after = newest + period - now end
-if not allowed then
+if not allowed and c > limit then
+  -- A charge that can never fit: when the quota is whole again.
+  retry_after = reset_after
+elseif not allowed then
   -- The same cost fits once the oldest live entries worth `need` units
   -- have expired, at their ts + period. Equal scores expire together, so
   -- their order within the set does not matter. Read in chunks, after the

@@ -154,7 +154,8 @@ func (s *Store) shard(base string) *stateShard {
 
 // Acquire implements node.Store. It never blocks on I/O. Its only error is
 // node.ErrStoreFull, for a check that would add a state to a full store; a check
-// that leaves nothing to remember (cost 0, a denial) never fails.
+// that leaves nothing to remember (cost 0, a denial that is no charge) never
+// fails.
 func (s *Store) Acquire(_ context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
 	base, l := r.Base, r.Limit
 	nowMs := s.now().UnixMilli()
@@ -172,15 +173,11 @@ func (s *Store) Acquire(_ context.Context, r node.AcquireRequest) (algorithms.De
 		// Concurrency: slots go through AcquireSlot.
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("memory check: %w %s has no State", algorithms.ErrUnknownAlgorithm, l.Algorithm)
 	}
-	var d algorithms.Decision
-	var g algorithms.Grant
-	if fw, ok := e.state.(*algorithms.FixedWindowState); ok && r.Charge {
-		d, g = fw.Charge(l, nowMs, r.Cost)
-	} else if r.Charge {
-		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("memory check: %w: only a fixed window takes a charge", node.ErrInvalidInput)
-	} else {
-		d, g = e.state.Acquire(l, nowMs, r.Cost, r.Want, r.Hold.Milliseconds())
+	decide := e.state.Acquire
+	if r.Charge {
+		decide = e.state.Charge
 	}
+	d, g := decide(l, nowMs, r.Cost, r.Want, r.Hold.Milliseconds())
 	switch {
 	case d.ResetAfter > 0 && !held:
 		if !s.reserve() {

@@ -165,10 +165,10 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 	late := r.Late
 	start := time.Now()
 	timeout := s.cfg.Timeout
-	if r.Charge && l.Algorithm != algorithms.FixedWindow {
-		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w: only a fixed window takes a charge", l.Algorithm, node.ErrInvalidInput)
-	}
-	if !r.Charge && !s.known.holds(keys[0], start) && pipe.roomForTwo(timeout) {
+	// A charge within the capacity decides a key with no state as a check
+	// does (it fits); one above it is denied and must go to the script to
+	// be recorded, and Fresh would not write it.
+	if (!r.Charge || cost <= l.Capacity()) && !s.known.holds(keys[0], start) && pipe.roomForTwo(timeout) {
 		if fw, ok := algorithms.Fresh(l, cost, want); ok {
 			// Remembered before it is sent: checks of the key that come
 			// meanwhile go to the script, queued after this write, rather
@@ -206,7 +206,7 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 	}
 	args := algorithms.AcquireArgs(l, cost, want, r.Hold, 0)
 	if r.Charge {
-		args = algorithms.ChargeArgs(l, cost, 0)
+		args = algorithms.ChargeArgs(l, cost, want, r.Hold, 0)
 	}
 	reply, err := pipe.run(ctx, timeout, sc, s.batch[l.Algorithm], keys, args, lateReply)
 	if err != nil {
