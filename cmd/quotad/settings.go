@@ -225,7 +225,7 @@ func settings() []setting {
 			v: boolean(func(c *config) *bool { return &c.EnvoyHeaders.Enabled })},
 		{flag: "envoy-response-header-names", file: "envoy.response_header_names", arg: "limit,remaining,reset", unset: "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset", help: "names of the three headers of --envoy-response-headers",
 			v: text(func(c *config) *string { return &c.EnvoyHeaders.Names })},
-		{flag: "envoy-stop-increment-when-over-limit", file: "envoy.stop_increment_when_over_limit", help: "count only the hits that fit under the rate_limit blocks of envoyproxy/ratelimit's files, as quotad's own policies do (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default every hit counts, as envoyproxy/ratelimit counts it",
+		{flag: "envoy-stop-increment-when-over-limit", file: "envoy.stop_increment_when_over_limit", help: "count an Envoy descriptor's hits only when they fit (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default every hit of a limited rule counts, as envoyproxy/ratelimit counts it, and a counter over its limit denies until its window ends or its refill pays the excess back",
 			v: boolean(func(c *config) *bool { return &c.Envoy.StopIncrementWhenOverLimit })},
 		{flag: "envoy-merge-domains", file: "envoy.merge_domains", help: "merge the rules of one domain's files in --envoy-config-dir (or from xDS) instead of refusing the second file (MERGE_DOMAIN_CONFIG)",
 			v: boolean(func(c *config) *bool { return &c.Envoy.MergeDomains })},

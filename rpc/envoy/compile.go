@@ -143,7 +143,9 @@ func compileTable(c Config, lookup policyLookup) (ruleTable, error) {
 			}
 			t.allOrNothing[d.Domain] = true
 		}
-		cc := compiler{lookup: lookup, domain: d.Domain, file: d.File, stopIncrement: c.StopIncrementWhenOverLimit}
+		// An all-or-nothing domain spends on every descriptor or none, so
+		// it charges nothing that does not fit.
+		cc := compiler{lookup: lookup, domain: d.Domain, file: d.File, stopIncrement: c.StopIncrementWhenOverLimit || d.AllOrNothing}
 		lvl, err := cc.level(d.Descriptors, base, "")
 		if err != nil {
 			return ruleTable{}, err
@@ -306,7 +308,10 @@ func (cc compiler) quotadRule(d Descriptor, path fieldPath) (*rule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path.field("policy"), err)
 		}
-		return &rule{policy: p, shadow: d.ShadowMode, limit: policyLimit(p, p.Name)}, nil
+		// Every hit counts here too, as envoyproxy/ratelimit counts it
+		// (any algorithm charges: State.Charge), unless
+		// StopIncrementWhenOverLimit or the domain is all or nothing.
+		return &rule{policy: p, shadow: d.ShadowMode, limit: policyLimit(p, p.Name), charges: !cc.stopIncrement}, nil
 	}
 	return nil, nil
 }
@@ -345,6 +350,8 @@ func (cc compiler) fileRule(d Descriptor, path fieldPath) (*rule, error) {
 			name = p.Name
 		}
 		r.policy, r.limit = p, policyLimit(p, name)
+		// Any algorithm charges (State.Charge), as a rate_limit block does.
+		r.charges = !cc.stopIncrement
 	case rl.Unlimited:
 		if rl.Unit != "" {
 			return nil, fmt.Errorf("%s: %w: an unlimited rate limit takes no unit (as in envoyproxy/ratelimit)", rp.field("unit"), ErrInvalidConfig)

@@ -51,11 +51,11 @@ type Config struct {
 	ResponseHeaders *ResponseHeaders
 	// StopIncrementWhenOverLimit is envoyproxy/ratelimit's
 	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: hits that do not fit are
-	// not counted. By default the rate_limit blocks of envoyproxy/ratelimit's
-	// files count every hit, as that project does (a hits_addend of 27
-	// under a limit of 10 is over the limit and counted, so a 3 after it is
-	// over too); quotad's own policies count only what they admit, either
-	// way.
+	// not counted. By default every limited rule, of either schema and
+	// whatever its policy's algorithm, counts every hit, as that project
+	// does (a hits_addend of 27 under a limit of 10 is over the limit and
+	// counted, so a 3 after it is over too: node.CheckOptions.Charge); an
+	// AllOrNothing domain counts only what it admits, either way.
 	StopIncrementWhenOverLimit bool
 	// MergeDomains is envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: the
 	// files of one domain merge into its rules, which must then not repeat

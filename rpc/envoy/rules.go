@@ -174,8 +174,9 @@ type rule struct {
 	// descriptor is within its limit (Config.DynamicMetadata).
 	metadata *structpb.Struct
 	// charges counts hits even when they do not fit (node.CheckOptions.
-	// Charge): the rate_limit blocks of envoyproxy/ratelimit's files, as
-	// that project counts them, unless Config.StopIncrementWhenOverLimit.
+	// Charge), as envoyproxy/ratelimit counts them: every limited rule,
+	// unless Config.StopIncrementWhenOverLimit or its domain is all or
+	// nothing.
 	charges bool
 	// limit is the current_limit answered.
 	limit currentLimit

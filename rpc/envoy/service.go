@@ -227,12 +227,13 @@ func planDescriptor(t *ruleTable, root *ruleLevel, domain string, d *rlscommonv3
 	}
 	// A cost above the capacity can never be admitted: Envoy's protocol
 	// calls that over the limit, where quotad's own API calls it invalid.
-	// A charge counts it all the same.
+	// A charge counts it all the same, up to the most a key may owe
+	// (Limit.MaxCharge): a counter charged more stays at that.
 	if capacity := r.policy.Limit.Capacity(); hits > uint64(capacity) && !r.charges {
 		c.overCapacity = true
 		return c, nil
 	}
-	c.cost = int64(hits)
+	c.cost = int64(min(hits, uint64(r.policy.Limit.MaxCharge())))
 	return c, nil
 }
 

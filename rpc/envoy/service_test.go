@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -106,6 +107,24 @@ func edgeService(t *testing.T, store node.Store) *Service {
 	return newService(t, store, NewSwitch(compiled(t, edgeConfig(), edgePolicies()...)), 3, nil, edgePolicies()...)
 }
 
+// stoppingEdgeService is edgeService with StopIncrementWhenOverLimit: hits
+// that do not fit are not counted.
+func stoppingEdgeService(t *testing.T, store node.Store) *Service {
+	t.Helper()
+	c := edgeConfig()
+	c.StopIncrementWhenOverLimit = true
+	return newService(t, store, NewSwitch(compiled(t, c, edgePolicies()...)), 3, nil, edgePolicies()...)
+}
+
+// serviceModes are the two ways hits count: every hit (the default, as
+// envoyproxy/ratelimit), or only those that fit
+// (StopIncrementWhenOverLimit).
+var serviceModes = []struct {
+	name  string
+	stop  bool
+	start func(*testing.T, node.Store) *Service
+}{{"every hit counts", false, edgeService}, {"stop increment when over limit", true, stoppingEdgeService}}
+
 // desc is a descriptor of key/value pairs.
 func desc(kv ...string) *rlscommonv3.RateLimitDescriptor {
 	d := &rlscommonv3.RateLimitDescriptor{}
@@ -191,57 +210,76 @@ func TestOKThenOverLimit(t *testing.T) {
 }
 
 // One request, several descriptors: each gets its own status, and the
-// request is over the limit when any descriptor is.
+// request is over the limit when any descriptor is. The third request's 2
+// hits do not fit the 1 left: counted, they leave 0; not counted, 1.
 func TestMultipleDescriptors(t *testing.T) {
-	svc := edgeService(t, memory.New(nil, 0))
-	req := func() *rlsv3.RateLimitRequest {
-		return &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 2, Descriptors: []*rlscommonv3.RateLimitDescriptor{
-			desc("path", "/unconfigured"),
-			desc("remote_address", "192.0.2.1"),
-			desc("remote_address", "10.0.0.2"),
-		}}
-	}
-	for i, want := range []struct {
-		overall   rlsv3.RateLimitResponse_Code
-		code      rlsv3.RateLimitResponse_Code
-		remaining uint32
-	}{{codeOK, codeOK, 3}, {codeOK, codeOK, 1}, {codeOver, codeOver, 1}} {
-		res := shouldRateLimit(t, svc, req())
-		if res.GetOverallCode() != want.overall {
-			t.Fatalf("request %d: overall %s, want %s", i+1, res.GetOverallCode(), want.overall)
-		}
-		st := res.GetStatuses()
-		wantStatus(t, "unmatched descriptor", st[0], codeOK, "", 0, "", 0, 0)
-		wantStatus(t, "limited descriptor", st[1], want.code, "per-ip", 5, "MINUTE", 0, want.remaining)
-		wantStatus(t, "unlimited descriptor", st[2], codeOK, "", 0, "", 0, math.MaxUint32)
+	for _, mode := range serviceModes {
+		t.Run(mode.name, func(t *testing.T) {
+			svc := mode.start(t, memory.New(nil, 0))
+			req := func() *rlsv3.RateLimitRequest {
+				return &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 2, Descriptors: []*rlscommonv3.RateLimitDescriptor{
+					desc("path", "/unconfigured"),
+					desc("remote_address", "192.0.2.1"),
+					desc("remote_address", "10.0.0.2"),
+				}}
+			}
+			left := uint32(0)
+			if mode.stop {
+				left = 1
+			}
+			for i, want := range []struct {
+				overall   rlsv3.RateLimitResponse_Code
+				code      rlsv3.RateLimitResponse_Code
+				remaining uint32
+			}{{codeOK, codeOK, 3}, {codeOK, codeOK, 1}, {codeOver, codeOver, left}} {
+				res := shouldRateLimit(t, svc, req())
+				if res.GetOverallCode() != want.overall {
+					t.Fatalf("request %d: overall %s, want %s", i+1, res.GetOverallCode(), want.overall)
+				}
+				st := res.GetStatuses()
+				wantStatus(t, "unmatched descriptor", st[0], codeOK, "", 0, "", 0, 0)
+				wantStatus(t, "limited descriptor", st[1], want.code, "per-ip", 5, "MINUTE", 0, want.remaining)
+				wantStatus(t, "unlimited descriptor", st[2], codeOK, "", 0, "", 0, math.MaxUint32)
+			}
+		})
 	}
 }
 
 // hits_addend: the request's applies to every descriptor (0 meaning 1); a
 // descriptor's own overrides it, and its 0 checks without spending. Hits
-// beyond what the limit can ever hold are over the limit and spend nothing.
+// beyond what the limit can ever hold are over the limit; counted, they
+// leave the counter over it (remaining 0, and the next hits denied too);
+// not counted, they spend nothing.
 func TestHitsAddend(t *testing.T) {
-	svc := edgeService(t, memory.New(nil, 0))
-	for _, tc := range []struct {
-		name      string
-		req       *rlsv3.RateLimitRequest
-		code      rlsv3.RateLimitResponse_Code
-		remaining uint32
-	}{
-		{"request default is 1", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "a")}}, codeOK, 4},
-		{"request hits_addend 3", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 3, Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "a")}}, codeOK, 1},
-		{"descriptor's 0 checks only", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 3, Descriptors: []*rlscommonv3.RateLimitDescriptor{withHits(desc("remote_address", "a"), 0)}}, codeOK, 1},
-		{"descriptor's 1 beats the request's 3", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 3, Descriptors: []*rlscommonv3.RateLimitDescriptor{withHits(desc("remote_address", "a"), 1)}}, codeOK, 0},
-		{"descriptor's 0 on an exhausted limit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{withHits(desc("remote_address", "a"), 0)}}, codeOver, 0},
-		{"more than the limit holds", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 6, Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "b")}}, codeOver, 5},
-		{"descriptor's hits beyond 32 bits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{withHits(desc("remote_address", "b"), math.MaxUint64)}}, codeOver, 5},
-		{"nothing was spent by those", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 5, Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "b")}}, codeOK, 0},
-	} {
-		res := shouldRateLimit(t, svc, tc.req)
-		wantStatus(t, tc.name, res.GetStatuses()[0], tc.code, "per-ip", 5, "MINUTE", 0, tc.remaining)
-		if res.GetOverallCode() != tc.code {
-			t.Errorf("%s: overall %s, want %s", tc.name, res.GetOverallCode(), tc.code)
-		}
+	for _, mode := range serviceModes {
+		t.Run(mode.name, func(t *testing.T) {
+			svc := mode.start(t, memory.New(nil, 0))
+			for _, tc := range []struct {
+				name            string
+				req             *rlsv3.RateLimitRequest
+				code, stopCode  rlsv3.RateLimitResponse_Code
+				remaining, stop uint32
+			}{
+				{"request default is 1", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "a")}}, codeOK, codeOK, 4, 4},
+				{"request hits_addend 3", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 3, Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "a")}}, codeOK, codeOK, 1, 1},
+				{"descriptor's 0 checks only", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 3, Descriptors: []*rlscommonv3.RateLimitDescriptor{withHits(desc("remote_address", "a"), 0)}}, codeOK, codeOK, 1, 1},
+				{"descriptor's 1 beats the request's 3", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 3, Descriptors: []*rlscommonv3.RateLimitDescriptor{withHits(desc("remote_address", "a"), 1)}}, codeOK, codeOK, 0, 0},
+				{"descriptor's 0 on an exhausted limit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{withHits(desc("remote_address", "a"), 0)}}, codeOver, codeOver, 0, 0},
+				{"more than the limit holds", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 6, Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "b")}}, codeOver, codeOver, 0, 5},
+				{"descriptor's hits beyond 32 bits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{withHits(desc("remote_address", "b"), math.MaxUint64)}}, codeOver, codeOver, 0, 5},
+				{"what those counted", &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 5, Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "b")}}, codeOver, codeOK, 0, 0},
+			} {
+				code, remaining := tc.code, tc.remaining
+				if mode.stop {
+					code, remaining = tc.stopCode, tc.stop
+				}
+				res := shouldRateLimit(t, svc, tc.req)
+				wantStatus(t, tc.name, res.GetStatuses()[0], code, "per-ip", 5, "MINUTE", 0, remaining)
+				if res.GetOverallCode() != code {
+					t.Errorf("%s: overall %s, want %s", tc.name, res.GetOverallCode(), code)
+				}
+			}
+		})
 	}
 }
 
@@ -349,4 +387,59 @@ func TestEdgeDescriptorsAnswerAsUpstream(t *testing.T) {
 	wantStatus(t, "an empty value", res.GetStatuses()[0], codeOK, "per-ip", 5, "MINUTE", 0, 4)
 	res = shouldRateLimit(t, svc, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommonv3.RateLimitDescriptor{desc("remote_address", "")}})
 	wantStatus(t, "the empty value again", res.GetStatuses()[0], codeOK, "per-ip", 5, "MINUTE", 0, 3)
+}
+
+// TestEveryHitCounts checks envoyproxy/ratelimit's sequence on both stores:
+// against a limit of 10, a hit of 27 is OVER_LIMIT with limit_remaining 0;
+// counted (the default), the counter is then over the limit, so a hit of 3
+// after it is OVER_LIMIT with 0 remaining too, until the window ends; with
+// StopIncrementWhenOverLimit the 27 spends nothing and the 3 is OK with 7
+// remaining. A token bucket charged both owes 20 tokens beyond empty.
+func TestEveryHitCounts(t *testing.T) {
+	policies := []node.Policy{
+		{Name: "tokens", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Period: time.Minute}},
+		{Name: "bucket", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Period: 10 * time.Second}},
+	}
+	for name, mk := range stores() {
+		for _, stop := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, stop increment %v", name, stop), func(t *testing.T) {
+				c := Config{StopIncrementWhenOverLimit: stop, Domains: []Domain{{Domain: "ai", Descriptors: []Descriptor{
+					{Key: "model", Policy: "tokens"},
+					{Key: "client", Policy: "bucket"},
+				}}}}
+				svc := newService(t, mk(t), NewSwitch(compiled(t, c, policies...)), 3, nil, policies...)
+				hits := func(n uint32, kv ...string) *rlsv3.RateLimitResponse_DescriptorStatus {
+					return shouldRateLimit(t, svc, &rlsv3.RateLimitRequest{Domain: "ai", HitsAddend: n, Descriptors: []*rlscommonv3.RateLimitDescriptor{desc(kv...)}}).GetStatuses()[0]
+				}
+				// Not counted, the 27 only read the counter: 10 remain.
+				left := uint32(0)
+				if stop {
+					left = 10
+				}
+				wantStatus(t, "27 hits", hits(27, "model", "m"), codeOver, "tokens", 10, "MINUTE", 0, left)
+				then := hits(3, "model", "m")
+				bucket := hits(27, "client", "c")
+				if bucket.GetCode() != codeOver || bucket.GetLimitRemaining() != left {
+					t.Fatalf("27 hits on the bucket: %v, want OVER_LIMIT, %d remaining", bucket, left)
+				}
+				afterBucket := hits(3, "client", "c")
+				if stop {
+					wantStatus(t, "3 hits after 27 not counted", then, codeOK, "tokens", 10, "MINUTE", 0, 7)
+					if afterBucket.GetCode() != codeOK || afterBucket.GetLimitRemaining() != 7 {
+						t.Fatalf("3 hits on the bucket after 27 not counted: %v, want OK, 7 remaining", afterBucket)
+					}
+					return
+				}
+				wantStatus(t, "3 hits after 27 counted", then, codeOver, "tokens", 10, "MINUTE", 0, 0)
+				// Charged 27 and 3 of 10, the bucket owes 20 tokens, refilled
+				// one a second: full again after about 30 s.
+				if afterBucket.GetCode() != codeOver || afterBucket.GetLimitRemaining() != 0 {
+					t.Fatalf("3 hits on the bucket after 27 counted: %v, want OVER_LIMIT, 0 remaining", afterBucket)
+				}
+				if d := afterBucket.GetDurationUntilReset().AsDuration(); d < 28*time.Second || d > 30*time.Second {
+					t.Fatalf("the bucket charged 27 then 3 of 10 is full again in %s, want about 30s (30 tokens owed at one a second)", d)
+				}
+			})
+		}
+	}
 }
