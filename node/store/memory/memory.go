@@ -101,6 +101,8 @@ type Store struct {
 type stateShard struct {
 	mu     sync.Mutex
 	states map[stateKey]*entry
+	// reservations are the records of reservations.go, by base and id.
+	reservations map[reservationKey]*heldReservation
 }
 
 type stateKey struct {
@@ -140,6 +142,7 @@ func newStore(cfg Config) *Store {
 	}
 	for i := range s.shards {
 		s.shards[i].states = make(map[stateKey]*entry)
+		s.shards[i].reservations = make(map[reservationKey]*heldReservation)
 	}
 	go s.sweepLoop(cfg.SweepEvery)
 	return s
@@ -157,12 +160,17 @@ func (s *Store) shard(base string) *stateShard {
 // that leaves nothing to remember (cost 0, a denial that is no charge) never
 // fails.
 func (s *Store) Acquire(_ context.Context, r node.AcquireRequest) (algorithms.Decision, algorithms.Grant, error) {
-	base, l := r.Base, r.Limit
 	nowMs := s.now().UnixMilli()
-	k := stateKey{base, l.Algorithm}
-	sh := s.shard(base)
+	sh := s.shard(r.Base)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	return s.acquireLocked(sh, r, nowMs)
+}
+
+// acquireLocked is Acquire at nowMs with sh, r.Base's shard, locked.
+func (s *Store) acquireLocked(sh *stateShard, r node.AcquireRequest, nowMs int64) (algorithms.Decision, algorithms.Grant, error) {
+	base, l := r.Base, r.Limit
+	k := stateKey{base, l.Algorithm}
 	e, held := sh.states[k]
 	if !held || e.expiresAtMs <= nowMs {
 		// A fresh state: decided on a copy, so that a refusal below leaves
@@ -316,6 +324,12 @@ func (s *Store) sweep() {
 		for k, e := range sh.states {
 			if e.expiresAtMs <= nowMs {
 				delete(sh.states, k)
+				s.keys.Add(-1)
+			}
+		}
+		for k, r := range sh.reservations {
+			if r.expiresAtMs <= nowMs {
+				delete(sh.reservations, k)
 				s.keys.Add(-1)
 			}
 		}

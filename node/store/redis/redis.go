@@ -38,10 +38,12 @@ type Store struct {
 	describe         string
 	check            map[algorithms.Algorithm]*goredis.Script
 	// batch decides several checks of one algorithm in one call.
-	batch     map[algorithms.Algorithm]*goredis.Script
-	release   map[algorithms.Algorithm]*goredis.Script
-	slots     slotScripts
-	checkPipe *pipeline
+	batch   map[algorithms.Algorithm]*goredis.Script
+	release map[algorithms.Algorithm]*goredis.Script
+	slots   slotScripts
+	// reservations are the reserve and settle scripts (reservations.go).
+	reservations reservationScripts
+	checkPipe    *pipeline
 	// bulkPipe runs the checks made for a batch's items
 	// (node.AcquireRequest.Bulk):
 	// a CheckBatch of many cold keys keeps its pipeline's round trips
@@ -76,16 +78,17 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		client:   client,
-		releases: releases,
-		cfg:      cfg,
-		describe: describe,
-		check:    make(map[algorithms.Algorithm]*goredis.Script),
-		batch:    make(map[algorithms.Algorithm]*goredis.Script),
-		release:  make(map[algorithms.Algorithm]*goredis.Script),
-		slots:    newSlotScripts(),
-		known:    newKeyMemory(),
-		live:     newLiveness(),
+		client:       client,
+		releases:     releases,
+		cfg:          cfg,
+		describe:     describe,
+		check:        make(map[algorithms.Algorithm]*goredis.Script),
+		batch:        make(map[algorithms.Algorithm]*goredis.Script),
+		release:      make(map[algorithms.Algorithm]*goredis.Script),
+		slots:        newSlotScripts(),
+		reservations: newReservationScripts(),
+		known:        newKeyMemory(),
+		live:         newLiveness(),
 	}
 	// Before the first command, so that every connection is watched.
 	s.live.watch(client)
@@ -131,6 +134,11 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	for _, sc := range s.slots.all() {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("load scripts on %s (%s failed first): %w", s.describe, algorithms.Concurrency, err)
+		}
+	}
+	for _, sc := range s.reservations.all() {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			return fmt.Errorf("load scripts on %s (a reservation script failed first): %w", s.describe, err)
 		}
 	}
 	return nil
