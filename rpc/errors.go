@@ -56,8 +56,9 @@ var (
 // is ResourceExhausted, a failed store (node.ErrStore: on Reset and on a
 // slot's renew or release; checks take the policy's failure mode instead) is
 // Unavailable, so is a check an overloaded node shed (node.ErrOverloaded:
-// retryable, here later or on another node), and everything else is
-// Internal. (decodeError,
+// retryable, here later or on another node), a store that keeps no
+// reservations (node.ErrNoReservations) is Unimplemented, and everything
+// else is Internal. (decodeError,
 // below, is the gRPC front end's copy of what connect-go answers to a request
 // that does not decode.)
 func code(ctx context.Context, err error) connect.Code {
@@ -80,6 +81,8 @@ func code(ctx context.Context, err error) connect.Code {
 		return connect.CodeNotFound
 	case errors.Is(err, node.ErrInvalidInput):
 		return connect.CodeInvalidArgument
+	case errors.Is(err, node.ErrNoReservations):
+		return connect.CodeUnimplemented
 	case errors.Is(err, node.ErrStoreFull):
 		// The memory store refuses new keys until some expire: retryable,
 		// and the client's doing only in aggregate.

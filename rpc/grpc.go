@@ -137,6 +137,8 @@ func (f grpcFront) quotaService(svc *service) *grpc.ServiceDesc {
 			grpcUnary(f, quotadv1connect.QuotaServiceReleaseSlotProcedure, svc.releaseSlot),
 			grpcUnary(f, quotadv1connect.QuotaServiceAcquireLeaseProcedure, svc.acquireLease),
 			grpcUnary(f, quotadv1connect.QuotaServiceReturnLeaseProcedure, svc.returnLease),
+			grpcUnary(f, quotadv1connect.QuotaServiceReserveProcedure, svc.reserve),
+			grpcUnary(f, quotadv1connect.QuotaServiceSettleProcedure, svc.settle),
 		},
 		Metadata: "quotad/v1/quota.proto",
 	}

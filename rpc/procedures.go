@@ -24,5 +24,7 @@ var apiProcedures = []string{
 	quotadv1connect.QuotaServiceReleaseSlotProcedure,
 	quotadv1connect.QuotaServiceAcquireLeaseProcedure,
 	quotadv1connect.QuotaServiceReturnLeaseProcedure,
+	quotadv1connect.QuotaServiceReserveProcedure,
+	quotadv1connect.QuotaServiceSettleProcedure,
 	ratelimitv3connect.RateLimitServiceShouldRateLimitProcedure,
 }

@@ -226,6 +226,64 @@ func (Source) EnumDescriptor() ([]byte, []int) {
 	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{2}
 }
 
+// SettleOutcome is what a settle found.
+type SettleOutcome int32
+
+const (
+	SettleOutcome_SETTLE_OUTCOME_UNSPECIFIED SettleOutcome = 0
+	// Settled now with this request's actual.
+	SettleOutcome_SETTLE_OUTCOME_SETTLED SettleOutcome = 1
+	// Settled before (a retry): nothing changed; actual_recorded says with
+	// what.
+	SettleOutcome_SETTLE_OUTCOME_SETTLED_BEFORE SettleOutcome = 2
+	// No such reservation for this key: never made, denied, or past its
+	// lifetime (then it stays charged its estimate). Nothing changed.
+	SettleOutcome_SETTLE_OUTCOME_NO_RESERVATION SettleOutcome = 3
+)
+
+// Enum value maps for SettleOutcome.
+var (
+	SettleOutcome_name = map[int32]string{
+		0: "SETTLE_OUTCOME_UNSPECIFIED",
+		1: "SETTLE_OUTCOME_SETTLED",
+		2: "SETTLE_OUTCOME_SETTLED_BEFORE",
+		3: "SETTLE_OUTCOME_NO_RESERVATION",
+	}
+	SettleOutcome_value = map[string]int32{
+		"SETTLE_OUTCOME_UNSPECIFIED":    0,
+		"SETTLE_OUTCOME_SETTLED":        1,
+		"SETTLE_OUTCOME_SETTLED_BEFORE": 2,
+		"SETTLE_OUTCOME_NO_RESERVATION": 3,
+	}
+)
+
+func (x SettleOutcome) Enum() *SettleOutcome {
+	p := new(SettleOutcome)
+	*p = x
+	return p
+}
+
+func (x SettleOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SettleOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_quotad_v1_quota_proto_enumTypes[3].Descriptor()
+}
+
+func (SettleOutcome) Type() protoreflect.EnumType {
+	return &file_quotad_v1_quota_proto_enumTypes[3]
+}
+
+func (x SettleOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SettleOutcome.Descriptor instead.
+func (SettleOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{3}
+}
+
 // Limit defines a rate limit.
 type Limit struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1506,6 +1564,315 @@ func (x *ReturnLeaseResponse) GetReturned() int64 {
 	return 0
 }
 
+type ReserveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As in CheckRequest.
+	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The estimated cost, as CheckRequest's cost. Omitted means 1.
+	Cost *int64 `protobuf:"varint,3,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	// An inline limit, used instead of a configured policy.
+	Limit *Limit `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// How long the reservation waits for its settle, from 1ms to 24h;
+	// omitted means 10 minutes. Not settled by then, it stays charged its
+	// estimate.
+	Lifetime      *durationpb.Duration `protobuf:"bytes,5,opt,name=lifetime,proto3" json:"lifetime,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveRequest) Reset() {
+	*x = ReserveRequest{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveRequest) ProtoMessage() {}
+
+func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
+func (*ReserveRequest) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReserveRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetCost() int64 {
+	if x != nil && x.Cost != nil {
+		return *x.Cost
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *ReserveRequest) GetLifetime() *durationpb.Duration {
+	if x != nil {
+		return x.Lifetime
+	}
+	return nil
+}
+
+type ReserveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The decision on the estimate, as Check would give it.
+	Decision *CheckResponse `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	// Names the reservation for Settle; empty when nothing was reserved
+	// (denied, a cost of 0, or the store failed and the policy failed open).
+	ReservationId string `protobuf:"bytes,2,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	// How long the reservation waits for its settle; absent without one.
+	ExpiresAfter  *durationpb.Duration `protobuf:"bytes,3,opt,name=expires_after,json=expiresAfter,proto3" json:"expires_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveResponse) Reset() {
+	*x = ReserveResponse{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveResponse) ProtoMessage() {}
+
+func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
+func (*ReserveResponse) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReserveResponse) GetDecision() *CheckResponse {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+func (x *ReserveResponse) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *ReserveResponse) GetExpiresAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ExpiresAfter
+	}
+	return nil
+}
+
+type SettleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The policy, key and inline limit the reservation was made with.
+	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key    string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Limit  *Limit `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The reservation_id Reserve returned; 1 to 64 bytes.
+	ReservationId string `protobuf:"bytes,4,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	// The units actually used, >= 0; above the estimate too, up to the most
+	// a key of the limit can owe.
+	Actual        int64 `protobuf:"varint,5,opt,name=actual,proto3" json:"actual,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequest) Reset() {
+	*x = SettleRequest{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequest) ProtoMessage() {}
+
+func (x *SettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequest) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SettleRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *SettleRequest) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetActual() int64 {
+	if x != nil {
+		return x.Actual
+	}
+	return 0
+}
+
+type SettleResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Outcome SettleOutcome          `protobuf:"varint,1,opt,name=outcome,proto3,enum=quotad.v1.SettleOutcome" json:"outcome,omitempty"`
+	// The actual the reservation is settled with.
+	ActualRecorded int64 `protobuf:"varint,2,opt,name=actual_recorded,json=actualRecorded,proto3" json:"actual_recorded,omitempty"`
+	// Units of the estimate that went back and made a difference: fewer than
+	// estimate - actual when the window they were taken in has ended or the
+	// bucket refilled meanwhile.
+	Refunded int64 `protobuf:"varint,3,opt,name=refunded,proto3" json:"refunded,omitempty"`
+	// actual - estimate when positive: charged whether or not it fit.
+	Charged int64 `protobuf:"varint,4,opt,name=charged,proto3" json:"charged,omitempty"`
+	// The key after the settlement: a check of cost 0 (allowed says whether
+	// one unit would be admitted now; retry_after is when, after a debt).
+	After         *CheckResponse `protobuf:"bytes,5,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleResponse) Reset() {
+	*x = SettleResponse{}
+	mi := &file_quotad_v1_quota_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleResponse) ProtoMessage() {}
+
+func (x *SettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_quotad_v1_quota_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
+func (*SettleResponse) Descriptor() ([]byte, []int) {
+	return file_quotad_v1_quota_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SettleResponse) GetOutcome() SettleOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return SettleOutcome_SETTLE_OUTCOME_UNSPECIFIED
+}
+
+func (x *SettleResponse) GetActualRecorded() int64 {
+	if x != nil {
+		return x.ActualRecorded
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetRefunded() int64 {
+	if x != nil {
+		return x.Refunded
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetCharged() int64 {
+	if x != nil {
+		return x.Charged
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetAfter() *CheckResponse {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
 var File_quotad_v1_quota_proto protoreflect.FileDescriptor
 
 const file_quotad_v1_quota_proto_rawDesc = "" +
@@ -1596,7 +1963,30 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05units\x18\x02 \x01(\x03R\x05units\"1\n" +
 	"\x13ReturnLeaseResponse\x12\x1a\n" +
-	"\breturned\x18\x01 \x01(\x03R\breturned*\xf1\x01\n" +
+	"\breturned\x18\x01 \x01(\x03R\breturned\"\xbb\x01\n" +
+	"\x0eReserveRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
+	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12&\n" +
+	"\x05limit\x18\x04 \x01(\v2\x10.quotad.v1.LimitR\x05limit\x125\n" +
+	"\blifetime\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\blifetimeB\a\n" +
+	"\x05_cost\"\xae\x01\n" +
+	"\x0fReserveResponse\x124\n" +
+	"\bdecision\x18\x01 \x01(\v2\x18.quotad.v1.CheckResponseR\bdecision\x12%\n" +
+	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\x12>\n" +
+	"\rexpires_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\fexpiresAfter\"\xa0\x01\n" +
+	"\rSettleRequest\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12&\n" +
+	"\x05limit\x18\x03 \x01(\v2\x10.quotad.v1.LimitR\x05limit\x12%\n" +
+	"\x0ereservation_id\x18\x04 \x01(\tR\rreservationId\x12\x16\n" +
+	"\x06actual\x18\x05 \x01(\x03R\x06actual\"\xd3\x01\n" +
+	"\x0eSettleResponse\x122\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x18.quotad.v1.SettleOutcomeR\aoutcome\x12'\n" +
+	"\x0factual_recorded\x18\x02 \x01(\x03R\x0eactualRecorded\x12\x1a\n" +
+	"\brefunded\x18\x03 \x01(\x03R\brefunded\x12\x18\n" +
+	"\acharged\x18\x04 \x01(\x03R\acharged\x12.\n" +
+	"\x05after\x18\x05 \x01(\v2\x18.quotad.v1.CheckResponseR\x05after*\xf1\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12 \n" +
@@ -1618,7 +2008,12 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\x10SOURCE_FAIL_OPEN\x10\x04\x12\x16\n" +
 	"\x12SOURCE_FAIL_CLOSED\x10\x05\x12\x17\n" +
 	"\x13SOURCE_CLIENT_LEASE\x10\x06\x12\x1e\n" +
-	"\x1aSOURCE_CLIENT_DENIED_CACHE\x10\a2\xe7\x04\n" +
+	"\x1aSOURCE_CLIENT_DENIED_CACHE\x10\a*\x91\x01\n" +
+	"\rSettleOutcome\x12\x1e\n" +
+	"\x1aSETTLE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16SETTLE_OUTCOME_SETTLED\x10\x01\x12!\n" +
+	"\x1dSETTLE_OUTCOME_SETTLED_BEFORE\x10\x02\x12!\n" +
+	"\x1dSETTLE_OUTCOME_NO_RESERVATION\x10\x032\xec\x05\n" +
 	"\fQuotaService\x12<\n" +
 	"\x05Check\x12\x17.quotad.v1.CheckRequest\x1a\x18.quotad.v1.CheckResponse\"\x00\x12K\n" +
 	"\n" +
@@ -1628,7 +2023,9 @@ const file_quotad_v1_quota_proto_rawDesc = "" +
 	"\tRenewSlot\x12\x1b.quotad.v1.RenewSlotRequest\x1a\x1c.quotad.v1.RenewSlotResponse\"\x00\x12N\n" +
 	"\vReleaseSlot\x12\x1d.quotad.v1.ReleaseSlotRequest\x1a\x1e.quotad.v1.ReleaseSlotResponse\"\x00\x12Q\n" +
 	"\fAcquireLease\x12\x1e.quotad.v1.AcquireLeaseRequest\x1a\x1f.quotad.v1.AcquireLeaseResponse\"\x00\x12N\n" +
-	"\vReturnLease\x12\x1d.quotad.v1.ReturnLeaseRequest\x1a\x1e.quotad.v1.ReturnLeaseResponse\"\x00B3Z1github.com/quotad/quotad/proto/quotad/v1;quotadv1b\x06proto3"
+	"\vReturnLease\x12\x1d.quotad.v1.ReturnLeaseRequest\x1a\x1e.quotad.v1.ReturnLeaseResponse\"\x00\x12B\n" +
+	"\aReserve\x12\x19.quotad.v1.ReserveRequest\x1a\x1a.quotad.v1.ReserveResponse\"\x00\x12?\n" +
+	"\x06Settle\x12\x18.quotad.v1.SettleRequest\x1a\x19.quotad.v1.SettleResponse\"\x00B3Z1github.com/quotad/quotad/proto/quotad/v1;quotadv1b\x06proto3"
 
 var (
 	file_quotad_v1_quota_proto_rawDescOnce sync.Once
@@ -1642,76 +2039,92 @@ func file_quotad_v1_quota_proto_rawDescGZIP() []byte {
 	return file_quotad_v1_quota_proto_rawDescData
 }
 
-var file_quotad_v1_quota_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_quotad_v1_quota_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_quotad_v1_quota_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_quotad_v1_quota_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_quotad_v1_quota_proto_goTypes = []any{
 	(Algorithm)(0),               // 0: quotad.v1.Algorithm
 	(FailureMode)(0),             // 1: quotad.v1.FailureMode
 	(Source)(0),                  // 2: quotad.v1.Source
-	(*Limit)(nil),                // 3: quotad.v1.Limit
-	(*CheckRequest)(nil),         // 4: quotad.v1.CheckRequest
-	(*CheckResponse)(nil),        // 5: quotad.v1.CheckResponse
-	(*CheckBatchRequest)(nil),    // 6: quotad.v1.CheckBatchRequest
-	(*CheckBatchResponse)(nil),   // 7: quotad.v1.CheckBatchResponse
-	(*CheckBatchResult)(nil),     // 8: quotad.v1.CheckBatchResult
-	(*ItemError)(nil),            // 9: quotad.v1.ItemError
-	(*ResetRequest)(nil),         // 10: quotad.v1.ResetRequest
-	(*ResetResponse)(nil),        // 11: quotad.v1.ResetResponse
-	(*ListPoliciesRequest)(nil),  // 12: quotad.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil), // 13: quotad.v1.ListPoliciesResponse
-	(*Policy)(nil),               // 14: quotad.v1.Policy
-	(*RenewSlotRequest)(nil),     // 15: quotad.v1.RenewSlotRequest
-	(*RenewSlotResponse)(nil),    // 16: quotad.v1.RenewSlotResponse
-	(*ReleaseSlotRequest)(nil),   // 17: quotad.v1.ReleaseSlotRequest
-	(*ReleaseSlotResponse)(nil),  // 18: quotad.v1.ReleaseSlotResponse
-	(*AcquireLeaseRequest)(nil),  // 19: quotad.v1.AcquireLeaseRequest
-	(*AcquireLeaseResponse)(nil), // 20: quotad.v1.AcquireLeaseResponse
-	(*ReturnLeaseRequest)(nil),   // 21: quotad.v1.ReturnLeaseRequest
-	(*ReturnLeaseResponse)(nil),  // 22: quotad.v1.ReturnLeaseResponse
-	(*durationpb.Duration)(nil),  // 23: google.protobuf.Duration
+	(SettleOutcome)(0),           // 3: quotad.v1.SettleOutcome
+	(*Limit)(nil),                // 4: quotad.v1.Limit
+	(*CheckRequest)(nil),         // 5: quotad.v1.CheckRequest
+	(*CheckResponse)(nil),        // 6: quotad.v1.CheckResponse
+	(*CheckBatchRequest)(nil),    // 7: quotad.v1.CheckBatchRequest
+	(*CheckBatchResponse)(nil),   // 8: quotad.v1.CheckBatchResponse
+	(*CheckBatchResult)(nil),     // 9: quotad.v1.CheckBatchResult
+	(*ItemError)(nil),            // 10: quotad.v1.ItemError
+	(*ResetRequest)(nil),         // 11: quotad.v1.ResetRequest
+	(*ResetResponse)(nil),        // 12: quotad.v1.ResetResponse
+	(*ListPoliciesRequest)(nil),  // 13: quotad.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil), // 14: quotad.v1.ListPoliciesResponse
+	(*Policy)(nil),               // 15: quotad.v1.Policy
+	(*RenewSlotRequest)(nil),     // 16: quotad.v1.RenewSlotRequest
+	(*RenewSlotResponse)(nil),    // 17: quotad.v1.RenewSlotResponse
+	(*ReleaseSlotRequest)(nil),   // 18: quotad.v1.ReleaseSlotRequest
+	(*ReleaseSlotResponse)(nil),  // 19: quotad.v1.ReleaseSlotResponse
+	(*AcquireLeaseRequest)(nil),  // 20: quotad.v1.AcquireLeaseRequest
+	(*AcquireLeaseResponse)(nil), // 21: quotad.v1.AcquireLeaseResponse
+	(*ReturnLeaseRequest)(nil),   // 22: quotad.v1.ReturnLeaseRequest
+	(*ReturnLeaseResponse)(nil),  // 23: quotad.v1.ReturnLeaseResponse
+	(*ReserveRequest)(nil),       // 24: quotad.v1.ReserveRequest
+	(*ReserveResponse)(nil),      // 25: quotad.v1.ReserveResponse
+	(*SettleRequest)(nil),        // 26: quotad.v1.SettleRequest
+	(*SettleResponse)(nil),       // 27: quotad.v1.SettleResponse
+	(*durationpb.Duration)(nil),  // 28: google.protobuf.Duration
 }
 var file_quotad_v1_quota_proto_depIdxs = []int32{
 	0,  // 0: quotad.v1.Limit.algorithm:type_name -> quotad.v1.Algorithm
-	23, // 1: quotad.v1.Limit.period:type_name -> google.protobuf.Duration
+	28, // 1: quotad.v1.Limit.period:type_name -> google.protobuf.Duration
 	1,  // 2: quotad.v1.Limit.on_store_error:type_name -> quotad.v1.FailureMode
-	3,  // 3: quotad.v1.CheckRequest.limit:type_name -> quotad.v1.Limit
-	23, // 4: quotad.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
-	23, // 5: quotad.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
+	4,  // 3: quotad.v1.CheckRequest.limit:type_name -> quotad.v1.Limit
+	28, // 4: quotad.v1.CheckResponse.reset_after:type_name -> google.protobuf.Duration
+	28, // 5: quotad.v1.CheckResponse.retry_after:type_name -> google.protobuf.Duration
 	2,  // 6: quotad.v1.CheckResponse.source:type_name -> quotad.v1.Source
-	23, // 7: quotad.v1.CheckResponse.slot_expires_after:type_name -> google.protobuf.Duration
-	4,  // 8: quotad.v1.CheckBatchRequest.requests:type_name -> quotad.v1.CheckRequest
-	8,  // 9: quotad.v1.CheckBatchResponse.results:type_name -> quotad.v1.CheckBatchResult
-	5,  // 10: quotad.v1.CheckBatchResult.response:type_name -> quotad.v1.CheckResponse
-	9,  // 11: quotad.v1.CheckBatchResult.error:type_name -> quotad.v1.ItemError
-	14, // 12: quotad.v1.ListPoliciesResponse.policies:type_name -> quotad.v1.Policy
-	3,  // 13: quotad.v1.Policy.limit:type_name -> quotad.v1.Limit
-	3,  // 14: quotad.v1.RenewSlotRequest.limit:type_name -> quotad.v1.Limit
-	23, // 15: quotad.v1.RenewSlotResponse.expires_after:type_name -> google.protobuf.Duration
-	3,  // 16: quotad.v1.ReleaseSlotRequest.limit:type_name -> quotad.v1.Limit
-	3,  // 17: quotad.v1.AcquireLeaseRequest.limit:type_name -> quotad.v1.Limit
-	5,  // 18: quotad.v1.AcquireLeaseResponse.decision:type_name -> quotad.v1.CheckResponse
-	23, // 19: quotad.v1.AcquireLeaseResponse.use_within:type_name -> google.protobuf.Duration
-	4,  // 20: quotad.v1.QuotaService.Check:input_type -> quotad.v1.CheckRequest
-	6,  // 21: quotad.v1.QuotaService.CheckBatch:input_type -> quotad.v1.CheckBatchRequest
-	10, // 22: quotad.v1.QuotaService.Reset:input_type -> quotad.v1.ResetRequest
-	12, // 23: quotad.v1.QuotaService.ListPolicies:input_type -> quotad.v1.ListPoliciesRequest
-	15, // 24: quotad.v1.QuotaService.RenewSlot:input_type -> quotad.v1.RenewSlotRequest
-	17, // 25: quotad.v1.QuotaService.ReleaseSlot:input_type -> quotad.v1.ReleaseSlotRequest
-	19, // 26: quotad.v1.QuotaService.AcquireLease:input_type -> quotad.v1.AcquireLeaseRequest
-	21, // 27: quotad.v1.QuotaService.ReturnLease:input_type -> quotad.v1.ReturnLeaseRequest
-	5,  // 28: quotad.v1.QuotaService.Check:output_type -> quotad.v1.CheckResponse
-	7,  // 29: quotad.v1.QuotaService.CheckBatch:output_type -> quotad.v1.CheckBatchResponse
-	11, // 30: quotad.v1.QuotaService.Reset:output_type -> quotad.v1.ResetResponse
-	13, // 31: quotad.v1.QuotaService.ListPolicies:output_type -> quotad.v1.ListPoliciesResponse
-	16, // 32: quotad.v1.QuotaService.RenewSlot:output_type -> quotad.v1.RenewSlotResponse
-	18, // 33: quotad.v1.QuotaService.ReleaseSlot:output_type -> quotad.v1.ReleaseSlotResponse
-	20, // 34: quotad.v1.QuotaService.AcquireLease:output_type -> quotad.v1.AcquireLeaseResponse
-	22, // 35: quotad.v1.QuotaService.ReturnLease:output_type -> quotad.v1.ReturnLeaseResponse
-	28, // [28:36] is the sub-list for method output_type
-	20, // [20:28] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	28, // 7: quotad.v1.CheckResponse.slot_expires_after:type_name -> google.protobuf.Duration
+	5,  // 8: quotad.v1.CheckBatchRequest.requests:type_name -> quotad.v1.CheckRequest
+	9,  // 9: quotad.v1.CheckBatchResponse.results:type_name -> quotad.v1.CheckBatchResult
+	6,  // 10: quotad.v1.CheckBatchResult.response:type_name -> quotad.v1.CheckResponse
+	10, // 11: quotad.v1.CheckBatchResult.error:type_name -> quotad.v1.ItemError
+	15, // 12: quotad.v1.ListPoliciesResponse.policies:type_name -> quotad.v1.Policy
+	4,  // 13: quotad.v1.Policy.limit:type_name -> quotad.v1.Limit
+	4,  // 14: quotad.v1.RenewSlotRequest.limit:type_name -> quotad.v1.Limit
+	28, // 15: quotad.v1.RenewSlotResponse.expires_after:type_name -> google.protobuf.Duration
+	4,  // 16: quotad.v1.ReleaseSlotRequest.limit:type_name -> quotad.v1.Limit
+	4,  // 17: quotad.v1.AcquireLeaseRequest.limit:type_name -> quotad.v1.Limit
+	6,  // 18: quotad.v1.AcquireLeaseResponse.decision:type_name -> quotad.v1.CheckResponse
+	28, // 19: quotad.v1.AcquireLeaseResponse.use_within:type_name -> google.protobuf.Duration
+	4,  // 20: quotad.v1.ReserveRequest.limit:type_name -> quotad.v1.Limit
+	28, // 21: quotad.v1.ReserveRequest.lifetime:type_name -> google.protobuf.Duration
+	6,  // 22: quotad.v1.ReserveResponse.decision:type_name -> quotad.v1.CheckResponse
+	28, // 23: quotad.v1.ReserveResponse.expires_after:type_name -> google.protobuf.Duration
+	4,  // 24: quotad.v1.SettleRequest.limit:type_name -> quotad.v1.Limit
+	3,  // 25: quotad.v1.SettleResponse.outcome:type_name -> quotad.v1.SettleOutcome
+	6,  // 26: quotad.v1.SettleResponse.after:type_name -> quotad.v1.CheckResponse
+	5,  // 27: quotad.v1.QuotaService.Check:input_type -> quotad.v1.CheckRequest
+	7,  // 28: quotad.v1.QuotaService.CheckBatch:input_type -> quotad.v1.CheckBatchRequest
+	11, // 29: quotad.v1.QuotaService.Reset:input_type -> quotad.v1.ResetRequest
+	13, // 30: quotad.v1.QuotaService.ListPolicies:input_type -> quotad.v1.ListPoliciesRequest
+	16, // 31: quotad.v1.QuotaService.RenewSlot:input_type -> quotad.v1.RenewSlotRequest
+	18, // 32: quotad.v1.QuotaService.ReleaseSlot:input_type -> quotad.v1.ReleaseSlotRequest
+	20, // 33: quotad.v1.QuotaService.AcquireLease:input_type -> quotad.v1.AcquireLeaseRequest
+	22, // 34: quotad.v1.QuotaService.ReturnLease:input_type -> quotad.v1.ReturnLeaseRequest
+	24, // 35: quotad.v1.QuotaService.Reserve:input_type -> quotad.v1.ReserveRequest
+	26, // 36: quotad.v1.QuotaService.Settle:input_type -> quotad.v1.SettleRequest
+	6,  // 37: quotad.v1.QuotaService.Check:output_type -> quotad.v1.CheckResponse
+	8,  // 38: quotad.v1.QuotaService.CheckBatch:output_type -> quotad.v1.CheckBatchResponse
+	12, // 39: quotad.v1.QuotaService.Reset:output_type -> quotad.v1.ResetResponse
+	14, // 40: quotad.v1.QuotaService.ListPolicies:output_type -> quotad.v1.ListPoliciesResponse
+	17, // 41: quotad.v1.QuotaService.RenewSlot:output_type -> quotad.v1.RenewSlotResponse
+	19, // 42: quotad.v1.QuotaService.ReleaseSlot:output_type -> quotad.v1.ReleaseSlotResponse
+	21, // 43: quotad.v1.QuotaService.AcquireLease:output_type -> quotad.v1.AcquireLeaseResponse
+	23, // 44: quotad.v1.QuotaService.ReturnLease:output_type -> quotad.v1.ReturnLeaseResponse
+	25, // 45: quotad.v1.QuotaService.Reserve:output_type -> quotad.v1.ReserveResponse
+	27, // 46: quotad.v1.QuotaService.Settle:output_type -> quotad.v1.SettleResponse
+	37, // [37:47] is the sub-list for method output_type
+	27, // [27:37] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_quotad_v1_quota_proto_init() }
@@ -1726,13 +2139,14 @@ func file_quotad_v1_quota_proto_init() {
 		(*CheckBatchResult_Error)(nil),
 	}
 	file_quotad_v1_quota_proto_msgTypes[16].OneofWrappers = []any{}
+	file_quotad_v1_quota_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_quotad_v1_quota_proto_rawDesc), len(file_quotad_v1_quota_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   20,
+			NumEnums:      4,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,6 +53,10 @@ const (
 	// QuotaServiceReturnLeaseProcedure is the fully-qualified name of the QuotaService's ReturnLease
 	// RPC.
 	QuotaServiceReturnLeaseProcedure = "/quotad.v1.QuotaService/ReturnLease"
+	// QuotaServiceReserveProcedure is the fully-qualified name of the QuotaService's Reserve RPC.
+	QuotaServiceReserveProcedure = "/quotad.v1.QuotaService/Reserve"
+	// QuotaServiceSettleProcedure is the fully-qualified name of the QuotaService's Settle RPC.
+	QuotaServiceSettleProcedure = "/quotad.v1.QuotaService/Settle"
 )
 
 // QuotaServiceClient is a client for the quotad.v1.QuotaService service.
@@ -87,6 +91,16 @@ type QuotaServiceClient interface {
 	// once: NotFound when the lease is not known to the answering node (already
 	// returned, forgotten after it expired, reset, or granted by another node).
 	ReturnLease(context.Context, *connect.Request[v1.ReturnLeaseRequest]) (*connect.Response[v1.ReturnLeaseResponse], error)
+	// Reserve decides one request as Check does for an estimated cost and,
+	// when it is allowed, reserves the estimate under a reservation_id, to be
+	// settled with the cost actually used once it is known (LLM tokens, bytes
+	// streamed). A concurrency limit cannot be reserved (InvalidArgument).
+	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
+	// Settle ends a reservation with the cost actually used, at any node:
+	// the unused part of the estimate goes back, a cost beyond it is charged
+	// and always counts (into debt when it does not fit). Exactly once: a
+	// retried settle changes nothing and says SETTLE_OUTCOME_SETTLED_BEFORE.
+	Settle(context.Context, *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error)
 }
 
 // NewQuotaServiceClient constructs a client for the quotad.v1.QuotaService service. By default, it
@@ -148,6 +162,18 @@ func NewQuotaServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(quotaServiceMethods.ByName("ReturnLease")),
 			connect.WithClientOptions(opts...),
 		),
+		reserve: connect.NewClient[v1.ReserveRequest, v1.ReserveResponse](
+			httpClient,
+			baseURL+QuotaServiceReserveProcedure,
+			connect.WithSchema(quotaServiceMethods.ByName("Reserve")),
+			connect.WithClientOptions(opts...),
+		),
+		settle: connect.NewClient[v1.SettleRequest, v1.SettleResponse](
+			httpClient,
+			baseURL+QuotaServiceSettleProcedure,
+			connect.WithSchema(quotaServiceMethods.ByName("Settle")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -161,6 +187,8 @@ type quotaServiceClient struct {
 	releaseSlot  *connect.Client[v1.ReleaseSlotRequest, v1.ReleaseSlotResponse]
 	acquireLease *connect.Client[v1.AcquireLeaseRequest, v1.AcquireLeaseResponse]
 	returnLease  *connect.Client[v1.ReturnLeaseRequest, v1.ReturnLeaseResponse]
+	reserve      *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
+	settle       *connect.Client[v1.SettleRequest, v1.SettleResponse]
 }
 
 // Check calls quotad.v1.QuotaService.Check.
@@ -203,6 +231,16 @@ func (c *quotaServiceClient) ReturnLease(ctx context.Context, req *connect.Reque
 	return c.returnLease.CallUnary(ctx, req)
 }
 
+// Reserve calls quotad.v1.QuotaService.Reserve.
+func (c *quotaServiceClient) Reserve(ctx context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
+	return c.reserve.CallUnary(ctx, req)
+}
+
+// Settle calls quotad.v1.QuotaService.Settle.
+func (c *quotaServiceClient) Settle(ctx context.Context, req *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error) {
+	return c.settle.CallUnary(ctx, req)
+}
+
 // QuotaServiceHandler is an implementation of the quotad.v1.QuotaService service.
 type QuotaServiceHandler interface {
 	// Check decides one request and, when allowed, spends its cost.
@@ -235,6 +273,16 @@ type QuotaServiceHandler interface {
 	// once: NotFound when the lease is not known to the answering node (already
 	// returned, forgotten after it expired, reset, or granted by another node).
 	ReturnLease(context.Context, *connect.Request[v1.ReturnLeaseRequest]) (*connect.Response[v1.ReturnLeaseResponse], error)
+	// Reserve decides one request as Check does for an estimated cost and,
+	// when it is allowed, reserves the estimate under a reservation_id, to be
+	// settled with the cost actually used once it is known (LLM tokens, bytes
+	// streamed). A concurrency limit cannot be reserved (InvalidArgument).
+	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
+	// Settle ends a reservation with the cost actually used, at any node:
+	// the unused part of the estimate goes back, a cost beyond it is charged
+	// and always counts (into debt when it does not fit). Exactly once: a
+	// retried settle changes nothing and says SETTLE_OUTCOME_SETTLED_BEFORE.
+	Settle(context.Context, *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error)
 }
 
 // NewQuotaServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -292,6 +340,18 @@ func NewQuotaServiceHandler(svc QuotaServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(quotaServiceMethods.ByName("ReturnLease")),
 		connect.WithHandlerOptions(opts...),
 	)
+	quotaServiceReserveHandler := connect.NewUnaryHandler(
+		QuotaServiceReserveProcedure,
+		svc.Reserve,
+		connect.WithSchema(quotaServiceMethods.ByName("Reserve")),
+		connect.WithHandlerOptions(opts...),
+	)
+	quotaServiceSettleHandler := connect.NewUnaryHandler(
+		QuotaServiceSettleProcedure,
+		svc.Settle,
+		connect.WithSchema(quotaServiceMethods.ByName("Settle")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/quotad.v1.QuotaService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case QuotaServiceCheckProcedure:
@@ -310,6 +370,10 @@ func NewQuotaServiceHandler(svc QuotaServiceHandler, opts ...connect.HandlerOpti
 			quotaServiceAcquireLeaseHandler.ServeHTTP(w, r)
 		case QuotaServiceReturnLeaseProcedure:
 			quotaServiceReturnLeaseHandler.ServeHTTP(w, r)
+		case QuotaServiceReserveProcedure:
+			quotaServiceReserveHandler.ServeHTTP(w, r)
+		case QuotaServiceSettleProcedure:
+			quotaServiceSettleHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -349,4 +413,12 @@ func (UnimplementedQuotaServiceHandler) AcquireLease(context.Context, *connect.R
 
 func (UnimplementedQuotaServiceHandler) ReturnLease(context.Context, *connect.Request[v1.ReturnLeaseRequest]) (*connect.Response[v1.ReturnLeaseResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quotad.v1.QuotaService.ReturnLease is not implemented"))
+}
+
+func (UnimplementedQuotaServiceHandler) Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quotad.v1.QuotaService.Reserve is not implemented"))
+}
+
+func (UnimplementedQuotaServiceHandler) Settle(context.Context, *connect.Request[v1.SettleRequest]) (*connect.Response[v1.SettleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("quotad.v1.QuotaService.Settle is not implemented"))
 }
