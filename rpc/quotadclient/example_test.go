@@ -188,3 +188,40 @@ func ExampleConcurrencyMiddleware() {
 	// 200 OK
 	// 200 OK
 }
+
+// A token budget whose cost is known only once the work is done: reserve
+// an estimate of 500 tokens, do the work, settle with the 120 it used,
+// and 380 come back. A settle retried after a lost reply changes nothing.
+func ExampleClient_Reserve() {
+	quotad, stop := exampleQuotad(node.Policy{
+		Name:  "llm-tokens",
+		Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1000, Period: time.Hour},
+	})
+	defer stop()
+
+	c, err := quotadclient.New(quotad, quotadclient.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	d, r, err := c.Reserve(ctx, "llm-tokens", "team-a", 500, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(d.Allowed, d.Remaining, r.ExpiresAfter)
+	s, err := c.Settle(ctx, r, 120) // the tokens the response used
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(s.Outcome, s.Refunded, s.After.Remaining)
+	s, err = c.Settle(ctx, r, 120)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(s.Outcome, s.Recorded, s.After.Remaining)
+	// Output:
+	// true 500 10m0s
+	// settled 380 880
+	// settled before 120 880
+}
