@@ -161,8 +161,8 @@ func (n *Node) Settle(ctx context.Context, p Policy, key, id string, actual int6
 	if p.Limit.Algorithm == algorithms.Concurrency {
 		return algorithms.Settlement{}, fmt.Errorf("policy %s: %w", p.Name, ErrConcurrencyReservation)
 	}
-	if err := p.Limit.ValidateCharge(actual); err != nil {
-		return algorithms.Settlement{}, fmt.Errorf("actual: %w", err)
+	if most := p.Limit.MaxCharge(); actual < 0 || actual > most {
+		return algorithms.Settlement{}, fmt.Errorf("actual: %w: %d (want 0 to %d, the most a key of this limit can owe)", algorithms.ErrInvalidCost, actual, most)
 	}
 	rs, ok := n.store.(ReservationStore)
 	if !ok {
