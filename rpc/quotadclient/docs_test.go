@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// docs/client.md's middleware example is ExampleMiddleware, character for
-// character, so that the docs show code go test compiles and runs.
-func TestDocsShowExampleMiddleware(t *testing.T) {
+// docs/client.md's middleware examples are ExampleMiddleware and
+// ExampleTokenMiddleware, character for character, so that the docs show
+// code go test compiles and runs.
+func TestDocsShowTheMiddlewareExamples(t *testing.T) {
 	src, err := os.ReadFile("example_test.go")
 	if err != nil {
 		t.Fatal(err)
@@ -17,14 +18,16 @@ func TestDocsShowExampleMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := strings.Index(string(src), "func ExampleMiddleware() {")
-	end := strings.Index(string(src[start:]), "\n}\n")
-	if start < 0 || end < 0 {
-		t.Fatal("example_test.go has no ExampleMiddleware")
-	}
-	example := string(src[start : start+end+3])
-	if !strings.Contains(string(readme), "```go\n"+example+"```\n") {
-		t.Errorf("docs/client.md does not show ExampleMiddleware as it is in example_test.go; copy it:\n%s", example)
+	for _, name := range []string{"ExampleMiddleware", "ExampleTokenMiddleware"} {
+		start := strings.Index(string(src), "func "+name+"() {")
+		if start < 0 {
+			t.Fatalf("example_test.go has no %s", name)
+		}
+		end := strings.Index(string(src[start:]), "\n}\n")
+		example := string(src[start : start+end+3])
+		if !strings.Contains(string(readme), "```go\n"+example+"```\n") {
+			t.Errorf("docs/client.md does not show %s as it is in example_test.go; copy it:\n%s", name, example)
+		}
 	}
 }
 

@@ -3,9 +3,13 @@ package quotadclient_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/quotad/quotad/algorithms"
@@ -224,4 +228,66 @@ func ExampleClient_Reserve() {
 	// true 500 10m0s
 	// settled 380 880
 	// settled before 120 880
+}
+
+// A proxy in front of a model server charges each key the tokens its
+// responses used, input and output tokens under limits of their own: each
+// request reserves an estimate of both, and once the response is done
+// the middleware settles them with the response's usage. The first
+// response used 30 input and 250 output tokens, 50 output tokens beyond
+// the estimate, charged all the same; the second request's estimate of
+// 200 output tokens no longer fits in what is left, so it is refused
+// until the bucket refills.
+func ExampleTokenMiddleware() {
+	quotad, stop := exampleQuotad() // quotad on a loopback port, as `go run ./cmd/quotad` on :8080
+	defer stop()
+
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"choices":[{"message":{"content":"..."}}],"usage":{"prompt_tokens":30,"completion_tokens":250}}`))
+	}))
+	defer model.Close()
+	target, _ := url.Parse(model.URL)
+
+	c, err := quotadclient.New(quotad, quotadclient.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	budget, err := quotadclient.TokenMiddleware(c, quotadclient.TokenMiddlewareConfig{
+		Key: quotadclient.KeyByHeader("X-API-Key"),
+		Input: quotadclient.TokenBudget{
+			Policy:   "input-tokens",
+			Limit:    &algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1000, Period: time.Hour},
+			Estimate: func(r *http.Request) (int64, error) { return r.ContentLength / 4, nil }, // ~4 bytes a token
+		},
+		Output: quotadclient.TokenBudget{
+			Policy:   "output-tokens",
+			Limit:    &algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 300, Period: time.Hour},
+			Estimate: func(*http.Request) (int64, error) { return 200, nil }, // the request's max_tokens
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	proxy := httptest.NewServer(budget(httputil.NewSingleHostReverseProxy(target)))
+	defer proxy.Close()
+
+	for range 2 {
+		req, _ := http.NewRequest("POST", proxy.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","max_tokens":200,"messages":[{"role":"user","content":"Tell me about rate limits."}]}`))
+		req.Header.Set("X-API-Key", "team-a")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body) // the body ends once the middleware has settled
+		resp.Body.Close()
+		fmt.Printf("%d Retry-After: %q\n", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	in, _ := c.CheckLimit(context.Background(), "input-tokens", algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 1000, Period: time.Hour}, "team-a", 0)
+	out, _ := c.CheckLimit(context.Background(), "output-tokens", algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 300, Period: time.Hour}, "team-a", 0)
+	fmt.Println("input tokens left:", in.Remaining, "output tokens left:", out.Remaining)
+	// Output:
+	// 200 Retry-After: ""
+	// 429 Retry-After: "1800"
+	// input tokens left: 970 output tokens left: 50
 }
