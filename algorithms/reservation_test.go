@@ -171,3 +171,68 @@ func TestSettleAfterTheLifetimeChangesNothing(t *testing.T) {
 		t.Fatalf("settle after the lifetime: %+v, %v; want no reservation, 4 remaining", s, err)
 	}
 }
+
+// reservationExample is docs/algorithms.md's reservation example under one
+// algorithm, 10 per 10 s at a window's start: reserve 6, settle it with 2,
+// reserve 8, settle it with 15. refund is the first settle's refunded,
+// remaining the key's remaining after it; retry the wait for one unit after
+// the second settle's debt.
+type reservationExample struct {
+	refund, remaining int64
+	retry             time.Duration
+}
+
+var reservationExamples = map[algorithms.Algorithm]reservationExample{
+	algorithms.FixedWindow:          {4, 8, 10 * time.Second},
+	algorithms.SlidingWindowLog:     {4, 8, 10 * time.Second},
+	algorithms.SlidingWindowCounter: {4, 8, 14706 * time.Millisecond},
+	algorithms.TokenBucket:          {4, 8, 8 * time.Second},
+	algorithms.LeakyBucket:          {4, 8, 8 * time.Second},
+	algorithms.GCRA:                 {4, 8, 8 * time.Second},
+}
+
+// TestReservationExamples replays the example through the Go model and
+// the scripts (at the same explicit clock) and checks both against the
+// table docs/algorithms.md shows.
+func TestReservationExamples(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	const t0 = int64(1_700_000_040_000) // a multiple of 10 s
+	for a, ex := range reservationExamples {
+		t.Run(a.String(), func(t *testing.T) {
+			l := algorithms.Limit{Algorithm: a, Limit: 10, Period: 10 * time.Second}
+			base := "{rv-example-" + a.String() + "}"
+			keys := algorithms.Keys(a, base)
+			reserve := redis.NewScript(withLongTTLs(algorithms.ReserveScript(a)))
+			settle := redis.NewScript(withLongTTLs(algorithms.SettleScript(a)))
+			st := algorithms.NewState(a)
+			var got [2]algorithms.Settlement
+			for i, step := range []struct{ estimate, actual int64 }{{6, 2}, {8, 15}} {
+				id := fmt.Sprint(i)
+				d, g := st.Acquire(l, t0, step.estimate, step.estimate, 0)
+				rv := algorithms.Reservation{Estimate: step.estimate, Grant: g}
+				reply, err := reserve.Run(ctx, rdb, append(keys, algorithms.ReservationKey(base, id)), algorithms.ReserveArgs(l, step.estimate, time.Hour, t0)...).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sd, _, err := algorithms.DecodeAcquireReply(reply); err != nil || sd != d || !d.Allowed {
+					t.Fatalf("reserve %d: script %+v (%v), model %+v; want both admitted alike", step.estimate, sd, err, d)
+				}
+				got[i] = rv.Settle(st, l, t0, step.actual)
+				reply, err = settle.Run(ctx, rdb, append(keys, algorithms.ReservationKey(base, id)), algorithms.SettleArgs(l, step.actual, t0)...).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s, err := algorithms.DecodeSettleReply(reply); err != nil || s != got[i] {
+					t.Fatalf("settle %d: script %+v (%v), model %+v", step.actual, s, err, got[i])
+				}
+			}
+			if got[0].Refunded != ex.refund || got[0].After.Remaining != ex.remaining {
+				t.Errorf("reserve 6, settle 2: refunded %d, remaining %d; the example says %d, %d", got[0].Refunded, got[0].After.Remaining, ex.refund, ex.remaining)
+			}
+			if s := got[1]; s.Charged != 7 || s.After.Allowed || s.After.Remaining != 0 || s.After.RetryAfter != ex.retry {
+				t.Errorf("reserve 8, settle 15: %+v; the example says 7 charged, denied, retry after %s", s, ex.retry)
+			}
+		})
+	}
+}
