@@ -273,3 +273,79 @@ func TestOverspendIsBoundedByTheOverageInFlight(t *testing.T) {
 		t.Fatalf("used %d, over the limit %d plus the overage in flight %d", used, p.Limit.Limit, inFlight)
 	}
 }
+
+// Reservations and plain checks of one hot key through three leasing
+// nodes: the nodes answer most checks from their leases while refunds and
+// charges land on the same key at the store. Once the nodes have given
+// their unspent lease units back, Redis counts exactly the checks admitted
+// plus the reservations' actuals.
+func TestReservationsBesideLeasesStayExact(t *testing.T) {
+	r := redistest.Start(t)
+	p := node.Policy{Name: "mixed", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1_000_000, Period: algorithms.MaxPeriod}}
+	cfg := node.Config{Policies: []node.Policy{p}, Cluster: quotadtest.SizedCluster(3)}
+	ns := make([]*node.Node, 3)
+	for i := range ns {
+		var err error
+		if ns[i], err = node.New(cfg, newRedisStore(t, r), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	var want, leaseHits, refunds, charges atomic.Int64
+	var wg sync.WaitGroup
+	var failure atomic.Value
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 11))
+			for range 400 {
+				n := ns[rng.IntN(3)]
+				if w%2 == 0 {
+					res, err := n.Check(ctx, p, "hot", 1)
+					if err != nil || !res.Allowed {
+						failure.Store(fmt.Sprintf("check: %+v %v", res, err))
+						return
+					}
+					want.Add(1)
+					if res.Source == node.SourceLease {
+						leaseHits.Add(1)
+					}
+					continue
+				}
+				estimate := 1 + rng.Int64N(20)
+				res, rv, err := n.Reserve(ctx, p, "hot", estimate, time.Minute)
+				if err != nil || !res.Allowed {
+					failure.Store(fmt.Sprintf("reserve: %+v %v", res, err))
+					return
+				}
+				actual := rng.Int64N(2 * estimate)
+				s, err := ns[rng.IntN(3)].Settle(ctx, p, "hot", rv.ID, actual)
+				if err != nil || s.Outcome != algorithms.Settled {
+					failure.Store(fmt.Sprintf("settle: %+v %v", s, err))
+					return
+				}
+				refunds.Add(s.Refunded)
+				charges.Add(s.Charged)
+				want.Add(actual)
+			}
+		}()
+	}
+	wg.Wait()
+	if f := failure.Load(); f != nil {
+		t.Fatal(f)
+	}
+	for _, n := range ns {
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := storedCount(t, r, p.Name, "hot")
+	t.Logf("Redis counts %d, want %d (%d lease hits, %d units refunded, %d charged)", got, want.Load(), leaseHits.Load(), refunds.Load(), charges.Load())
+	if leaseHits.Load() == 0 || refunds.Load() == 0 || charges.Load() == 0 {
+		t.Fatal("the test must see lease hits, refunds and charges")
+	}
+	if got != want.Load() {
+		t.Fatalf("Redis counts %d units; want the checks admitted plus the actuals, %d", got, want.Load())
+	}
+}

@@ -301,6 +301,34 @@ func TestThreeProcessCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a debt settled at A is answered on C without Redis", func(t *testing.T) {
+		lim := &quotadv1.Limit{Algorithm: quotadv1.Algorithm_ALGORITHM_FIXED_WINDOW, Limit: 1000, Period: durationpb.New(time.Hour)}
+		cost := int64(800)
+		rv, err := b.client.Reserve(ctx, connect.NewRequest(&quotadv1.ReserveRequest{Policy: "tokens", Key: "team", Cost: &cost, Limit: lim}))
+		if err != nil || rv.Msg.GetReservationId() == "" {
+			t.Fatalf("reserve on B: %v, %v", rv, err)
+		}
+		before, err := c.cluster(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := a.client.Settle(ctx, connect.NewRequest(&quotadv1.SettleRequest{Policy: "tokens", Key: "team", Limit: lim, ReservationId: rv.Msg.GetReservationId(), Actual: 1100}))
+		if err != nil || st.Msg.GetCharged() != 300 || st.Msg.GetAfter().GetAllowed() {
+			t.Fatalf("settle 1100 of 800 on A: %v, %v; want 300 charged into debt", st, err)
+		}
+		waitCluster(t, c, 5*time.Second, "told of the debt", func(v clusterView) bool {
+			return v.Gossip.DenialsReceived > before.Gossip.DenialsReceived
+		})
+		calls := scriptCalls(t, rc)
+		got, err := checkOn(ctx, c, "tokens", "team", lim)
+		if err != nil || got.Allowed || got.Source != quotadv1.Source_SOURCE_DENIED_CACHE {
+			t.Fatalf("C answered %v, %v; want the debt's denial from its denied cache", got, err)
+		}
+		if after := scriptCalls(t, rc); after != calls {
+			t.Fatalf("C's answer cost Redis %d script calls", after-calls)
+		}
+	})
+
 	t.Run("checks spread over the nodes never exceed the limit", func(t *testing.T) {
 		const limit, total = 300, 1500
 		lim := &quotadv1.Limit{Algorithm: quotadv1.Algorithm_ALGORITHM_SLIDING_WINDOW_LOG, Limit: limit, Period: durationpb.New(time.Hour)}
