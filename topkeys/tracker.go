@@ -188,6 +188,12 @@ type PolicyTop struct {
 	// Keys are the keys denied most, most first (ties by key), at most
 	// Config.Top of them.
 	Keys []Entry
+	// Unlisted is the most any key not in Keys may have been denied in
+	// the window: 0 when every key denied is listed, else the higher of
+	// the first count cut from Keys and what a key absent from the full
+	// summaries may have missed. It is what Merge counts for a key another
+	// report lists and this one does not.
+	Unlisted uint64
 }
 
 // Report is what Top returns.
@@ -273,17 +279,24 @@ func (t *Tracker) policyTop(name string, p *policy, e uint64) (PolicyTop, bool) 
 		}
 		entries = append(entries, Entry{Key: k, Count: upper, Error: upper - a.lower})
 	}
-	slices.SortFunc(entries, func(a, b Entry) int {
-		if a.Count != b.Count {
-			if a.Count > b.Count {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Key, b.Key)
-	})
+	slices.SortFunc(entries, byCountThenKey)
+	top.Unlisted = absentBound
+	if len(entries) > t.cfg.Top {
+		top.Unlisted = max(absentBound, entries[t.cfg.Top].Count)
+	}
 	top.Keys = entries[:min(len(entries), t.cfg.Top)]
 	return top, true
+}
+
+// byCountThenKey orders entries most counted first, ties by key.
+func byCountThenKey(a, b Entry) int {
+	if a.Count != b.Count {
+		if a.Count > b.Count {
+			return -1
+		}
+		return 1
+	}
+	return strings.Compare(a.Key, b.Key)
 }
 
 // Size is what a Tracker holds now.
