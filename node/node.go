@@ -53,6 +53,8 @@ type Node struct {
 	// keys denied most (TopDenied).
 	decisions policyLabels
 	topDenied *topkeys.Tracker
+	// history is the last minutes of the node's rates (History).
+	history history
 
 	// breaker guards a remote store (store is then a breakerStore around
 	// it); nil for the memory store.
@@ -63,7 +65,8 @@ type Node struct {
 	coalesceFor time.Duration
 
 	// stopIntervals ends the goroutine that advances topDenied's
-	// intervals; intervalsDone is closed once it has.
+	// intervals and samples the history; intervalsDone is closed once it
+	// has.
 	stopIntervals context.CancelFunc
 	intervalsDone chan struct{}
 	closed        atomic.Bool
@@ -164,22 +167,30 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopIntervals, n.intervalsDone = cancel, make(chan struct{})
+	// The history's baseline is taken now, before any check, so that its
+	// samples add up to every decision since the node started.
+	n.sampleHistory(time.Now())
 	go n.advanceIntervals(ctx)
 	return n, nil
 }
 
 // advanceIntervals starts a new interval of the top denied keys every
-// TopDeniedInterval, until ctx ends.
+// TopDeniedInterval and samples the history every HistoryStep, until ctx
+// ends.
 func (n *Node) advanceIntervals(ctx context.Context) {
 	defer close(n.intervalsDone)
 	t := time.NewTicker(TopDeniedInterval)
 	defer t.Stop()
+	sample := time.NewTicker(HistoryStep)
+	defer sample.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			n.topDenied.Advance()
+		case now := <-sample.C:
+			n.sampleHistory(now)
 		}
 	}
 }
