@@ -121,6 +121,10 @@ type Config struct {
 	// ConfigVersion is the configuration's version GET /cluster shows until
 	// Handler.SetRules gives another.
 	ConfigVersion ConfigVersion
+	// Members says how GET /status?scope=cluster reaches the other
+	// members' GET /status; the zero value asks them over plain HTTP on
+	// the port of Listen.
+	Members MembersConfig
 }
 
 // Validate reports the first problem with c. Zero values are valid: they
@@ -139,6 +143,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInlinePeriod < 0 || (c.MaxInlinePeriod > 0 && c.MaxInlinePeriod < algorithms.MinPeriod) || c.MaxInlinePeriod > algorithms.MaxPeriod {
 		return fmt.Errorf("max inline period: %w: %s must be %s to %s (0 means %s)", ErrInvalidConfig, c.MaxInlinePeriod, algorithms.MinPeriod, algorithms.MaxPeriod, DefaultMaxInlinePeriod)
+	}
+	if c.Members.APIPort < 0 || c.Members.APIPort > 65535 {
+		return fmt.Errorf("members' API port: %w: %d must be 1 to 65535 (0 means the port of the listen address)", ErrInvalidConfig, c.Members.APIPort)
 	}
 	for _, h := range c.AllowedHosts {
 		if err := validAllowedHost(h, len(c.AllowedHosts)); err != nil {

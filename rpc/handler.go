@@ -125,7 +125,7 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.Handle("GET /cluster", hosts.page(clusterPage(n, &handler.version)))
-	mux.Handle("GET /status", hosts.page(statusPage(n, cfg, time.Now())))
+	mux.Handle("GET /status", hosts.page(statusPage(n, cfg, time.Now(), newMemberAsker(cfg.Members, cfg.Listen))))
 	if !cfg.DisableConsole {
 		c := hosts.page(console.Handler())
 		mux.Handle("GET /{$}", c)

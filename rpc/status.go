@@ -38,6 +38,9 @@ type statusJSON struct {
 	// bound, which no top_denied shows.
 	TopDeniedUntracked uint64       `json:"top_denied_untracked"`
 	Policies           []policyJSON `json:"policies"`
+	// History is the last minutes of this node's rates, only with
+	// ?history=1.
+	History *historyJSON `json:"history,omitempty"`
 }
 
 // configJSON is the configuration the node runs.
@@ -123,6 +126,11 @@ type topDeniedJSON struct {
 	// Keys are the most denied first; each key's true count is between
 	// count − error and count.
 	Keys []topKeyJSON `json:"keys"`
+	// Unlisted is the most a key not in Keys may have been denied in the
+	// window (topkeys.PolicyTop.Unlisted); 0 when every key denied is
+	// listed. A pointer so that the answer of a quotad that does not
+	// write it is told apart when members' reports are merged.
+	Unlisted *uint64 `json:"unlisted"`
 }
 
 type topKeyJSON struct {
@@ -131,17 +139,38 @@ type topKeyJSON struct {
 	Error uint64 `json:"error"`
 }
 
-// statusPage serves GET /status. started stands in for the config's load
-// time when cfg.ConfigGeneration is nil.
-func statusPage(n *node.Node, cfg Config, started time.Time) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		out := status(n, cfg, started)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(out)
+// statusPage serves GET /status: this node's figures, or with
+// ?scope=cluster every member's (status_cluster.go); ?history=1 adds the
+// last minutes of samples (status_history.go). started stands in for the
+// config's load time when cfg.ConfigGeneration is nil.
+func statusPage(n *node.Node, cfg Config, started time.Time, members *memberAsker) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q, err := parseStatusQuery(r.URL.Query())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var out any
+		if q.cluster {
+			out = members.clusterStatus(r.Context(), n, cfg, started, q.history)
+		} else {
+			st := status(n, cfg, started)
+			if q.history {
+				st.History = nodeHistory(n)
+			}
+			out = st
+		}
+		writeStatusJSON(w, out)
 	}
+}
+
+// writeStatusJSON writes a status page, pretty-printed, never cached.
+func writeStatusJSON(w http.ResponseWriter, out any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(out)
 }
 
 func status(n *node.Node, cfg Config, started time.Time) statusJSON {
@@ -203,7 +232,7 @@ func status(n *node.Node, cfg Config, started time.Time) statusJSON {
 	for _, d := range n.Decisions() {
 		p := policyJSON{Name: d.Policy, Configured: d.Configured, Limit: limits[d.Policy], Allowed: sources(d.Allowed), Denied: sources(d.Denied)}
 		if t, ok := tops[d.Policy]; ok {
-			p.TopDenied = &topDeniedJSON{Denials: t.Denials, Keys: make([]topKeyJSON, len(t.Keys))}
+			p.TopDenied = &topDeniedJSON{Denials: t.Denials, Keys: make([]topKeyJSON, len(t.Keys)), Unlisted: &t.Unlisted}
 			for i, e := range t.Keys {
 				k := e.Key
 				if !cfg.ShowKeys {
