@@ -38,16 +38,23 @@ type clusterConfig struct {
 	// DeadAfter and RejoinInterval tune membership; 0 takes node's
 	// defaults (5s, 10s).
 	DeadAfter, RejoinInterval time.Duration
+	// APIPort is the port of the members' API, at the host of their
+	// gossip address, which GET /status?scope=cluster asks; 0 means the
+	// port of --listen.
+	APIPort int
 }
 
 // validate checks the cluster settings against the store: a cluster needs
 // one store every node shares.
 func (c clusterConfig) validate(usesRedis bool) error {
 	if c.Addr == "" {
-		if c.Advertise != "" || len(c.Join) > 0 || c.NodeName != "" || c.KeyFile != "" || c.Insecure || c.DeadAfter != 0 || c.RejoinInterval != 0 {
-			return errors.New("cluster: --join, --cluster-advertise, --node-name, --cluster-key-file, --cluster-insecure and the timings need --cluster-addr, the gossip address")
+		if c.Advertise != "" || len(c.Join) > 0 || c.NodeName != "" || c.KeyFile != "" || c.Insecure || c.DeadAfter != 0 || c.RejoinInterval != 0 || c.APIPort != 0 {
+			return errors.New("cluster: --join, --cluster-advertise, --node-name, --cluster-key-file, --cluster-insecure, --cluster-api-port and the timings need --cluster-addr, the gossip address")
 		}
 		return nil
+	}
+	if c.APIPort < 0 || c.APIPort > 65535 {
+		return fmt.Errorf("cluster: --cluster-api-port %d: want the members' API port, 1 to 65535, or 0 for the port of --listen", c.APIPort)
 	}
 	if !usesRedis {
 		return errors.New("cluster: --cluster-addr needs Redis (--redis, --redis-cluster or --redis-sentinel): on the embedded memory store every node keeps its own counters, so a cluster would admit each limit once per node; configure one Redis that every node shares")

@@ -126,16 +126,18 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	rpcCfg.ConfigVersion = reload.configVersion()
 	rpcCfg.ConfigGeneration = reload.configGeneration
+	// With a certificate: TLS only, HTTP/2 by ALPN; the cluster view then
+	// asks the members over TLS too, with the same files.
+	if cfg.Server.TLS, rpcCfg.Members.TLS, err = apiTLS(cfg.TLS, log); err != nil {
+		return err
+	}
+	rpcCfg.Members.APIPort = cfg.Cluster.APIPort
 	handler, err := rpc.NewHandler(n, rpcCfg, log)
 	if err != nil {
 		return err
 	}
 	stopReload := reload.start(ctx, n, handler)
 	defer stopReload()
-	// With a certificate: TLS only, HTTP/2 by ALPN.
-	if cfg.Server.TLS, err = serverTLS(cfg.TLS, log); err != nil {
-		return err
-	}
 	srv, ln, err := listenAPI(cfg, handler, tel.handler(handler), tel.rpc(), log)
 	if err != nil {
 		return err

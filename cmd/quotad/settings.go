@@ -198,6 +198,8 @@ func settings() []setting {
 			v: duration(func(c *config) *time.Duration { return &c.Cluster.DeadAfter })},
 		{flag: "cluster-rejoin-interval", file: "cluster.rejoin_interval", arg: "duration", zeroMeans: show(cluster.DefaultRejoinInterval), help: "how often seeds and dead members are re-joined, which heals partitions",
 			v: duration(func(c *config) *time.Duration { return &c.Cluster.RejoinInterval })},
+		{flag: "cluster-api-port", file: "cluster.api_port", arg: "port", zeroMeans: "the --listen port", help: "port of the members' API, reached at the host of each member's gossip address, that GET /status?scope=cluster (the console's cluster view) asks for each member's figures",
+			v: whole(func(c *config) *int { return &c.Cluster.APIPort })},
 
 		{flag: "envoy-config-dir", file: "envoy.config_dir", arg: "directory", help: "directory of envoyproxy/ratelimit config files (*.yaml, *.yml; one domain each), served unchanged by Envoy's rate limit service and reloaded when they change",
 			v: text(func(c *config) *string { return &c.EnvoyDir })},

@@ -182,15 +182,48 @@ func (r *certReloader) configForClient(*tls.ClientHelloInfo) (*tls.Config, error
 	return tc, nil
 }
 
-// serverTLS is the API port's TLS configuration from cfg's files,
-// reloaded as they change, or nil when cfg does not enable TLS.
-func serverTLS(cfg tlsConfig, logger *slog.Logger) (*tls.Config, error) {
+// apiTLS is the API port's TLS configuration from cfg's files, reloaded
+// as they change, and the one this
+// node asks the other members' API with (GET /status?scope=cluster),
+// both nil when cfg does not enable TLS. Members are taken to share the
+// node's TLS setup: a member's certificate is trusted when the system's
+// roots, the certificates of --tls-client-ca-file or those of
+// --tls-cert-file (a shared certificate, or a chain that holds its CA)
+// sign it, for the member's gossip host; and the node presents its own
+// certificate, as reloaded, to members that require one. The roots are
+// read once, at start.
+func apiTLS(cfg tlsConfig, logger *slog.Logger) (server, members *tls.Config, err error) {
 	if !cfg.enabled() {
-		return nil, nil
+		return nil, nil, nil
 	}
 	r, err := newCertReloader(cfg, logger)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &tls.Config{GetConfigForClient: r.configForClient, NextProtos: []string{"h2", "http/1.1"}}, nil
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	for _, f := range []string{cfg.CertFile, cfg.ClientCAFile} {
+		if f == "" {
+			continue
+		}
+		raw, err := readFile(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("tls: %w", err)
+		}
+		roots.AppendCertsFromPEM(raw)
+	}
+	members = &tls.Config{
+		RootCAs:    roots,
+		MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			tc, err := r.configForClient(nil)
+			if err != nil {
+				return nil, err
+			}
+			return &tc.Certificates[0], nil
+		},
+	}
+	return &tls.Config{GetConfigForClient: r.configForClient, NextProtos: []string{"h2", "http/1.1"}}, members, nil
 }
