@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -241,6 +242,15 @@ func (a *memberAsker) ask(ctx context.Context, base, name string, history bool) 
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("GET %s: no answer within %s", u, memberStatusTimeout)
+		}
+		// url.Error repeats the method and URL this message starts with.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		var dial *net.OpError
+		if errors.As(err, &dial) && dial.Op == "dial" {
+			return nil, fmt.Errorf("GET %s: %w (the member's API is asked at its gossip host and --cluster-api-port, default the port of --listen)", u, err)
 		}
 		return nil, fmt.Errorf("GET %s: %w", u, err)
 	}

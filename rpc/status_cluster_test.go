@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -78,5 +79,59 @@ func TestClusterScopeOfAStandaloneNodeIsItsOwnFigures(t *testing.T) {
 			t.Fatalf("history adds up to %d allowed and %d denied, want 2 and 3: %+v", allowed, denied, c.History)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// page is a member's GET /status with the given config, api's counts and
+// login's top denied keys.
+func page(name, digest string, generation uint64, allowed, denied int64, keys []topKeyJSON, unlisted *uint64) *statusJSON {
+	g := generation
+	return &statusJSON{
+		Node:   name,
+		Config: configJSON{Generation: &g, PoliciesSHA256: digest},
+		Store:  storeJSON{Calls: allowed + denied, Breaker: "closed"},
+		Policies: []policyJSON{{Name: "login", Configured: true, Allowed: sourcesJSON{Store: allowed}, Denied: sourcesJSON{Store: denied},
+			TopDenied: &topDeniedJSON{Denials: uint64(denied), Keys: keys, Unlisted: unlisted}}},
+	}
+}
+
+// Adding up the members' pages: counts and store calls add up, top keys
+// merge with their bounds (a member that does not say what it left
+// unlisted is taken at its lowest listed count), and a member on other
+// policies or an older generation stands out against the digest most
+// members run and the highest generation.
+func TestAddingUpMembersMakesTheOddOnesStandOut(t *testing.T) {
+	zero, two := uint64(0), uint64(2)
+	pages := []*statusJSON{
+		page("a", "aaaa", 3, 10, 5, []topKeyJSON{{Key: "x", Count: 5}}, &zero),
+		page("b", "aaaa", 2, 20, 7, []topKeyJSON{{Key: "x", Count: 4}, {Key: "y", Count: 3, Error: 1}}, &two),
+		page("c", "bbbb", 3, 1, 2, []topKeyJSON{{Key: "y", Count: 2}}, nil), // a quotad before unlisted
+		nil, // d did not answer
+	}
+	out := clusterStatusJSON{Members: []memberStatusJSON{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d", Error: "refused"}}}
+	addUp(&out, pages, *pages[0])
+
+	if out.Answered != 3 || out.PoliciesSHA256 != "aaaa" || out.Generation == nil || *out.Generation != 3 || out.Store.Calls != 45 {
+		t.Fatalf("answered %d, digest %s, generation %v, store calls %d; want 3, aaaa, 3, 45", out.Answered, out.PoliciesSHA256, out.Generation, out.Store.Calls)
+	}
+	odd := map[string][2]bool{}
+	for _, m := range out.Members {
+		odd[m.Name] = [2]bool{m.OtherPolicies, m.GenerationBehind}
+	}
+	if want := map[string][2]bool{"a": {}, "b": {false, true}, "c": {true, false}, "d": {}}; fmt.Sprint(odd) != fmt.Sprint(want) {
+		t.Errorf("members standing out (other policies, behind): %v, want %v", odd, want)
+	}
+	if out.Members[3].Answered || out.Members[3].Error != "refused" {
+		t.Errorf("the member that did not answer: %+v, want it unanswered with its error", out.Members[3])
+	}
+	if len(out.Policies) != 1 || out.Policies[0].Allowed.Store != 31 || out.Policies[0].Denied.Store != 14 {
+		t.Fatalf("policies %+v, want login with 31 allowed and 14 denied", out.Policies)
+	}
+	// x: 5 on a, 4 on b, at most 2 (c's lowest listed count) on c.
+	// y: at most 0 on a (all listed), 3 (≥ 2) on b, 2 on c.
+	top := out.Policies[0].TopDenied
+	want := []topKeyJSON{{Key: "x", Count: 11, Error: 2}, {Key: "y", Count: 5, Error: 1}}
+	if top == nil || top.Denials != 14 || fmt.Sprint(top.Keys) != fmt.Sprint(want) || top.Unlisted == nil || *top.Unlisted != 4 {
+		t.Fatalf("merged top %+v (unlisted %v), want 14 denials, %v, unlisted 0+2+2", top, top.Unlisted, want)
 	}
 }
