@@ -76,17 +76,28 @@ func (l *lockedBuffer) tail() string {
 // A start that loses its ports to someone else is retried.
 func startProc(t *testing.T, bin string, i int, redisURL, seed, keyFile string, extra ...string) *proc {
 	t.Helper()
+	return startProcOn(t, bin, i, 0, redisURL, seed, keyFile, extra...)
+}
+
+// startProcOn is startProc with the API on port apiPort, unless it is 0:
+// members that share one API port reach each other's at the host of
+// their gossip address (--cluster-api-port's default).
+func startProcOn(t *testing.T, bin string, i, apiPort int, redisURL, seed, keyFile string, extra ...string) *proc {
+	t.Helper()
 	host := "127.0.0." + strconv.Itoa(i)
 	var last string
 	for range 3 {
-		apiPort, err1 := redistest.FreePort()
+		port, err1 := apiPort, error(nil)
+		if port == 0 {
+			port, err1 = redistest.FreePort()
+		}
 		gossipPort, err2 := redistest.FreePort()
 		if err1 != nil || err2 != nil {
 			t.Fatal(err1, err2)
 		}
 		p := &proc{name: "node-" + strconv.Itoa(i), exited: make(chan struct{}), stderr: &lockedBuffer{}}
 		args := []string{
-			"--listen", net.JoinHostPort(host, strconv.Itoa(apiPort)),
+			"--listen", net.JoinHostPort(host, strconv.Itoa(port)),
 			"--redis", redisURL,
 			"--cluster-addr", net.JoinHostPort(host, strconv.Itoa(gossipPort)),
 			"--node-name", p.name,

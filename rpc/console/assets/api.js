@@ -42,9 +42,12 @@ const quotad = {
   async policies() {
     return (await this.call('ListPolicies', {})).policies || [];
   },
-  async status() {
-    const res = await fetch('/status', { cache: 'no-store' });
-    if (!res.ok) throw new Error('GET /status: HTTP ' + res.status);
+  // status reads GET /status; query is its parameters, e.g.
+  // 'scope=cluster&history=1'. A refusal's message is the server's.
+  async status(query) {
+    const url = '/status' + (query ? '?' + query : '');
+    const res = await fetch(url, { cache: 'no-store' });
+    if (!res.ok) throw new Error('GET ' + url + ': HTTP ' + res.status + ' ' + (await res.text()).trim());
     return res.json();
   },
 };
