@@ -87,6 +87,30 @@ func (ca *CA) Issue(t testing.TB, name string, server bool) Issued {
 		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
 		tmpl.DNSNames = []string{"localhost"}
 	}
+	return ca.sign(t, tmpl, key)
+}
+
+// IssueMember signs a certificate for a cluster member named name that
+// serves the API at ips and calls the other members' with the same
+// certificate: good for both server and client authentication.
+func (ca *CA) IssueMember(t testing.TB, name string, ips ...net.IP) Issued {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  ips,
+	}
+	return ca.sign(t, tmpl, key)
+}
+
+// sign makes the certificate of tmpl for key, signed by ca.
+func (ca *CA) sign(t testing.TB, tmpl *x509.Certificate, key *ecdsa.PrivateKey) Issued {
+	t.Helper()
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
 		t.Fatal(err)
