@@ -12,7 +12,7 @@ import (
 
 // HistoryStep is how often the node samples its history; HistorySamples
 // is how many samples History keeps: 5 minutes, in fixed memory (a ring
-// of HistorySamples samples of 40 bytes).
+// of HistorySamples samples of 48 bytes, 14,400 bytes in all).
 const (
 	HistoryStep    = time.Second
 	HistorySamples = 300
