@@ -100,7 +100,7 @@
     if (cluster) {
       const open = st.store.breakers_open;
       set('kpi-breaker', open ? open + ' open' : 'closed', open ? 'bad' : 'ok');
-      $('kpi-breaker-sub').textContent = open ? open + ' of ' + st.answered + ' members refuse Redis calls' : 'on all ' + st.answered + ' members answering';
+      $('kpi-breaker-sub').textContent = open ? open + ' of ' + st.answered + ' members refuse Redis calls' : 'on all ' + st.answered + ' members';
       const n = st.members.length;
       set('kpi-cluster', st.answered + ' / ' + n, st.answered < n ? 'bad' : 'ok');
       $('kpi-cluster-sub').textContent = st.answered < n ? (n - st.answered) + ' not answering: totals without them' : 'members answering';
@@ -201,7 +201,7 @@
         const odd = m.other_policies || m.generation_behind;
         return el('tr', { 'data-member': m.name, class: m.answered ? '' : 'down' },
           el('td', { class: 'name' }, m.name, m.self ? el('span', { class: 'pill self', text: 'this node' }) : null),
-          el('td', { text: m.api || m.addr }),
+          el('td', { text: m.api || (m.self ? location.origin : m.addr) }),
           el('td', {}, el('span', { class: 'pill ' + (m.answered ? m.state : 'dead'), text: state })),
           el('td', { class: 'num member-rate', text: load === undefined ? '–' : fmtNum(load) }),
           el('td', { text: m.store ? m.store.breaker : '–' }),
