@@ -77,8 +77,8 @@ chromium: ## install Debian's chromium (the console's browser test drives it) wh
 		  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null; }
 	@chromium --version 2>/dev/null
 
-screenshots: redis-server chromium ## rewrite docs/console-*.png from the console's browser test
-	$(GO) test -count=1 -run '^TestConsoleInChromium$$' ./cmd/quotad -args -console.screenshots $(CURDIR)/docs
+screenshots: redis-server chromium ## rewrite docs/console-*.png from the console's browser tests: the Playground on one node, the Live view on node-3 of a three-node cluster
+	$(GO) test -count=1 -run '^(TestConsoleInChromium|TestConsoleLiveViewShowsTheClusterFromAMemberWithoutLoad)$$' ./cmd/quotad -args -console.screenshots $(CURDIR)/docs
 
 helm: ## install helm $(HELM_VERSION) into .tools/helm-$(HELM_VERSION) when missing (go install; minutes the first time)
 	@[ -x $(HELM) ] || { echo "installing helm $(HELM_VERSION) into $(dir $(HELM))"; \
