@@ -109,7 +109,9 @@ func TestClusterConfigErrors(t *testing.T) {
 		{name: "cluster on the memory store", args: []string{"--cluster-addr", ":7946"}, want: []string{"config: cluster: --cluster-addr needs Redis (--redis, --redis-cluster or --redis-sentinel): on the embedded memory store every node keeps its own counters, so a cluster would admit each limit once per node; configure one Redis that every node shares"}}, // quoted in docs/cluster.md
 		{name: "join without an address", args: append(redis, "--join", "a:7946"), want: []string{"need --cluster-addr"}},
 		{name: "key file without an address", args: append(redis, "--cluster-key-file", "/k"), want: []string{"need --cluster-addr"}},
-		{name: "insecure without an address", args: append(redis, "--cluster-insecure"), want: []string{"need --cluster-addr"}},
+		{name: "insecure without an address", args: append(redis, "--cluster-insecure"), want: []string{"config: cluster: --join, --cluster-advertise, --node-name, --cluster-key-file, --cluster-insecure, --cluster-api-port and the timings need --cluster-addr, the gossip address"}}, // quoted in docs/errors.md
+		{name: "api port without an address", args: append(redis, "--cluster-api-port", "8080"), want: []string{"need --cluster-addr"}},
+		{name: "api port out of range", args: append(redis, "--cluster-addr", ":7946", "--cluster-insecure", "--cluster-api-port", "70000"), want: []string{"config: cluster: --cluster-api-port 70000: want the members' API port, 1 to 65535, or 0 for the port of --listen"}}, // quoted in docs/errors.md
 		{name: "no key", args: append(redis, "--cluster-addr", ":7946"), want: []string{"config: cluster: --cluster-addr needs --cluster-key-file", "openssl rand -base64 32", "forge", "--cluster-insecure"}},
 		{name: "no key in the file", file: "redis: {url: \"redis://127.0.0.1:6399/0\"}\ncluster: {addr: \":7946\"}\n", want: []string{"--cluster-addr needs --cluster-key-file"}},
 		{name: "insecure and a key", args: append(redis, "--cluster-addr", ":7946", "--cluster-key-file", keyPath, "--cluster-insecure"), want: []string{"--cluster-insecure and --cluster-key-file contradict each other"}},
