@@ -146,11 +146,27 @@ func (ty *tally) load(ctx context.Context, members []*proc, rounds int) error {
 	return nil
 }
 
-// clusterHistoryDecisions is the decisions the cluster's history holds,
-// as the member at base adds it up.
-func clusterHistoryDecisions(t *testing.T, base string) (int64, error) {
+// awaitHistory waits until the history GET /status?<scope>&history=1 of
+// the node at base returns holds want decisions. Nodes sample once a
+// second; the 30 s allowed cover a starved ticker on a loaded machine.
+func awaitHistory(t *testing.T, base, scope string, want int64) {
 	t.Helper()
-	res, err := http.Get(base + "/status?scope=cluster&history=1")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := historyDecisions(base + "/status?" + scope + "&history=1")
+		if err == nil && n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the %s history holds %d decisions (%v), want the %d made", scope, n, err, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// historyDecisions adds up the decisions of the history at url.
+func historyDecisions(url string) (int64, error) {
+	res, err := http.Get(url)
 	if err != nil {
 		return 0, err
 	}
@@ -168,6 +184,22 @@ func clusterHistoryDecisions(t *testing.T, base string) (int64, error) {
 		n += s.Allowed + s.Denied
 	}
 	return n, nil
+}
+
+// reloadAndReadLoadedHistory reloads the page and returns what its chart
+// loaded from the history at its first read: decisions and samples.
+func (b *browser) reloadAndReadLoadedHistory(t *testing.T) (decisions, samples int64) {
+	t.Helper()
+	b.do(t, "reload the page", chromedp.Reload())
+	b.waitJS(t, "the chart loaded from the history", `document.querySelector('#rate-chart').dataset.loadedDecisions !== undefined`)
+	got, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.querySelector('#rate-chart').dataset.loadedDecisions + ' ' + document.querySelector('#rate-chart').dataset.loadedSamples`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Sscan(got, &decisions, &samples); err != nil {
+		t.Fatalf("the chart says it loaded %q: %v", got, err)
+	}
+	return decisions, samples
 }
 
 // The operator's view of a cluster behind a load balancer: three built
@@ -237,26 +269,10 @@ policies:
 	// test first waits (generously) until the history holds the last
 	// decisions.
 	total := ty.total()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		n, err := clusterHistoryDecisions(t, idle.api)
-		if err == nil && n == total {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster's history holds %d decisions (%v), want the %d made", n, err, total)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	b.do(t, "reload the page", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`#live-scope button.active[data-scope=cluster]`)))
-	b.waitJS(t, "the chart loaded from the history", `document.querySelector('#rate-chart').dataset.loadedDecisions !== undefined`)
-	got, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.querySelector('#rate-chart').dataset.loadedDecisions + ' ' + document.querySelector('#rate-chart').dataset.loadedSamples`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var decisions, samples int64
-	if _, err := fmt.Sscan(got, &decisions, &samples); err != nil || decisions != total || samples < 1 {
-		t.Fatalf("after the reload the chart loaded %q (decisions, samples), want %d decisions", got, total)
+	awaitHistory(t, idle.api, "scope=cluster", total)
+	decisions, samples := b.reloadAndReadLoadedHistory(t)
+	if decisions != total || samples < 1 {
+		t.Fatalf("after the reload the chart loaded %d decisions in %d samples, want all %d", decisions, samples, total)
 	}
 	t.Logf("after the reload the chart started with %d samples holding all %d decisions", samples, decisions)
 

@@ -390,6 +390,15 @@ policies:
 	if got := b.text(t, "#kpi-breaker"); got != "closed" {
 		t.Errorf("breaker tile %q, want closed", got)
 	}
+	// A reload starts the chart from the node's history, which holds
+	// every decision the page made.
+	total := int64(wantAllowed + wantDenied)
+	awaitHistory(t, base, "scope=node", total)
+	if decisions, samples := b.reloadAndReadLoadedHistory(t); decisions != total || samples < 1 {
+		t.Fatalf("after the reload the chart loaded %d decisions in %d samples, want all %d", decisions, samples, total)
+	}
+	b.waitJS(t, "the live totals again after the reload", fmt.Sprintf(
+		`(() => { const r = document.querySelector(%q); return !!r && r.querySelector('.total-allowed').textContent === '%d'; })()`, row, wantAllowed))
 	// docs/console-live.png is taken on a cluster of three
 	// (TestConsoleLiveViewShowsTheClusterFromAMemberWithoutLoad); this
 	// one stays with the test.
