@@ -63,8 +63,6 @@
         const r = await quotad.call('Check', { policy: NAMESPACE, key: key, cost: 0, limit: LIMIT });
         show({ allowed: !!r.allowed, remaining: Number(r.remaining || 0), retryAfterMs: durationMs(r.retryAfter) });
       } catch (e) {
-        // A server without inline limits has no budget to show.
-        if (e.code === 'permission_denied') { root.hidden = true; return; }
         state.textContent = e.message;
       }
     }
@@ -97,7 +95,9 @@
       buttons.reserve.disabled = false;
       refresh();
     }
-    refresh();
+    // The panel needs inline limits; /status says whether the server
+    // takes them, without a check that would count as a decision.
+    quotad.status().then((st) => { if (!st.config.inline_limits) root.hidden = true; }, () => {});
     return root;
   }
 
