@@ -183,7 +183,7 @@ func (c config) validate() error {
 		if err := c.Redis.Validate(); err != nil {
 			return err
 		}
-	} else if r := c.Redis; r.MasterName != "" || r.Username != "" || r.Password != "" || r.SentinelUsername != "" || r.SentinelPassword != "" || r.TLS || r.TLSCAFile != "" || r.DB != 0 {
+	} else if r := c.Redis; r.MasterName != "" || r.Username != "" || r.Password != "" || r.SentinelUsername != "" || r.SentinelPassword != "" || r.TLS || r.TLSCAFile != "" || r.TLSCertFile != "" || r.TLSKeyFile != "" || r.TLSSkipHostnameVerification || r.DB != 0 {
 		return errors.New("redis: credentials, TLS, db or a master name are set but no Redis is (set --redis, --redis-cluster or --redis-sentinel)")
 	}
 	if err := c.rpcConfig().Validate(); err != nil {

@@ -93,9 +93,6 @@ var ratelimitRefusals = []struct{ name, value, why string }{
 	{"USE_STATSD", "true", "quotad does not send statsd; set USE_STATSD=false and USE_PROMETHEUS=true to scrape its metrics"},
 	{"USE_DOG_STATSD", "true", "quotad does not send statsd; set USE_DOG_STATSD=false and USE_PROMETHEUS=true"},
 	{"BACKEND_TYPE", "memcache", "quotad counts in Redis (or in memory on one node), not memcached; set BACKEND_TYPE=redis"},
-	{"REDIS_TLS_CLIENT_CERT", "", "quotad does not present a client certificate to Redis; authenticate with REDIS_AUTH"},
-	{"REDIS_TLS_CLIENT_KEY", "", "quotad does not present a client certificate to Redis; authenticate with REDIS_AUTH"},
-	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true", "quotad always verifies Redis's certificate; give its CA in REDIS_TLS_CACERT"},
 }
 
 // ratelimitHonoured are the variables translate reads; with the no-ops and
@@ -109,7 +106,7 @@ var ratelimitHonoured = []string{
 	"LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "BACKEND_TYPE", "SHADOW_MODE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
 	"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG",
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS",
-	"REDIS_TLS_CACERT", "REDIS_TIMEOUT", "REDIS_PERSECOND", "CACHE_KEY_PREFIX",
+	"REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_TIMEOUT", "REDIS_PERSECOND", "CACHE_KEY_PREFIX",
 	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
 	"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER",
 	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
@@ -336,7 +333,7 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 // redis translates REDIS_*: one server over TCP or a Unix socket, Sentinel
 // (REDIS_URL "master,host:port,...") or Cluster (REDIS_URL
 // "host:port,..."), with REDIS_AUTH ("password" or "user:password") and
-// REDIS_TLS.
+// REDIS_TLS with its CA, client certificate and host name check.
 func (out *ratelimitEnv) redis(value func(string) string, set func(string) bool, boolean func(string) (bool, error)) error {
 	tls, err := boolean("REDIS_TLS")
 	if err != nil {
@@ -347,6 +344,27 @@ func (out *ratelimitEnv) redis(value func(string) string, set func(string) bool,
 			return fmt.Errorf("REDIS_TLS_CACERT needs REDIS_TLS=true")
 		}
 		out.args = append(out.args, "--redis-tls-ca", value("REDIS_TLS_CACERT"))
+	}
+	// Upstream presents a client certificate when both files are set;
+	// quotad refuses one without the other rather than leave it unused.
+	if set("REDIS_TLS_CLIENT_CERT") || set("REDIS_TLS_CLIENT_KEY") {
+		switch {
+		case !tls:
+			return fmt.Errorf("REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY need REDIS_TLS=true")
+		case !set("REDIS_TLS_CLIENT_CERT") || !set("REDIS_TLS_CLIENT_KEY"):
+			return fmt.Errorf("REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY go together: set both, or neither")
+		}
+		out.args = append(out.args, "--redis-tls-cert-file", value("REDIS_TLS_CLIENT_CERT"), "--redis-tls-key-file", value("REDIS_TLS_CLIENT_KEY"))
+	}
+	// As upstream, the chain is still verified, against REDIS_TLS_CACERT
+	// (or the system's roots), only the host name is not.
+	if skip, err := boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"); err != nil {
+		return err
+	} else if skip {
+		if !tls {
+			return fmt.Errorf("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true needs REDIS_TLS=true")
+		}
+		out.args = append(out.args, "--redis-tls-skip-hostname-verification")
 	}
 	if set("REDIS_TIMEOUT") {
 		d, err := time.ParseDuration(value("REDIS_TIMEOUT"))

@@ -95,7 +95,8 @@ func TestReadGivesUpAtItsDeadline(t *testing.T) {
 // Every file quotad reads, at start or on reload, refuses a named pipe at
 // once and names it: the config file, the envoy config dir and its files,
 // the TLS certificate, key and client CA, the admin token, the cluster
-// key, Redis' CA, and quotad check's TLS files.
+// key, Redis' CA and client certificate and key, and quotad check's TLS
+// files.
 func TestEveryFileRefusesANamedPipe(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "pipe")
 	mkfifo(t, fifo)
@@ -131,18 +132,12 @@ func TestEveryFileRefusesANamedPipe(t *testing.T) {
 			_, err := clusterConfig{Addr: "127.0.0.1:0", KeyFile: fifo}.membershipConfig()
 			return err
 		}},
-		{"--redis-tls-ca", func() error {
-			c, err := loadConfig([]string{"--redis", "rediss://127.0.0.1:1/0", "--redis-tls-ca", fifo}, noEnv, io.Discard)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			s, err := openStore(ctx, c)
-			if err == nil {
-				s.Close()
-			}
-			return err
+		{"--redis-tls-ca", func() error { return openRedisWith("--redis-tls-ca", fifo) }},
+		{"--redis-tls-cert-file", func() error {
+			return openRedisWith("--redis-tls-cert-file", fifo, "--redis-tls-key-file", key)
+		}},
+		{"--redis-tls-key-file", func() error {
+			return openRedisWith("--redis-tls-cert-file", crt, "--redis-tls-key-file", fifo)
 		}},
 		{"quotad check --tls-ca-file", func() error { _, err := clientTLS("--tls", fifo, "", ""); return err }},
 		{"quotad check --tls-cert-file", func() error { _, err := clientTLS("--tls", "", fifo, key); return err }},
@@ -158,4 +153,21 @@ func TestEveryFileRefusesANamedPipe(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openRedisWith opens the store of a rediss:// Redis at a port nothing
+// listens on with flags besides: a file the flags name is read before the
+// first dial, so its error is the one returned.
+func openRedisWith(flags ...string) error {
+	c, err := loadConfig(append([]string{"--redis", "rediss://127.0.0.1:1/0"}, flags...), func(string) string { return "" }, io.Discard)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := openStore(ctx, c)
+	if err == nil {
+		s.Close()
+	}
+	return err
 }

@@ -40,6 +40,8 @@ type Server struct {
 	// ownSchedGroup starts the server in a scheduling group of its own (setsid), at a raised
 	// priority (OwnMachine).
 	ownSchedGroup bool
+	// tlsPort, when set, is the port the server serves TLS on (WithTLS).
+	tlsPort int
 
 	mu  sync.Mutex
 	cmd *exec.Cmd

@@ -73,6 +73,22 @@ func NewCA(t testing.TB, name string) *CA {
 // and localhost, or a client certificate.
 func (ca *CA) Issue(t testing.TB, name string, server bool) Issued {
 	t.Helper()
+	if server {
+		return ca.issue(t, name, true, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
+	}
+	return ca.issue(t, name, false, nil, nil)
+}
+
+// IssueFor signs a certificate for name that carries exactly dnsNames as
+// its subject alternative names, and no address: a server certificate that
+// does not name 127.0.0.1, or a client certificate with names to check.
+func (ca *CA) IssueFor(t testing.TB, name string, server bool, dnsNames ...string) Issued {
+	t.Helper()
+	return ca.issue(t, name, server, dnsNames, nil)
+}
+
+func (ca *CA) issue(t testing.TB, name string, server bool, dnsNames []string, ips []net.IP) Issued {
+	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial.Add(1)),
@@ -84,9 +100,8 @@ func (ca *CA) Issue(t testing.TB, name string, server bool) Issued {
 	}
 	if server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		tmpl.DNSNames = []string{"localhost"}
 	}
+	tmpl.DNSNames, tmpl.IPAddresses = dnsNames, ips
 	return ca.sign(t, tmpl, key)
 }
 

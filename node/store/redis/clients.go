@@ -3,6 +3,7 @@ package redis
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -36,7 +37,7 @@ func newClients(cfg Config) (checks, releases goredis.UniversalClient, describe 
 	if cfg.URL != "" {
 		opts, _ := goredis.ParseURL(cfg.URL) // validated
 		tlsConfig = opts.TLSConfig
-		if err := withCAFile(tlsConfig, cfg.TLSCAFile, cfg.ReadFile); err != nil {
+		if err := withTLSFiles(tlsConfig, cfg); err != nil {
 			return nil, nil, "", err
 		}
 		opts.MaxRetries = -1
@@ -57,7 +58,7 @@ func newClients(cfg Config) (checks, releases goredis.UniversalClient, describe 
 		c := goredis.NewClient(opts)
 		return c, c, describe, nil
 	}
-	if err := withCAFile(tlsConfig, cfg.TLSCAFile, cfg.ReadFile); err != nil {
+	if err := withTLSFiles(tlsConfig, cfg); err != nil {
 		return nil, nil, "", err
 	}
 	u := &goredis.UniversalOptions{
@@ -97,16 +98,35 @@ func newClients(cfg Config) (checks, releases goredis.UniversalClient, describe 
 	return c, c, fmt.Sprintf("redis sentinel %s master %s db %d%s", strings.Join(cfg.SentinelAddrs, ","), cfg.MasterName, cfg.DB, suffix), nil
 }
 
-// withCAFile makes tlsConfig trust the certificate authorities in the PEM
-// file path, read with readFile (os.ReadFile when nil), instead of the
-// system's. An empty path changes nothing; Validate refused a path
-// without TLS.
-func withCAFile(tlsConfig *tls.Config, path string, readFile func(string) ([]byte, error)) error {
-	if path == "" || tlsConfig == nil {
+// withTLSFiles applies cfg's TLS settings to tlsConfig (nil: no TLS,
+// which Validate made sure none of them needs): the authorities to trust,
+// the client certificate and the host name check.
+func withTLSFiles(tlsConfig *tls.Config, cfg Config) error {
+	if tlsConfig == nil {
 		return nil
 	}
+	readFile := cfg.ReadFile
 	if readFile == nil {
 		readFile = os.ReadFile
+	}
+	if err := withCAFile(tlsConfig, cfg.TLSCAFile, readFile); err != nil {
+		return err
+	}
+	if err := withClientCert(tlsConfig, cfg.TLSCertFile, cfg.TLSKeyFile, readFile); err != nil {
+		return err
+	}
+	if cfg.TLSSkipHostnameVerification {
+		verifyChainOnly(tlsConfig)
+	}
+	return nil
+}
+
+// withCAFile makes tlsConfig trust the certificate authorities in the PEM
+// file path, read with readFile, instead of the system's. An empty path
+// changes nothing.
+func withCAFile(tlsConfig *tls.Config, path string, readFile func(string) ([]byte, error)) error {
+	if path == "" {
+		return nil
 	}
 	pem, err := readFile(path)
 	if err != nil {
@@ -118,4 +138,50 @@ func withCAFile(tlsConfig *tls.Config, path string, readFile func(string) ([]byt
 	}
 	tlsConfig.RootCAs = pool
 	return nil
+}
+
+// withClientCert makes tlsConfig present the certificate in certFile with
+// the key in keyFile, both PEM, read with readFile. Empty paths change
+// nothing (Validate made sure they come together).
+func withClientCert(tlsConfig *tls.Config, certFile, keyFile string, readFile func(string) ([]byte, error)) error {
+	if certFile == "" {
+		return nil
+	}
+	cert, err := readFile(certFile)
+	if err != nil {
+		return fmt.Errorf("redis tls cert file: %w", err)
+	}
+	key, err := readFile(keyFile)
+	if err != nil {
+		return fmt.Errorf("redis tls key file: %w", err)
+	}
+	pair, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		return fmt.Errorf("redis tls cert file %s with key file %s: %w: %v (want the PEM certificate and the PEM private key that goes with it)", certFile, keyFile, node.ErrInvalidConfig, err)
+	}
+	tlsConfig.Certificates = []tls.Certificate{pair}
+	return nil
+}
+
+// verifyChainOnly makes tlsConfig verify the server's certificate chain
+// against its RootCAs (the system's when nil) as crypto/tls does, but not
+// the host name: crypto/tls checks both or, with InsecureSkipVerify,
+// neither, so its own check is off and VerifyConnection does the chain's.
+// A certificate whose chain does not verify still fails the handshake.
+func verifyChainOnly(tlsConfig *tls.Config) {
+	roots := tlsConfig.RootCAs
+	tlsConfig.InsecureSkipVerify = true
+	tlsConfig.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("tls: redis presented no certificate")
+		}
+		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+		if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+			return fmt.Errorf("tls: failed to verify certificate (host name not checked): %w", err)
+		}
+		return nil
+	}
 }

@@ -46,9 +46,21 @@ type Config struct {
 	// TLSCAFile is a PEM file of the certificate authorities to trust
 	// instead of the system's, for any TLS connection.
 	TLSCAFile string
-	// ReadFile reads TLSCAFile. nil means os.ReadFile, which waits for a
-	// writer when the path is a named pipe; quotad passes the reader it
-	// reads every file with, which refuses one.
+	// TLSCertFile and TLSKeyFile are a client certificate (PEM, leaf
+	// first) and its private key (PEM), presented to a Redis that asks
+	// for one (redis-server's tls-auth-clients). Both or neither, and
+	// only with TLS. Read once, when the clients are built.
+	TLSCertFile, TLSKeyFile string
+	// TLSSkipHostnameVerification still verifies the server's certificate
+	// chain against the trusted authorities (TLSCAFile, else the
+	// system's) but not that it names the host dialed: for a Redis
+	// reached by an address its certificate does not carry. Only with
+	// TLS.
+	TLSSkipHostnameVerification bool
+	// ReadFile reads TLSCAFile, TLSCertFile and TLSKeyFile. nil means
+	// os.ReadFile, which waits for a writer when the path is a named pipe;
+	// quotad passes the reader it reads every file with, which refuses
+	// one.
 	ReadFile func(path string) ([]byte, error)
 	// Timeout bounds each store call as its caller sees it: waiting for a
 	// pipeliner plus the round trip of its batch. A call that takes longer
@@ -126,6 +138,16 @@ func (c Config) Validate() error {
 	}
 	if c.TLSCAFile != "" && !c.TLS && !strings.HasPrefix(c.URL, "rediss://") {
 		return fmt.Errorf("redis tls ca file: %w: %s given but the connection does not use TLS (rediss:// or TLS on)", node.ErrInvalidConfig, c.TLSCAFile)
+	}
+	tls := c.TLS || strings.HasPrefix(c.URL, "rediss://")
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return fmt.Errorf("redis tls cert file: %w: a client certificate and its key go together (cert %q, key %q): set both, or neither", node.ErrInvalidConfig, c.TLSCertFile, c.TLSKeyFile)
+	}
+	if c.TLSCertFile != "" && !tls {
+		return fmt.Errorf("redis tls cert file: %w: %s given but the connection does not use TLS (rediss:// or TLS on)", node.ErrInvalidConfig, c.TLSCertFile)
+	}
+	if c.TLSSkipHostnameVerification && !tls {
+		return fmt.Errorf("redis tls skip hostname verification: %w: on but the connection does not use TLS (rediss:// or TLS on)", node.ErrInvalidConfig)
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("redis timeout: %w: %s must not be negative (0 means the default)", node.ErrInvalidConfig, c.Timeout)
