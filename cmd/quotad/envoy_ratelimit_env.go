@@ -89,7 +89,6 @@ var ratelimitRefusals = []struct{ name, value, why string }{
 	{"GRPC_UDS", "", "quotad listens on TCP only; unset GRPC_UDS and use GRPC_HOST and GRPC_PORT"},
 	{"GRPC_MAX_CONNECTION_AGE", "", "quotad does not age out connections; unset it (a load balancer in front can)"},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "", "quotad does not age out connections; unset it"},
-	{"GRPC_CLIENT_TLS_SAN", "", "quotad checks that a client certificate is signed by GRPC_CLIENT_TLS_CACERT, not its name; unset it"},
 	{"USE_STATSD", "true", "quotad does not send statsd; set USE_STATSD=false and USE_PROMETHEUS=true to scrape its metrics"},
 	{"USE_DOG_STATSD", "true", "quotad does not send statsd; set USE_DOG_STATSD=false and USE_PROMETHEUS=true"},
 	{"BACKEND_TYPE", "memcache", "quotad counts in Redis (or in memory on one node), not memcached; set BACKEND_TYPE=redis"},
@@ -99,7 +98,7 @@ var ratelimitRefusals = []struct{ name, value, why string }{
 // the refusals, every variable upstream documents (TestRatelimitEnvKnowsEveryVariable).
 var ratelimitHonoured = []string{
 	"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_HOST", "GRPC_PORT",
-	"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT",
+	"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN",
 	"LOG_LEVEL", "LOG_FORMAT", "CONFIG_TYPE",
 	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES",
 	"USE_STATSD", "USE_DOG_STATSD", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
@@ -194,6 +193,15 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 		out.args = append(out.args, "--tls-cert-file", getenv("GRPC_SERVER_TLS_CERT"), "--tls-key-file", getenv("GRPC_SERVER_TLS_KEY"))
 		if set("GRPC_CLIENT_TLS_CACERT") {
 			out.args = append(out.args, "--tls-client-ca-file", getenv("GRPC_CLIENT_TLS_CACERT"))
+		}
+	}
+	// Upstream checks the name only of a client certificate its CA
+	// verified; set without one, it would check nothing.
+	if san := getenv("GRPC_CLIENT_TLS_SAN"); san != "" {
+		if tls, _ := boolean("GRPC_SERVER_USE_TLS"); !tls || !set("GRPC_CLIENT_TLS_CACERT") {
+			fail("GRPC_CLIENT_TLS_SAN=%s needs GRPC_SERVER_USE_TLS=true and GRPC_CLIENT_TLS_CACERT: the name is checked on client certificates that CA signed", san)
+		} else {
+			out.args = append(out.args, "--tls-client-san", san)
 		}
 	}
 

@@ -257,6 +257,8 @@ func settings() []setting {
 			v: text(func(c *config) *string { return &c.TLS.KeyFile })},
 		{flag: "tls-client-ca-file", file: "tls.client_ca_file", arg: "file", help: "PEM file of the CAs that sign client certificates; set, every client must present one (mutual TLS); needs --tls-cert-file",
 			v: text(func(c *config) *string { return &c.TLS.ClientCAFile })},
+		{flag: "tls-client-san", file: "tls.client_san", arg: "name", unset: "none", help: "name every client certificate must also carry among its subject alternative names (a DNS name, wildcards matched, or an IP address); needs --tls-client-ca-file",
+			v: text(func(c *config) *string { return &c.TLS.ClientSAN })},
 
 		{flag: "allowed-hosts", file: "allowed_hosts", arg: "name,name", unset: "localhost and IP addresses", help: "more Host names (without port) the console, GET /status, GET /cluster and, without --admin-token-file, admin calls answer, besides localhost, names under .localhost and IP addresses (only the loopback ones, or the listen address, when --listen names one); other Hosts get 403, a guard against DNS rebinding; * allows every Host; Check calls, /healthz, /readyz and /metrics are never Host-checked",
 			v: hostNames(func(c *config) *[]string { return &c.AllowedHosts })},

@@ -24,6 +24,11 @@ type tlsConfig struct {
 	// one of them signed (mutual TLS); needs CertFile. Re-read like the
 	// certificate.
 	ClientCAFile string
+	// ClientSAN, set, is a name every client certificate must carry among
+	// its subject alternative names as well: a DNS name (matched as a
+	// host name is, a certificate's *.example wildcard included) or, when
+	// it is an IP address, an IP address. Needs ClientCAFile.
+	ClientSAN string
 }
 
 // enabled reports whether the API serves TLS.
@@ -33,6 +38,8 @@ func (c tlsConfig) enabled() bool { return c.CertFile != "" }
 // a bad file stops quotad at start rather than failing every handshake.
 func (c tlsConfig) validate() error {
 	switch {
+	case c.ClientSAN != "" && c.ClientCAFile == "":
+		return fmt.Errorf("tls: --tls-client-san %s needs --tls-client-ca-file (a client certificate's name is checked once its CA has signed it)", c.ClientSAN)
 	case c.CertFile == "" && c.KeyFile == "" && c.ClientCAFile == "":
 		return nil
 	case c.CertFile == "" && c.KeyFile == "":
@@ -46,7 +53,7 @@ func (c tlsConfig) validate() error {
 
 // load reads the files into the configuration of one handshake: TLS 1.2
 // or newer, ALPN offering h2 then http/1.1, and client certificates
-// required when ClientCAFile is set.
+// required when ClientCAFile is set (naming ClientSAN, when set).
 func (c tlsConfig) load() (*tls.Config, error) {
 	pair, err := loadKeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
@@ -68,8 +75,27 @@ func (c tlsConfig) load() (*tls.Config, error) {
 		}
 		tc.ClientCAs = pool
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
+		if c.ClientSAN != "" {
+			tc.VerifyPeerCertificate = requireClientSAN(c.ClientSAN)
+		}
 	}
 	return tc, nil
+}
+
+// requireClientSAN is a tls.Config.VerifyPeerCertificate that refuses a
+// client certificate, already verified against the client CAs, unless it
+// carries san among its subject alternative names, as x509 matches a host
+// name (envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN).
+func requireClientSAN(san string) func([][]byte, [][]*x509.Certificate) error {
+	return func(_ [][]byte, chains [][]*x509.Certificate) error {
+		if len(chains) == 0 || len(chains[0]) == 0 {
+			return errors.New("tls: no verified client certificate")
+		}
+		if err := chains[0][0].VerifyHostname(san); err != nil {
+			return fmt.Errorf("tls: client certificate does not carry the name %s: %w", san, err)
+		}
+		return nil
+	}
 }
 
 // loadKeyPair is tls.LoadX509KeyPair, reading the files as quotad reads
@@ -91,6 +117,8 @@ func (c tlsConfig) describe() string {
 	switch {
 	case !c.enabled():
 		return ""
+	case c.ClientSAN != "":
+		return "tls: on, client certificates naming " + c.ClientSAN + " required (mutual TLS)"
 	case c.ClientCAFile != "":
 		return "tls: on, client certificates required (mutual TLS)"
 	}

@@ -411,7 +411,9 @@ func TestTLSSettings(t *testing.T) {
 		{"empty token", []string{"--admin-token-file", writeFile(t, "empty", "\n")}, []string{"admin token file", "empty"}},
 		{"missing token", []string{"--admin-token-file", "/nonexistent/token"}, []string{"admin token file", "/nonexistent/token"}},
 		{"token with a space", []string{"--admin-token-file", writeFile(t, "spaced", "two words")}, []string{"admin token", "without spaces"}},
-		{"unknown tls field", []string{"--config", writeFile(t, "bad.yaml", "tls:\n  cert: x\n")}, []string{"line 2", "tls.cert: unknown field in tls (known: cert_file, key_file, client_ca_file)"}},
+		{"unknown tls field", []string{"--config", writeFile(t, "bad.yaml", "tls:\n  cert: x\n")}, []string{"line 2", "tls.cert: unknown field in tls (known: cert_file, key_file, client_ca_file, client_san)"}},
+		{"client SAN without client CA", []string{"--tls-cert-file", crt, "--tls-key-file", key, "--tls-client-san", "edge.internal"}, []string{"tls: --tls-client-san edge.internal needs --tls-client-ca-file"}},
+		{"client SAN alone", []string{"--tls-client-san", "edge.internal"}, []string{"tls: --tls-client-san edge.internal needs --tls-client-ca-file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadConfig(tc.args, func(string) string { return "" }, io.Discard)
