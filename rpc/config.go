@@ -105,13 +105,14 @@ type Config struct {
 	// open to every client whose Host the Host check allows (Listen,
 	// AllowedHosts).
 	AdminToken string
-	// Listen is the API's listen address as configured (host:port; the
-	// port does not matter). With AllowedHosts it says which Host headers
-	// the console, GET /status, GET /cluster and, without AdminToken, the
-	// admin calls answer (host_check.go): always localhost and names
-	// under .localhost; for an empty or unspecified host (":8080") every
-	// IP address, for a loopback one the loopback addresses, else that
-	// address or name. Other Hosts get 403 (PermissionDenied for calls).
+	// Listen is the API's listen address as configured (host:port, the
+	// port does not matter, or unix:PATH for a Unix socket). With
+	// AllowedHosts it says which Host headers the console, GET /status,
+	// GET /cluster and, without AdminToken, the admin calls answer
+	// (host_check.go): always localhost and names under .localhost; for an
+	// empty or unspecified host (":8080") every IP address, for a loopback
+	// one or a Unix socket the loopback addresses, else that address or
+	// name. Other Hosts get 403 (PermissionDenied for calls).
 	// Empty, the zero value, is ":8080"'s rule.
 	Listen string
 	// AllowedHosts are more names (or IP addresses) that the Host check

@@ -45,8 +45,9 @@ type hostPolicy struct {
 // (host:port as configured; the port does not matter) that also allows
 // the names in allowed (AllowAnyHost allows all). By the listen address:
 // every IP address when it is empty or unspecified (":8080", "0.0.0.0",
-// "[::]"); the loopback addresses when it is one (or "localhost"); else
-// that IP address, or that name. The loopback names are always allowed.
+// "[::]"); the loopback addresses when it is one (or "localhost") or a
+// Unix socket (unix:PATH); else that IP address, or that name. The
+// loopback names are always allowed.
 func newHostPolicy(listen string, allowed []string) *hostPolicy {
 	p := &hostPolicy{names: map[string]bool{}, ips: map[string]bool{}}
 	for _, a := range allowed {
@@ -61,6 +62,10 @@ func newHostPolicy(listen string, allowed []string) *hostPolicy {
 	}
 	ip := net.ParseIP(host)
 	switch {
+	case strings.HasPrefix(listen, "unix:"):
+		// A Unix socket's clients are on this machine, and no browser
+		// dials one: the loopback names and addresses are its own.
+		p.loopbackIPs = true
 	case host == "" || ip != nil && ip.IsUnspecified():
 		p.anyIP = true
 	case ip != nil && ip.IsLoopback(), strings.EqualFold(host, "localhost"):

@@ -28,6 +28,9 @@ func TestHostPolicy(t *testing.T) {
 		{"quotad.example:8080", []string{"10.0.0.9"},
 			[]string{"quotad.example:8080", "10.0.0.9:8080", "localhost"},
 			[]string{"10.0.0.5", "rebind.example"}},
+		{"unix:/run/quotad.sock", nil,
+			[]string{"localhost", "127.0.0.1", "[::1]"},
+			[]string{"10.0.0.5", "rebind.example", "unix:/run/quotad.sock", "/run/quotad.sock"}},
 		{"127.0.0.1:8080", []string{AllowAnyHost},
 			[]string{"rebind.example:8080", "10.0.0.5"}, nil},
 	} {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quotad/quotad/cache"
@@ -18,7 +19,8 @@ import (
 // config is everything quotad can be told, from defaults, then the config
 // file, then QUOTAD_* environment variables, then flags.
 type config struct {
-	// Listen is the address the API listens on. Default ":8080".
+	// Listen is the address the API listens on: host:port, or
+	// unix:PATH for a Unix socket (listen.go). Default ":8080".
 	Listen string
 	// Redis makes Redis the authoritative store (a URL, Cluster seeds or
 	// Sentinel); none of them set means the embedded memory store.
@@ -141,11 +143,15 @@ func (c config) validate() error {
 	if c.Listen == "" {
 		return errors.New("listen: must not be empty")
 	}
-	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+	if path, unix := strings.CutPrefix(c.Listen, unixListenPrefix); unix {
+		if path == "" {
+			return fmt.Errorf("listen: %q: want the socket's path after unix:, e.g. unix:/run/quotad.sock", c.Listen)
+		}
+	} else if _, port, err := net.SplitHostPort(c.Listen); err != nil {
 		if _, numeric := strconv.Atoi(c.Listen); numeric == nil {
 			return fmt.Errorf("listen: %q is a port alone; write :%s (every interface) or 127.0.0.1:%s (this machine only)", c.Listen, c.Listen, c.Listen)
 		}
-		return fmt.Errorf("listen: %q: want host:port, e.g. :8080 or 127.0.0.1:8080", c.Listen)
+		return fmt.Errorf("listen: %q: want host:port, e.g. :8080 or 127.0.0.1:8080, or unix:/path for a Unix socket", c.Listen)
 	} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Errorf("listen: %q: the port must be a number from 0 to 65535", c.Listen)
 	}

@@ -86,7 +86,6 @@ var ratelimitNoOps = map[string]string{
 // ratelimitRefusals are settings quotad cannot honour, by variable: the
 // value (lower case) that is refused ("" for any value set) and why.
 var ratelimitRefusals = []struct{ name, value, why string }{
-	{"GRPC_UDS", "", "quotad listens on TCP only; unset GRPC_UDS and use GRPC_HOST and GRPC_PORT"},
 	{"GRPC_MAX_CONNECTION_AGE", "", "quotad does not age out connections; unset it (a load balancer in front can)"},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "", "quotad does not age out connections; unset it"},
 	{"USE_STATSD", "true", "quotad does not send statsd; set USE_STATSD=false and USE_PROMETHEUS=true to scrape its metrics"},
@@ -97,7 +96,7 @@ var ratelimitRefusals = []struct{ name, value, why string }{
 // ratelimitHonoured are the variables translate reads; with the no-ops and
 // the refusals, every variable upstream documents (TestRatelimitEnvKnowsEveryVariable).
 var ratelimitHonoured = []string{
-	"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_HOST", "GRPC_PORT",
+	"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_HOST", "GRPC_PORT", "GRPC_UDS",
 	"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN",
 	"LOG_LEVEL", "LOG_FORMAT", "CONFIG_TYPE",
 	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES",
@@ -180,8 +179,18 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 	}
 
 	// Ports: gRPC is quotad's one API port; the HTTP port serves the API
-	// too, with upstream's /healthcheck and /json.
-	out.args = append(out.args, "--listen", net.JoinHostPort(value("GRPC_HOST"), value("GRPC_PORT")))
+	// too, with upstream's /healthcheck and /json. GRPC_UDS puts the gRPC
+	// port on a Unix socket instead of GRPC_HOST:GRPC_PORT, as upstream.
+	if uds := getenv("GRPC_UDS"); uds != "" {
+		out.args = append(out.args, "--listen", unixListenPrefix+uds)
+		for _, name := range []string{"GRPC_HOST", "GRPC_PORT"} {
+			if set(name) {
+				out.notes = append(out.notes, name+" is not needed: GRPC_UDS serves the gRPC port on "+uds+" instead")
+			}
+		}
+	} else {
+		out.args = append(out.args, "--listen", net.JoinHostPort(value("GRPC_HOST"), value("GRPC_PORT")))
+	}
 	out.httpListen = net.JoinHostPort(value("HOST"), value("PORT"))
 	out.args = append(out.args, "--pprof-addr", net.JoinHostPort(value("DEBUG_HOST"), value("DEBUG_PORT")))
 	if tls, err := boolean("GRPC_SERVER_USE_TLS"); err != nil {

@@ -132,9 +132,12 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT=/ca", "CONFIG_GRPC_XDS_SERVER_TLS_SAN=xds.internal", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=30s"},
 			args:  "--envoy-xds-server xds:18000 --envoy-xds-node-id test-node-id --envoy-xds-headers authorization=Bearer t,x-team=edge --envoy-xds-retry-interval 3s --envoy-xds-tls --envoy-xds-tls-ca-file /ca --envoy-xds-tls-server-name xds.internal",
 			notes: []string{"XDS_CLIENT_BACKOFF_MAX_INTERVAL is not needed"}},
-		{name: "refusals", env: []string{"USE_STATSD=true", "BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC", "GRPC_UDS=/s.sock", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
+		{name: "unix socket", env: []string{"USE_STATSD=false", "GRPC_UDS=/run/rl.sock", "GRPC_PORT=9081"},
+			args:  "--listen unix:/run/rl.sock --pprof-addr",
+			notes: []string{"GRPC_PORT is not needed: GRPC_UDS serves the gRPC port on /run/rl.sock instead"}},
+		{name: "refusals", env: []string{"USE_STATSD=true", "BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
 			problems: []string{"USE_STATSD=true: quotad does not send statsd", "BACKEND_TYPE=memcache", `CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
-				"GRPC_UDS=/s.sock", `LOG_LEVEL="loud"`, `REDIS_TYPE="ring": want single, sentinel or cluster`, `LOG_FORMAT="xml"`}},
+				`LOG_LEVEL="loud"`, `REDIS_TYPE="ring": want single, sentinel or cluster`, `LOG_FORMAT="xml"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr, err := translateRatelimitEnv(c.env)

@@ -214,9 +214,9 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 // by ALPN), within cfg's timeouts and connection cap. It is where the
 // API's socket and server are set up.
 func listenAPI(cfg config, h *rpc.Handler, api http.Handler, tel rpc.Telemetry, log *slog.Logger) (*rpc.Server, net.Listener, error) {
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := listen(cfg.Listen)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return nil, nil, err
 	}
 	serverCfg := cfg.Server
 	serverCfg.Telemetry = tel
@@ -244,11 +244,15 @@ func openStore(ctx context.Context, cfg config) (node.Store, error) {
 
 // displayURL turns a listener address into something a user can paste:
 // an unspecified host ("[::]" or "0.0.0.0") becomes localhost, and the
-// scheme is https when the port serves TLS.
+// scheme is https when the port serves TLS; a Unix socket is unix:PATH,
+// as --listen takes it.
 func displayURL(a net.Addr, tls bool) string {
 	scheme := "http://"
 	if tls {
 		scheme = "https://"
+	}
+	if a.Network() == "unix" {
+		return unixListenPrefix + a.String()
 	}
 	host, port, err := net.SplitHostPort(a.String())
 	if err != nil {

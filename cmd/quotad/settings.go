@@ -96,7 +96,7 @@ func (s setting) shownDefault() string {
 // needs a line in reloadable (reload.go).
 func settings() []setting {
 	return []setting{
-		{flag: "listen", file: "listen", arg: "host:port", def: ":8080", help: "address the API listens on",
+		{flag: "listen", file: "listen", arg: "host:port", def: ":8080", help: "address the API listens on: host:port, or unix:PATH for a Unix socket",
 			v: text(func(c *config) *string { return &c.Listen })},
 		{flag: "redis", file: "redis.url", arg: "url", unset: "none (memory store)", help: "Redis URL for the authoritative store: redis://[user:password@]host:port/db or rediss:// for TLS; no Redis at all uses the embedded memory store (single node); errors and --print-settings show its password as xxxxx",
 			v: text(func(c *config) *string { return &c.Redis.URL })},
