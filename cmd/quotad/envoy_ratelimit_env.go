@@ -41,6 +41,10 @@ var ratelimitDefaults = map[string]string{
 	"GRPC_HOST": "0.0.0.0", "GRPC_PORT": "8081", "LOG_LEVEL": "WARN", "LOG_FORMAT": "text",
 	"CONFIG_TYPE": "FILE", "RUNTIME_ROOT": "/srv/runtime_data/current", "RUNTIME_APPDIRECTORY": "config",
 	"USE_STATSD": "true", "PROMETHEUS_ADDR": ":9090", "PROMETHEUS_PATH": "/metrics",
+	"STATSD_HOST": "localhost", "STATSD_PORT": "8125", "STATS_FLUSH_INTERVAL": "10s",
+	// STATSD_PROTOCOL is lyft/gostats's, which upstream's statsd sink reads
+	// from the environment itself.
+	"STATSD_PROTOCOL":  "tcp",
 	"NEAR_LIMIT_RATIO": "0.8", "BACKEND_TYPE": "redis",
 	"REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "SINGLE", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock",
 	"CONFIG_GRPC_XDS_NODE_ID": "default", "CONFIG_GRPC_XDS_SERVER_URL": "localhost:18000",
@@ -64,9 +68,6 @@ var ratelimitNoOps = map[string]string{
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":           "quotad starts at once and its circuit breaker reconnects to Redis",
 	"EXPIRATION_JITTER_MAX_SECONDS":            "quotad's counters expire with their window; a restart keeps them",
 	"RUNTIME_WATCH_ROOT":                       "quotad watches the config directory's files themselves, each config reload atomic",
-	"STATS_FLUSH_INTERVAL":                     "quotad's statistics are read on demand from /metrics",
-	"DISABLE_STATS":                            "quotad's statistics cost nothing until /metrics is read",
-	"EXTRA_TAGS":                               "quotad's Prometheus metrics carry their own labels",
 	"PROMETHEUS_MAPPER_YAML":                   "quotad names its Prometheus metrics itself (docs/envoy.md, Statistics)",
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "quotad's durations are seconds, as Prometheus recommends",
 	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED":  "quotad is healthy with no rules loaded, as upstream by default; a directory that does not load stops quotad at start",
@@ -76,9 +77,7 @@ var ratelimitNoOps = map[string]string{
 	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":         "quotad dials the xDS management server again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, with jitter",
 	"XDS_CLIENT_BACKOFF_JITTER":                "quotad dials the xDS management server again every CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL, with jitter",
 	"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES":         "quotad takes xDS responses of up to 4 MiB, the most rules it reads from a directory",
-	"STATSD_HOST":                              "no statsd: quotad serves Prometheus metrics (USE_PROMETHEUS)",
-	"STATSD_PORT":                              "no statsd: quotad serves Prometheus metrics (USE_PROMETHEUS)",
-	"USE_DOG_STATSD_MOGRIFIERS":                "no statsd: quotad serves Prometheus metrics (USE_PROMETHEUS)",
+	"GOSTATS_FLUSH_INTERVAL_SECONDS":           "envoyproxy/ratelimit flushes its statistics every STATS_FLUSH_INTERVAL, which quotad reads",
 	"TRACING_SERVICE_NAMESPACE":                "set OTEL_RESOURCE_ATTRIBUTES=service.namespace=... instead",
 	"TRACING_SERVICE_INSTANCE_ID":              "set OTEL_RESOURCE_ATTRIBUTES=service.instance.id=... instead",
 }
@@ -88,8 +87,6 @@ var ratelimitNoOps = map[string]string{
 var ratelimitRefusals = []struct{ name, value, why string }{
 	{"GRPC_MAX_CONNECTION_AGE", "", "quotad does not age out connections; unset it (a load balancer in front can)"},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "", "quotad does not age out connections; unset it"},
-	{"USE_STATSD", "true", "quotad does not send statsd; set USE_STATSD=false and USE_PROMETHEUS=true to scrape its metrics"},
-	{"USE_DOG_STATSD", "true", "quotad does not send statsd; set USE_DOG_STATSD=false and USE_PROMETHEUS=true"},
 	{"BACKEND_TYPE", "memcache", "quotad counts in Redis (or in memory on one node), not memcached; set BACKEND_TYPE=redis"},
 }
 
@@ -100,7 +97,8 @@ var ratelimitHonoured = []string{
 	"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN",
 	"LOG_LEVEL", "LOG_FORMAT", "CONFIG_TYPE",
 	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES",
-	"USE_STATSD", "USE_DOG_STATSD", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
+	"USE_STATSD", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "STATSD_PROTOCOL",
+	"STATS_FLUSH_INTERVAL", "EXTRA_TAGS", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
 	"LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "BACKEND_TYPE", "SHADOW_MODE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
 	"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG",
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS",
@@ -299,8 +297,8 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 	}
 
 	// Metrics and traces.
-	if statsd, _ := boolean("USE_STATSD"); statsd && !set("USE_STATSD") {
-		out.notes = append(out.notes, "USE_STATSD defaults to true upstream: quotad sends no statsd; its Prometheus metrics are at /metrics on every port")
+	if err := out.stats(value, set, boolean); err != nil {
+		fail("%v", err)
 	}
 	if prom, err := boolean("USE_PROMETHEUS"); err != nil {
 		fail("%v", err)
@@ -502,6 +500,89 @@ func (out *ratelimitEnv) xds(value func(string) string, set func(string) bool, b
 		if set(f[0]) {
 			out.args = append(out.args, f[1], value(f[0]))
 		}
+	}
+	return nil
+}
+
+// statsdVariables are the settings of upstream's statsd sinks.
+var statsdVariables = []string{"STATSD_HOST", "STATSD_PORT", "STATSD_PROTOCOL", "STATS_FLUSH_INTERVAL", "EXTRA_TAGS", "USE_DOG_STATSD_MOGRIFIERS"}
+
+// stats translates upstream's statistics sinks: statsd (USE_STATSD, true
+// by default, to STATSD_HOST:STATSD_PORT over lyft/gostats's
+// STATSD_PROTOCOL, tcp by default) or DogStatsD (USE_DOG_STATSD, over
+// UDP), every STATS_FLUSH_INTERVAL, with EXTRA_TAGS; DISABLE_STATS sends
+// none (--statsd-*). Upstream allows one sink of statsd, DogStatsD and
+// Prometheus; quotad serves Prometheus beside either when both are asked
+// for.
+func (out *ratelimitEnv) stats(value func(string) string, set func(string) bool, boolean func(string) (bool, error)) error {
+	var on [4]bool
+	for i, name := range []string{"DISABLE_STATS", "USE_STATSD", "USE_DOG_STATSD", "USE_PROMETHEUS"} {
+		b, err := boolean(name)
+		if err != nil {
+			return err
+		}
+		on[i] = b
+	}
+	disabled, statsd, dog, prom := on[0], on[1], on[2], on[3]
+	notNeeded := func(why string) {
+		for _, name := range statsdVariables {
+			if set(name) {
+				out.notes = append(out.notes, name+" is not needed: "+why)
+			}
+		}
+	}
+	switch {
+	case disabled && prom:
+		return fmt.Errorf("DISABLE_STATS=true and USE_PROMETHEUS=true: upstream serves no statistics at all with DISABLE_STATS; unset one")
+	case disabled:
+		notNeeded("DISABLE_STATS=true sends no statistics")
+		return nil
+	case dog && statsd && set("USE_STATSD"):
+		return fmt.Errorf("USE_DOG_STATSD=true and USE_STATSD=true: set one, as upstream (DogStatsD is statsd with tags)")
+	case !dog && statsd && prom && !set("USE_STATSD"):
+		out.notes = append(out.notes, "USE_STATSD defaults to true upstream, which refuses it beside USE_PROMETHEUS=true: quotad sends no statsd; set USE_STATSD=true to send it as well")
+		statsd = false
+	}
+	if !statsd && !dog {
+		notNeeded("used only with USE_STATSD=true or USE_DOG_STATSD=true")
+		return nil
+	}
+	port, err := strconv.ParseUint(value("STATSD_PORT"), 10, 16)
+	if err != nil || port == 0 {
+		return fmt.Errorf("STATSD_PORT=%q: want a port number, 1 to 65535", value("STATSD_PORT"))
+	}
+	out.args = append(out.args, "--statsd-addr", net.JoinHostPort(value("STATSD_HOST"), strconv.FormatUint(port, 10)))
+	protocol := strings.ToLower(value("STATSD_PROTOCOL"))
+	switch {
+	case dog:
+		// Upstream's DogStatsD client sends datagrams whatever
+		// STATSD_PROTOCOL says.
+		protocol = statsdUDP
+		if set("STATSD_PROTOCOL") {
+			out.notes = append(out.notes, "STATSD_PROTOCOL is not needed: DogStatsD is sent over UDP, as upstream sends it")
+		}
+		out.args = append(out.args, "--statsd-dogstatsd")
+	case protocol != statsdTCP && protocol != statsdUDP:
+		return fmt.Errorf("STATSD_PROTOCOL=%q: want tcp or udp", value("STATSD_PROTOCOL"))
+	}
+	out.args = append(out.args, "--statsd-protocol", protocol)
+	d, err := time.ParseDuration(value("STATS_FLUSH_INTERVAL"))
+	if err != nil || d <= 0 {
+		return fmt.Errorf("STATS_FLUSH_INTERVAL=%q: want a duration such as 10s", value("STATS_FLUSH_INTERVAL"))
+	}
+	out.args = append(out.args, "--statsd-flush-interval", d.String())
+	if tags := value("EXTRA_TAGS"); tags != "" {
+		if _, err := parseStatsdTags(tags); err != nil {
+			return fmt.Errorf("EXTRA_TAGS=%q: want key:value,key:value", tags)
+		}
+		out.args = append(out.args, "--statsd-tags", tags)
+	}
+	if set("USE_DOG_STATSD_MOGRIFIERS") {
+		if !dog {
+			out.notes = append(out.notes, "USE_DOG_STATSD_MOGRIFIERS is not needed: used only with USE_DOG_STATSD=true")
+			return nil
+		}
+		return fmt.Errorf("USE_DOG_STATSD_MOGRIFIERS=%s: quotad sends envoyproxy/ratelimit's names with EXTRA_TAGS as tags, and does not rewrite them; unset it and map the names in the Datadog agent", value("USE_DOG_STATSD_MOGRIFIERS"))
 	}
 	return nil
 }

@@ -98,8 +98,31 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 		problems []string
 	}{
 		{name: "upstream's defaults", env: nil,
-			args:  "--listen 0.0.0.0:8081 --pprof-addr 0.0.0.0:6070 --log-format text --log-level warn --envoy-config-dir /srv/runtime_data/current/config --redis unix:///var/run/nutcracker/ratelimit.sock",
-			notes: []string{"USE_STATSD defaults to true upstream"}},
+			args: "--listen 0.0.0.0:8081 --pprof-addr 0.0.0.0:6070 --log-format text --log-level warn --envoy-config-dir /srv/runtime_data/current/config --statsd-addr localhost:8125 --statsd-protocol tcp --statsd-flush-interval 10s --redis unix:///var/run/nutcracker/ratelimit.sock"},
+		{name: "statsd", env: []string{"STATSD_HOST=statsd", "STATSD_PORT=9125", "STATSD_PROTOCOL=udp", "STATS_FLUSH_INTERVAL=2s", "EXTRA_TAGS=env:prod,team:edge"},
+			args: "--statsd-addr statsd:9125 --statsd-protocol udp --statsd-flush-interval 2s --statsd-tags env:prod,team:edge"},
+		{name: "dogstatsd", env: []string{"USE_STATSD=false", "USE_DOG_STATSD=true", "STATSD_PROTOCOL=tcp", "EXTRA_TAGS=env:prod"},
+			args:  "--statsd-addr localhost:8125 --statsd-dogstatsd --statsd-protocol udp --statsd-flush-interval 10s --statsd-tags env:prod",
+			notes: []string{"STATSD_PROTOCOL is not needed: DogStatsD is sent over UDP"}},
+		{name: "prometheus instead of statsd's default", env: []string{"USE_PROMETHEUS=true", "STATSD_PORT=9125"},
+			args: "--envoy-config-dir /srv/runtime_data/current/config --redis",
+			notes: []string{"STATSD_PORT is not needed: used only with USE_STATSD=true or USE_DOG_STATSD=true",
+				"USE_STATSD defaults to true upstream, which refuses it beside USE_PROMETHEUS=true: quotad sends no statsd"}},
+		{name: "statistics disabled", env: []string{"DISABLE_STATS=true", "STATSD_HOST=statsd"},
+			args:  "--envoy-config-dir /srv/runtime_data/current/config --redis",
+			notes: []string{"STATSD_HOST is not needed: DISABLE_STATS=true sends no statistics"}},
+		{name: "statistics refused", env: []string{"DISABLE_STATS=true", "USE_PROMETHEUS=true", "STATS_FLUSH_INTERVAL=soon"},
+			problems: []string{"DISABLE_STATS=true and USE_PROMETHEUS=true: upstream serves no statistics at all with DISABLE_STATS; unset one"}},
+		{name: "statsd refused", env: []string{"USE_STATSD=true", "USE_DOG_STATSD=true"},
+			problems: []string{"USE_DOG_STATSD=true and USE_STATSD=true: set one, as upstream"}},
+		{name: "statsd settings refused", env: []string{"STATSD_PORT=statsd", "STATS_FLUSH_INTERVAL=soon"},
+			problems: []string{`STATSD_PORT="statsd": want a port number, 1 to 65535`}},
+		{name: "statsd flush interval refused", env: []string{"STATS_FLUSH_INTERVAL=soon"},
+			problems: []string{`STATS_FLUSH_INTERVAL="soon": want a duration such as 10s`}},
+		{name: "statsd tags refused", env: []string{"EXTRA_TAGS=prod", "STATSD_PROTOCOL=quic"},
+			problems: []string{`STATSD_PROTOCOL="quic": want tcp or udp`}},
+		{name: "statsd extra tags refused", env: []string{"EXTRA_TAGS=prod"},
+			problems: []string{`EXTRA_TAGS="prod": want key:value,key:value`}},
 		{name: "docker compose", env: []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379",
 			"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "MEMCACHE_HOST_PORT=memcached:11211"},
 			args:  "--listen 0.0.0.0:8081 --pprof-addr 0.0.0.0:6070 --log-format text --log-level debug --envoy-config-dir /data/ratelimit/config --redis redis://redis:6379/0",
@@ -135,8 +158,8 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 		{name: "unix socket", env: []string{"USE_STATSD=false", "GRPC_UDS=/run/rl.sock", "GRPC_PORT=9081"},
 			args:  "--listen unix:/run/rl.sock --pprof-addr",
 			notes: []string{"GRPC_PORT is not needed: GRPC_UDS serves the gRPC port on /run/rl.sock instead"}},
-		{name: "refusals", env: []string{"USE_STATSD=true", "BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
-			problems: []string{"USE_STATSD=true: quotad does not send statsd", "BACKEND_TYPE=memcache", `CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
+		{name: "refusals", env: []string{"BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
+			problems: []string{"BACKEND_TYPE=memcache", `CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
 				`LOG_LEVEL="loud"`, `REDIS_TYPE="ring": want single, sentinel or cluster`, `LOG_FORMAT="xml"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -293,12 +316,12 @@ func TestEnvoyRatelimitServesUpstreamsPorts(t *testing.T) {
 // says why and what to do.
 func TestEnvoyRatelimitRefusesWhatItCannotHonour(t *testing.T) {
 	cmd := exec.Command(quotadtest.Binary(t), "envoy-ratelimit")
-	cmd.Env = []string{"USE_STATSD=true", "STATSD_HOST=statsd"}
+	cmd.Env = []string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=memcached:11211"}
 	out, err := cmd.CombinedOutput()
 	if err == nil {
-		t.Fatalf("started with USE_STATSD=true:\n%s", out)
+		t.Fatalf("started with BACKEND_TYPE=memcache:\n%s", out)
 	}
-	want := "USE_STATSD=true: quotad does not send statsd; set USE_STATSD=false and USE_PROMETHEUS=true to scrape its metrics"
+	want := "BACKEND_TYPE=memcache: quotad counts in Redis (or in memory on one node), not memcached; set BACKEND_TYPE=redis"
 	if !strings.Contains(string(out), want) {
 		t.Errorf("output:\n%s\nwant the line %q", out, want)
 	}

@@ -82,7 +82,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 
 	// Telemetry starts first and stops last (deferred calls run in
 	// reverse), after the node has closed.
-	tel, err := startTelemetry(ctx, cfg.Telemetry, getenv, stdout)
+	tel, err := startTelemetry(ctx, cfg.Telemetry, getenv, stdout, log)
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}

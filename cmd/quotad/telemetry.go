@@ -64,6 +64,9 @@ type telemetryConfig struct {
 	// Metrics serves Prometheus metrics at GET /metrics on the API's port.
 	// Default true.
 	Metrics bool
+	// Statsd sends envoyproxy/ratelimit's statistics to statsd (statsd.go);
+	// the zero value sends none.
+	Statsd statsdConfig
 }
 
 func (t telemetryConfig) validate() error {
@@ -80,7 +83,7 @@ func (t telemetryConfig) validate() error {
 	if r := t.TraceSampleRatio; r != nil && !(*r >= 0 && *r <= 1) {
 		return fmt.Errorf("trace sample ratio: %g is not in [0, 1]", *r)
 	}
-	return nil
+	return t.Statsd.validate()
 }
 
 // validateEndpoint accepts an http(s) URL with a host, or host:port. The
@@ -140,6 +143,7 @@ type telemetry struct {
 	tracer   trace.TracerProvider // nil: no tracing
 	meter    metric.MeterProvider // nil: no metrics
 	metrics  http.Handler         // nil: no /metrics
+	statsd   statsdConfig         // where statistics are sent, for the banner
 	// shutdowns flush and stop the providers, tracer first.
 	shutdowns []func(context.Context) error
 }
@@ -147,18 +151,24 @@ type telemetry struct {
 // startTelemetry sets up tracing and metrics as cfg and the OTEL_*
 // environment say. Nothing it starts blocks a check: spans go through a
 // batching processor that drops spans when its queue is full rather than
-// wait, and metrics are read only when /metrics is scraped.
-// OTEL_SDK_DISABLED=true turns both off.
-func startTelemetry(ctx context.Context, cfg telemetryConfig, getenv func(string) string, stdout io.Writer) (*telemetry, error) {
+// wait, metrics are read only when /metrics is scraped, and statsd is sent
+// from a goroutine of its own every flush interval. OTEL_SDK_DISABLED=true
+// turns traces and metrics off, and is refused with statsd, which would
+// send nothing.
+func startTelemetry(ctx context.Context, cfg telemetryConfig, getenv func(string) string, stdout io.Writer, log *slog.Logger) (*telemetry, error) {
 	t := &telemetry{exporter: exporterNone}
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+		if cfg.Statsd.Addr != "" {
+			return nil, errors.New("OTEL_SDK_DISABLED=true turns off the metrics --statsd-addr sends: unset one of them")
+		}
 		return t, nil
 	}
+	t.statsd = cfg.Statsd
 	kind, err := cfg.traceExporter(getenv)
 	if err != nil {
 		return nil, err
 	}
-	if kind == exporterNone && !cfg.Metrics {
+	if kind == exporterNone && !cfg.Metrics && cfg.Statsd.Addr == "" {
 		return t, nil
 	}
 	// service.name defaults to quotad; OTEL_SERVICE_NAME and
@@ -180,6 +190,10 @@ func startTelemetry(ctx context.Context, cfg telemetryConfig, getenv func(string
 		t.exporter, t.tracer = kind, tp
 		t.shutdowns = append(t.shutdowns, tp.Shutdown)
 	}
+	var readers []sdkmetric.Option
+	if cfg.Statsd.Addr != "" {
+		readers = append(readers, sdkmetric.WithReader(statsdReader(newStatsdExporter(cfg.Statsd, log), cfg.Statsd.FlushInterval)))
+	}
 	if cfg.Metrics {
 		// A registry of our own, not Prometheus's global one: two quotads
 		// in one process (tests) must not share metrics.
@@ -197,9 +211,12 @@ func startTelemetry(ctx context.Context, cfg telemetryConfig, getenv func(string
 		if err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))
-		t.meter = mp
+		readers = append(readers, sdkmetric.WithReader(exp))
 		t.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	}
+	if len(readers) > 0 {
+		mp := sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
+		t.meter = mp
 		t.shutdowns = append(t.shutdowns, mp.Shutdown)
 	}
 	return t, nil
@@ -266,7 +283,7 @@ func (t *telemetry) describe() string {
 	if t.metrics != nil {
 		metrics = "GET /metrics"
 	}
-	return fmt.Sprintf("traces: %s, metrics: %s", t.exporter, metrics)
+	return fmt.Sprintf("traces: %s, metrics: %s%s", t.exporter, metrics, t.statsd.describe())
 }
 
 // Shutdown exports the spans still queued and stops the providers. Call it

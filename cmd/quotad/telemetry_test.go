@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -493,7 +494,7 @@ func TestTelemetrySettings(t *testing.T) {
 // say; a bad OTEL_TRACES_EXPORTER stops quotad with an error naming it.
 func TestTelemetryEnvironmentSwitches(t *testing.T) {
 	tel, err := startTelemetry(context.Background(), telemetryConfig{TraceExporter: "stdout", Metrics: true},
-		func(k string) string { return map[string]string{"OTEL_SDK_DISABLED": "true"}[k] }, io.Discard)
+		func(k string) string { return map[string]string{"OTEL_SDK_DISABLED": "true"}[k] }, io.Discard, slog.New(slog.DiscardHandler))
 	if err != nil || tel.tracer != nil || tel.meter != nil || tel.metrics != nil {
 		t.Fatalf("OTEL_SDK_DISABLED=true: %+v, %v", tel, err)
 	}
