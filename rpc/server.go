@@ -106,6 +106,18 @@ type ServerConfig struct {
 	// connection may have open, on either front end. 0 means
 	// DefaultMaxConcurrentStreams (250).
 	MaxConcurrentStreams int
+	// MaxConnectionAge, when not 0, asks a connection to go once it is
+	// this old, plus or minus a tenth of it: a gRPC connection (grpc-go's
+	// keepalive) or an HTTP/2 one gets a GOAWAY that lets its streams
+	// finish and opens no new one, an HTTP/1.1 one a "Connection: close"
+	// on its next response (guard.NewAgingListener). Clients then open
+	// new connections, which a load balancer in front spreads. 0 (the
+	// default) never does.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace, when not 0, closes a connection this long
+	// after MaxConnectionAge, whatever is still in flight on it. 0 waits
+	// for its requests however long they take. Needs MaxConnectionAge.
+	MaxConnectionAgeGrace time.Duration
 	// Telemetry: with a MeterProvider the server reports its connections
 	// and GOAWAYs (docs/observability.md).
 	Telemetry Telemetry
@@ -136,6 +148,12 @@ func (c ServerConfig) Validate() error {
 		if d.v < 0 {
 			return fmt.Errorf("%s: %w: %s must not be negative (0 means the default)", d.name, ErrInvalidConfig, d.v)
 		}
+	}
+	if c.MaxConnectionAge < 0 || c.MaxConnectionAgeGrace < 0 {
+		return fmt.Errorf("max connection age: %w: %s and grace %s must not be negative (0 means never)", ErrInvalidConfig, c.MaxConnectionAge, c.MaxConnectionAgeGrace)
+	}
+	if c.MaxConnectionAgeGrace > 0 && c.MaxConnectionAge == 0 {
+		return fmt.Errorf("max connection age grace: %w: %s follows a maximum connection age; set the age too", ErrInvalidConfig, c.MaxConnectionAgeGrace)
 	}
 	if c.MaxConnections < 0 {
 		return fmt.Errorf("max connections: %w: %d must be > 0 (0 means %d)", ErrInvalidConfig, c.MaxConnections, DefaultMaxConnections)
@@ -212,7 +230,8 @@ func NewServer(h *Handler, api http.Handler, cfg ServerConfig, log *slog.Logger)
 	}
 	s := &Server{cfg: cfg, conns: guard.NewConnLimiter(cfg.MaxConnections, log), resets: &guard.ResetStats{}, log: log}
 	s.http = &http.Server{
-		Handler:           guard.BodyDeadline(api, cfg.ReadTimeout),
+		Handler:           guard.CloseAged(guard.BodyDeadline(api, cfg.ReadTimeout)),
+		ConnContext:       guard.ConnContext,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		// ReadTimeout and WriteTimeout stay unset: they would end long
@@ -272,8 +291,11 @@ func newGRPCServer(h *Handler, cfg ServerConfig) (*grpc.Server, error) {
 		grpc.ConnectionTimeout(cfg.ReadHeaderTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle: cfg.IdleTimeout,
-			Time:              http2PingAfter,
-			Timeout:           http2PingTimeout,
+			// 0, quotad's "never", is grpc-go's infinity too.
+			MaxConnectionAge:      cfg.MaxConnectionAge,
+			MaxConnectionAgeGrace: cfg.MaxConnectionAgeGrace,
+			Time:                  http2PingAfter,
+			Timeout:               http2PingTimeout,
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 		// Health's Check and the streams (health Watch, reflection) pass
@@ -307,8 +329,11 @@ func newGRPCServer(h *Handler, cfg ServerConfig) (*grpc.Server, error) {
 // the cap are handled as ServerConfig.MaxConnections says.
 func (s *Server) Serve(ln net.Listener) error {
 	limited := guard.NewLimitListener(ln, s.conns, s.resets, s.cfg.TLS, s.log)
+	age := func(ln net.Listener) net.Listener {
+		return guard.NewAgingListener(ln, s.cfg.MaxConnectionAge, s.cfg.MaxConnectionAgeGrace, s.log)
+	}
 	if s.grpc == nil {
-		return s.http.Serve(limited)
+		return s.http.Serve(age(limited))
 	}
 	split := guard.NewSplitListener(limited, s.cfg.ReadHeaderTimeout, s.cfg.IdleTimeout, s.log)
 	s.mu.Lock()
@@ -316,7 +341,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	errs := make(chan error, 2)
 	go func() { errs <- s.grpc.Serve(split.GRPC()) }()
-	go func() { errs <- s.http.Serve(split.HTTP()) }()
+	go func() { errs <- s.http.Serve(age(split.HTTP())) }()
 	for range 2 {
 		// grpc-go returns nil after a stop; net/http ErrServerClosed.
 		if err := <-errs; err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -88,6 +88,8 @@ var mergedFields = []struct{ prefix, field string }{
 	{"denied cache: max entries and max bytes", "denied_cache"},
 	{"denied cache: max entries", "denied_cache.max_entries"},
 	{"denied cache: max bytes", "denied_cache.max_bytes"},
+	{"max connection age grace", "max_connection_age_grace"},
+	{"max connection age", "max_connection_age"},
 	{"max batch", "max_batch"},
 	{"max request bytes", "max_request_bytes"},
 	{"trace exporter", "tracing.exporter"},

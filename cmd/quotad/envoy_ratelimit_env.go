@@ -39,6 +39,7 @@ type ratelimitEnv struct {
 var ratelimitDefaults = map[string]string{
 	"HOST": "0.0.0.0", "PORT": "8080", "DEBUG_HOST": "0.0.0.0", "DEBUG_PORT": "6070",
 	"GRPC_HOST": "0.0.0.0", "GRPC_PORT": "8081", "LOG_LEVEL": "WARN", "LOG_FORMAT": "text",
+	"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h",
 	"CONFIG_TYPE": "FILE", "RUNTIME_ROOT": "/srv/runtime_data/current", "RUNTIME_APPDIRECTORY": "config",
 	"USE_STATSD": "true", "PROMETHEUS_ADDR": ":9090", "PROMETHEUS_PATH": "/metrics",
 	"STATSD_HOST": "localhost", "STATSD_PORT": "8125", "STATS_FLUSH_INTERVAL": "10s",
@@ -85,15 +86,13 @@ var ratelimitNoOps = map[string]string{
 // ratelimitRefusals are settings quotad cannot honour, by variable: the
 // value (lower case) that is refused ("" for any value set) and why.
 var ratelimitRefusals = []struct{ name, value, why string }{
-	{"GRPC_MAX_CONNECTION_AGE", "", "quotad does not age out connections; unset it (a load balancer in front can)"},
-	{"GRPC_MAX_CONNECTION_AGE_GRACE", "", "quotad does not age out connections; unset it"},
 	{"BACKEND_TYPE", "memcache", "quotad counts in Redis (or in memory on one node), not memcached; set BACKEND_TYPE=redis"},
 }
 
 // ratelimitHonoured are the variables translate reads; with the no-ops and
 // the refusals, every variable upstream documents (TestRatelimitEnvKnowsEveryVariable).
 var ratelimitHonoured = []string{
-	"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_HOST", "GRPC_PORT", "GRPC_UDS",
+	"HOST", "PORT", "DEBUG_HOST", "DEBUG_PORT", "GRPC_HOST", "GRPC_PORT", "GRPC_UDS", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE",
 	"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN",
 	"LOG_LEVEL", "LOG_FORMAT", "CONFIG_TYPE",
 	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES",
@@ -188,6 +187,9 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 		}
 	} else {
 		out.args = append(out.args, "--listen", net.JoinHostPort(value("GRPC_HOST"), value("GRPC_PORT")))
+	}
+	if err := out.connectionAge(value, set); err != nil {
+		fail("%v", err)
 	}
 	out.httpListen = net.JoinHostPort(value("HOST"), value("PORT"))
 	out.args = append(out.args, "--pprof-addr", net.JoinHostPort(value("DEBUG_HOST"), value("DEBUG_PORT")))
@@ -583,6 +585,33 @@ func (out *ratelimitEnv) stats(value func(string) string, set func(string) bool,
 			return nil
 		}
 		return fmt.Errorf("USE_DOG_STATSD_MOGRIFIERS=%s: quotad sends envoyproxy/ratelimit's names with EXTRA_TAGS as tags, and does not rewrite them; unset it and map the names in the Datadog agent", value("USE_DOG_STATSD_MOGRIFIERS"))
+	}
+	return nil
+}
+
+// connectionAge translates GRPC_MAX_CONNECTION_AGE and
+// GRPC_MAX_CONNECTION_AGE_GRACE (upstream's defaults 24h and 1h, which
+// grpc-go applies to its connections) into --max-connection-age and
+// --max-connection-age-grace, which quotad applies to every connection of
+// the gRPC port. 0 never ages them out, as in grpc-go.
+func (out *ratelimitEnv) connectionAge(value func(string) string, set func(string) bool) error {
+	var d [2]time.Duration
+	for i, name := range []string{"GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE"} {
+		v, err := time.ParseDuration(value(name))
+		if err != nil || v < 0 {
+			return fmt.Errorf("%s=%q: want a duration such as 24h (0 for never)", name, value(name))
+		}
+		d[i] = v
+	}
+	if d[0] == 0 {
+		if set("GRPC_MAX_CONNECTION_AGE_GRACE") {
+			out.notes = append(out.notes, "GRPC_MAX_CONNECTION_AGE_GRACE is not needed: GRPC_MAX_CONNECTION_AGE=0 never ages connections out")
+		}
+		return nil
+	}
+	out.args = append(out.args, "--max-connection-age", d[0].String())
+	if d[1] > 0 {
+		out.args = append(out.args, "--max-connection-age-grace", d[1].String())
 	}
 	return nil
 }

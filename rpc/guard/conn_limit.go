@@ -82,15 +82,16 @@ func (l *ConnLimiter) admit(c *ServerConn) bool {
 
 // ConnState is an http.Server's ConnState hook: a connection is idle for
 // the cap while net/http says StateIdle (and from its admission until its
-// first request), busy while StateActive. Connections that did not come
-// through a LimitListener are ignored.
+// first request), busy while StateActive; an aged connection that becomes
+// idle is closed (max_age.go). Connections that did not come through a
+// LimitListener are ignored.
 func (l *ConnLimiter) ConnState(nc net.Conn, state http.ConnState) {
 	c := asServerConn(nc)
 	if c == nil {
 		return
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	closeNow := false
 	switch state {
 	case http.StateActive:
 		if c.elem != nil {
@@ -102,11 +103,17 @@ func (l *ConnLimiter) ConnState(nc net.Conn, state http.ConnState) {
 			c.idleSince = time.Now()
 			c.elem = l.idle.PushBack(c)
 		}
+		closeNow = c.closeIdle
 	case http.StateHijacked, http.StateClosed:
 		if c.elem != nil {
 			l.idle.Remove(c.elem)
 			c.elem = nil
 		}
+	}
+	l.mu.Unlock()
+	if closeNow {
+		// An aged connection's last request has ended (max_age.go).
+		c.closeWhenStillIdle()
 	}
 }
 
@@ -220,11 +227,26 @@ type ServerConn struct {
 	released  bool
 	calls     int
 	idleSince time.Time
+	// closeIdle says c, past its maximum age (max_age.go), closes once
+	// idle; stopAging stops its aging timers, nil without any. Guarded by
+	// lim.mu.
+	closeIdle bool
+	stopAging func()
+	// aged says c is past its maximum age: an HTTP/1.1 response on it
+	// closes it.
+	aged atomic.Bool
 }
 
-// Close frees c's slot (once, however often it is called) and closes the
-// connection.
+// Close frees c's slot (once, however often it is called), stops its
+// aging timers and closes the connection.
 func (c *ServerConn) Close() error {
+	c.lim.mu.Lock()
+	stop := c.stopAging
+	c.stopAging = nil
+	c.lim.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	c.lim.release(c)
 	return c.Conn.Close()
 }

@@ -26,6 +26,13 @@ const (
 	h2FlagPriority   = 0x20
 
 	h2EnhanceYourCalm = 0xb
+	h2NoError         = 0x0
+
+	// h2MaxStreamID is the highest stream identifier: a GOAWAY naming it
+	// tells the client to open no more streams while every stream it has
+	// opened may still be answered (RFC 9113 §6.8, a graceful shutdown's
+	// first GOAWAY).
+	h2MaxStreamID = 1<<31 - 1
 )
 
 // goAwayFrame encodes a GOAWAY frame (RFC 9113 §6.8).

@@ -185,13 +185,25 @@ func (g *resetGuard) sendGoAway(conn net.Conn) {
 		g.log.Warn("http2: client reset most of its streams; sent GOAWAY ENHANCE_YOUR_CALM and closing",
 			"remote", conn.RemoteAddr().String(), "streams", g.streams, "resets", g.resets, "goaways_total", total)
 	}
+	g.queueGoAway(conn, goAwayFrame(g.lastStream, h2EnhanceYourCalm, "too many stream resets"), true)
+}
+
+// queueGoAway writes frame, a GOAWAY, to conn now if the server's output
+// is between frames; otherwise the server's next write completes the
+// frame in progress and carries it. A GOAWAY already waiting stays, unless
+// replace. It reports whether frame was taken.
+func (g *resetGuard) queueGoAway(conn net.Conn, frame []byte, replace bool) bool {
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
-	g.goaway = goAwayFrame(g.lastStream, h2EnhanceYourCalm, "too many stream resets")
+	if g.goaway != nil && !replace {
+		return false
+	}
+	g.goaway = frame
 	if g.out.atBoundary() {
 		_, _ = conn.Write(g.goaway)
 		g.goaway = nil
 	}
+	return true
 }
 
 // write writes p, the server's output, to conn, slipping a waiting GOAWAY
