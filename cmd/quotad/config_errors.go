@@ -100,6 +100,7 @@ var mergedFields = []struct{ prefix, field string }{
 	{"statsd flush interval", "statsd.flush_interval"},
 	{"statsd tags", "statsd.tags"},
 	{"statsd dogstatsd", "statsd.dogstatsd"},
+	{"statsd mogrifiers", "statsd.mogrifiers"},
 	{"cluster bind address", "cluster.addr"},
 	{"cluster advertise address", "cluster.advertise"},
 	{"cluster node name", "cluster.node_name"},

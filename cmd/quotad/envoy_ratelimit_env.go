@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -584,9 +585,52 @@ func (out *ratelimitEnv) stats(value func(string) string, set func(string) bool,
 			out.notes = append(out.notes, "USE_DOG_STATSD_MOGRIFIERS is not needed: used only with USE_DOG_STATSD=true")
 			return nil
 		}
-		return fmt.Errorf("USE_DOG_STATSD_MOGRIFIERS=%s: quotad sends envoyproxy/ratelimit's names with EXTRA_TAGS as tags, and does not rewrite them; unset it and map the names in the Datadog agent", value("USE_DOG_STATSD_MOGRIFIERS"))
+		m, err := dogStatsdMogrifiers(value("USE_DOG_STATSD_MOGRIFIERS"), value)
+		if err != nil {
+			return err
+		}
+		out.args = append(out.args, "--statsd-mogrifiers", m)
 	}
 	return nil
+}
+
+// dogStatsdMogrifiers reads upstream's mogrifiers, named in list
+// (USE_DOG_STATSD_MOGRIFIERS, "A,B"), each from its
+// DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS
+// ("key:template,key:template"), as its src/godogstats reads them, into
+// --statsd-mogrifiers' JSON.
+func dogStatsdMogrifiers(list string, value func(string) string) (string, error) {
+	var specs []statsdMogrifierSpec
+	for _, key := range strings.Split(list, ",") {
+		key = strings.TrimSpace(key)
+		if key == "" {
+			continue
+		}
+		prefix := "DOG_STATSD_MOGRIFIER_" + strings.ToUpper(key) + "_"
+		sp := statsdMogrifierSpec{Pattern: value(prefix + "PATTERN"), Name: value(prefix + "NAME")}
+		if sp.Pattern == "" || sp.Name == "" {
+			return "", fmt.Errorf("USE_DOG_STATSD_MOGRIFIERS names %s: set %sPATTERN and %sNAME", key, prefix, prefix)
+		}
+		if tags := value(prefix + "TAGS"); tags != "" {
+			sp.Tags = map[string]string{}
+			for _, kv := range strings.Split(tags, ",") {
+				k, v, ok := strings.Cut(kv, ":")
+				if !ok || k == "" || v == "" {
+					return "", fmt.Errorf("%sTAGS=%q: want key:template,key:template", prefix, tags)
+				}
+				sp.Tags[k] = v
+			}
+		}
+		specs = append(specs, sp)
+	}
+	text, err := json.Marshal(specs)
+	if err != nil {
+		return "", err
+	}
+	if _, err := parseStatsdMogrifiers(string(text)); err != nil {
+		return "", fmt.Errorf("USE_DOG_STATSD_MOGRIFIERS=%s: %w", list, err)
+	}
+	return string(text), nil
 }
 
 // connectionAge translates GRPC_MAX_CONNECTION_AGE and

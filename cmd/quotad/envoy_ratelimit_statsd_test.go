@@ -122,21 +122,29 @@ func (s *statsdServer) dump() string {
 // near_limit 1 at its 0.8 ratio, over_limit 1), once each (the counts
 // stay put at later flushes), over TCP by default as upstream's gostats
 // sink sends, over UDP in datagrams of at most 1432 bytes, with
-// EXTRA_TAGS in the name as gostats writes tags, and with USE_DOG_STATSD
-// as DogStatsD tags.
+// EXTRA_TAGS in the name as gostats writes tags, with USE_DOG_STATSD as
+// DogStatsD tags, and renamed by upstream README's example mogrifier.
 func TestEnvoyRatelimitSendsStatsd(t *testing.T) {
-	const name = "ratelimit.service.rate_limit.rl.category_account."
+	named := func(prefix, suffix string) func(string) string {
+		return func(stat string) string { return prefix + stat + suffix }
+	}
+	const rule = "ratelimit.service.rate_limit.rl.category_account."
 	for _, c := range []struct {
 		name, protocol string
 		env            []string
-		// suffix follows each statistic's name; line each line's count.
-		suffix, line string
+		// key is a statistic's line as counts keeps it: without its count.
+		key func(stat string) string
 	}{
-		{name: "statsd over tcp, upstream's default", protocol: "tcp", env: nil, suffix: "", line: "|c"},
+		{name: "statsd over tcp, upstream's default", protocol: "tcp", env: nil, key: named(rule, "|c")},
 		{name: "statsd over udp with tags", protocol: "udp", env: []string{"STATSD_PROTOCOL=udp", "EXTRA_TAGS=release:v1.2,env:test"},
-			suffix: ".__env=test.__release=v1_2", line: "|c"},
+			key: named(rule, ".__env=test.__release=v1_2|c")},
 		{name: "dogstatsd", protocol: "udp", env: []string{"USE_STATSD=false", "USE_DOG_STATSD=true", "EXTRA_TAGS=release:v1.2,env:test"},
-			suffix: "", line: "|c|#env:test,release:v1.2"},
+			key: named(rule, "|c|#env:test,release:v1.2")},
+		// upstream README's example mogrifier.
+		{name: "dogstatsd with a mogrifier", protocol: "udp", env: []string{"USE_STATSD=false", "USE_DOG_STATSD=true", "EXTRA_TAGS=env:test",
+			"USE_DOG_STATSD_MOGRIFIERS=HITS", `DOG_STATSD_MOGRIFIER_HITS_PATTERN=^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`,
+			"DOG_STATSD_MOGRIFIER_HITS_NAME=ratelimit.service.rate_limit.$3", "DOG_STATSD_MOGRIFIER_HITS_TAGS=domain:$1,descriptor:$2"},
+			key: named("ratelimit.service.rate_limit.", "|c|#env:test,descriptor:category_account,domain:rl")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := redistest.Start(t)
@@ -151,7 +159,7 @@ func TestEnvoyRatelimitSendsStatsd(t *testing.T) {
 			}
 			want := map[string]int64{}
 			for stat, n := range map[string]int64{"total_hits": 3, "within_limit": 2, "near_limit": 1, "over_limit": 1} {
-				want[name+stat+c.suffix+c.line] = n
+				want[c.key(stat)] = n
 			}
 			equal := func() bool {
 				got := statsd.counts(t)

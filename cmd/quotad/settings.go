@@ -201,6 +201,8 @@ func settings() []setting {
 			v: text(func(c *config) *string { return &c.Telemetry.Statsd.Tags })},
 		{flag: "statsd-dogstatsd", file: "statsd.dogstatsd", help: "send --statsd-tags as DogStatsD tags (|#key:value)",
 			v: boolean(func(c *config) *bool { return &c.Telemetry.Statsd.DogStatsD })},
+		{flag: "statsd-mogrifiers", file: "statsd.mogrifiers", arg: "JSON", unset: "none", help: `rewrite DogStatsD names and add tags, as envoyproxy/ratelimit's mogrifiers: [{"pattern": "regexp", "name": "template", "tags": {"key": "template"}}], $1 and the like the pattern's groups, the first match applied; needs --statsd-dogstatsd`,
+			v: text(func(c *config) *string { return &c.Telemetry.Statsd.Mogrifiers })},
 
 		{flag: "cluster-addr", file: "cluster.addr", arg: "host:port", unset: "none (standalone)", help: "gossip address (UDP and TCP) that makes this node a cluster member; host an IP or empty for all interfaces; needs --redis",
 			v: text(func(c *config) *string { return &c.Cluster.Addr })},

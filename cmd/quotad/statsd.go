@@ -60,6 +60,11 @@ type statsdConfig struct {
 	Tags string
 	// DogStatsD writes Tags as DogStatsD tags (name:1|c|#key:value).
 	DogStatsD bool
+	// Mogrifiers rewrite the names sent to DogStatsD and add tags, as
+	// envoyproxy/ratelimit's USE_DOG_STATSD_MOGRIFIERS: a JSON array of
+	// statsdMogrifierSpec (statsd_mogrifiers.go), the first that matches
+	// a name applied. Needs DogStatsD. Empty rewrites nothing.
+	Mogrifiers string
 }
 
 // validate reports the first problem, naming the flag to fix.
@@ -70,8 +75,16 @@ func (c statsdConfig) validate() error {
 			return errors.New("statsd tags: --statsd-tags needs --statsd-addr (where to send the statistics)")
 		case c.DogStatsD:
 			return errors.New("statsd dogstatsd: --statsd-dogstatsd needs --statsd-addr (where to send the statistics)")
+		case c.Mogrifiers != "":
+			return errors.New("statsd mogrifiers: --statsd-mogrifiers needs --statsd-addr (where to send the statistics)")
 		}
 		return nil
+	}
+	if c.Mogrifiers != "" && !c.DogStatsD {
+		return errors.New("statsd mogrifiers: --statsd-mogrifiers rewrites DogStatsD names; it needs --statsd-dogstatsd")
+	}
+	if _, err := parseStatsdMogrifiers(c.Mogrifiers); err != nil {
+		return fmt.Errorf("statsd mogrifiers: %w", err)
 	}
 	if _, port, err := net.SplitHostPort(c.Addr); err != nil || port == "" {
 		return fmt.Errorf("statsd addr: %q: want host:port, e.g. localhost:8125", c.Addr)
@@ -119,9 +132,13 @@ var statsdTagValueChars = strings.NewReplacer(".", "_", ":", "_", "|", "_")
 type statsdExporter struct {
 	network, addr string
 	// nameSuffix follows every name (".__key=value..." for tags in the
-	// name) and lineSuffix every line ("|#key:value,..." for DogStatsD).
-	nameSuffix, lineSuffix string
-	log                    *slog.Logger
+	// name); dogTags are DogStatsD's (key:value), written after the
+	// count (|#key:value,...), before any a mogrifier adds.
+	nameSuffix string
+	dog        bool
+	dogTags    []string
+	mogrifiers []statsdMogrifier
+	log        *slog.Logger
 
 	mu     sync.Mutex
 	conn   net.Conn // nil until dialed, and after a failed write
@@ -130,22 +147,18 @@ type statsdExporter struct {
 
 // newStatsdExporter returns the exporter for cfg (validated).
 func newStatsdExporter(cfg statsdConfig, log *slog.Logger) *statsdExporter {
-	e := &statsdExporter{network: cfg.Protocol, addr: cfg.Addr, log: log}
+	e := &statsdExporter{network: cfg.Protocol, addr: cfg.Addr, dog: cfg.DogStatsD, log: log}
 	tags, _ := parseStatsdTags(cfg.Tags) // validated
+	e.mogrifiers, _ = parseStatsdMogrifiers(cfg.Mogrifiers)
 	var b strings.Builder
-	for i, t := range tags {
+	for _, t := range tags {
 		if cfg.DogStatsD {
-			b.WriteString(map[bool]string{true: "|#", false: ","}[i == 0])
-			b.WriteString(t.key + ":" + t.value)
+			e.dogTags = append(e.dogTags, t.key+":"+t.value)
 			continue
 		}
 		b.WriteString(".__" + t.key + "=" + statsdTagValueChars.Replace(t.value))
 	}
-	if cfg.DogStatsD {
-		e.lineSuffix = b.String()
-	} else {
-		e.nameSuffix = b.String()
-	}
+	e.nameSuffix = b.String()
 	return e
 }
 
@@ -194,9 +207,19 @@ func (e *statsdExporter) Export(ctx context.Context, rm *metricdata.ResourceMetr
 func (e *statsdExporter) lines(rm *metricdata.ResourceMetrics) []string {
 	var lines []string
 	add := func(name string, n int64) {
-		if n > 0 {
-			lines = append(lines, fmt.Sprintf("%s%s:%d|c%s", name, e.nameSuffix, n, e.lineSuffix))
+		if n <= 0 {
+			return
 		}
+		if !e.dog {
+			lines = append(lines, fmt.Sprintf("%s%s:%d|c", name, e.nameSuffix, n))
+			return
+		}
+		name, added := mogrify(e.mogrifiers, name)
+		line := fmt.Sprintf("%s:%d|c", name, n)
+		if tags := append(slices.Clip(e.dogTags), added...); len(tags) > 0 {
+			line += "|#" + strings.Join(tags, ",")
+		}
+		lines = append(lines, line)
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {

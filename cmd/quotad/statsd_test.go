@@ -51,9 +51,42 @@ func TestStatsdSettingsRefused(t *testing.T) {
 		{statsdConfig{Addr: "statsd:8125", Protocol: "quic", FlushInterval: 1}, `statsd protocol: "quic": want udp or tcp`},
 		{statsdConfig{Addr: "statsd:8125", Protocol: statsdTCP}, "statsd flush interval: 0s must be > 0"},
 		{statsdConfig{Addr: "statsd:8125", Protocol: statsdTCP, FlushInterval: 1, Tags: "prod"}, `statsd tags: "prod": want key:value,key:value`},
+		{statsdConfig{Mogrifiers: `[]`}, "statsd mogrifiers: --statsd-mogrifiers needs --statsd-addr (where to send the statistics)"},
+		{statsdConfig{Addr: "statsd:8125", Protocol: statsdUDP, FlushInterval: 1, Mogrifiers: `[{"pattern": "a", "name": "b"}]`},
+			"statsd mogrifiers: --statsd-mogrifiers rewrites DogStatsD names; it needs --statsd-dogstatsd"},
+		{statsdConfig{Addr: "statsd:8125", Protocol: statsdUDP, FlushInterval: 1, DogStatsD: true, Mogrifiers: `[{"pattern": "a"}]`},
+			"statsd mogrifiers: mogrifier 1: a pattern and a name are both needed"},
+		{statsdConfig{Addr: "statsd:8125", Protocol: statsdUDP, FlushInterval: 1, DogStatsD: true, Mogrifiers: `[{"pattern": "a", "name": "b", "tag": {}}]`},
+			`statsd mogrifiers: want a JSON array of {"pattern": "regexp", "name": "template", "tags": {"key": "template"}}: json: unknown field "tag"`},
 	} {
 		if err := c.cfg.validate(); err == nil || err.Error() != c.want {
 			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+// A mogrifier rewrites the names it matches, the first that matches
+// winning, with its pattern's groups in the name and the tags (tags sorted
+// by key); "$9" of a pattern with fewer groups stays as written, as
+// upstream's; a name none matches is left alone.
+func TestMogrify(t *testing.T) {
+	ms, err := parseStatsdMogrifiers(`[
+		{"pattern": "^ratelimit\\.service\\.rate_limit\\.([^.]+)\\.(.*)\\.([^.]+)$", "name": "ratelimit.service.rate_limit.$3", "tags": {"domain": "$1", "descriptor": "$2$9"}},
+		{"pattern": "^ratelimit\\.(.*)$", "name": "other.$1"}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		in, name string
+		tags     []string
+	}{
+		{"ratelimit.service.rate_limit.rl.category_account.total_hits", "ratelimit.service.rate_limit.total_hits", []string{"descriptor:category_account$9", "domain:rl"}},
+		{"ratelimit.service.global_shadow_mode", "other.service.global_shadow_mode", nil},
+		{"quotad.other", "quotad.other", nil},
+	} {
+		name, tags := mogrify(ms, c.in)
+		if name != c.name || strings.Join(tags, ",") != strings.Join(c.tags, ",") {
+			t.Errorf("%s: %s %v, want %s %v", c.in, name, tags, c.name, c.tags)
 		}
 	}
 }
