@@ -8,7 +8,7 @@ import "time"
 // State, it is not safe for concurrent use.
 //
 // It mirrors scripts/fixed_window.lua and scripts/release_fixed_window.lua
-// (STRING base:fw2, "w n"); the rules are docs/algorithms.md, "Fixed
+// (STRING base:fw3, "w n"); the rules are docs/algorithms.md, "Fixed
 // window" and "Leases".
 type FixedWindowState struct {
 	w    int64 // start of the window used counts, ms since the Unix epoch

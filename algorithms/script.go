@@ -39,21 +39,21 @@ var (
 		GCRA:                 "scripts/release_gcra.lua",
 	}
 	keySuffixes = map[Algorithm][]string{
-		FixedWindow:          {":fw2"},
+		FixedWindow:          {":fw3"},
 		SlidingWindowLog:     {":sl2", ":slm2"},
-		SlidingWindowCounter: {":sc2"},
+		SlidingWindowCounter: {":sc3"},
 		TokenBucket:          {":tb3"},
 		LeakyBucket:          {":lb3"},
 		GCRA:                 {":gc3"},
 		Concurrency:          {":cc"},
 	}
 	// legacySuffixes are the keys of earlier state formats (the HASH
-	// states quotad kept before its STRING ones; the token bucket's, leaky
-	// bucket's and GCRA's STRING states before their fresh form, which an
-	// older script would refuse as malformed): no script reads them, but a
+	// states quotad kept before its STRING ones; each algorithm's STRING
+	// state before its fresh form, which an older script would refuse as
+	// malformed): no script reads them, but a
 	// reset deletes them too, so that an older node still running beside
 	// this one in a rolling upgrade sees the reset as well.
-	legacySuffixes = []string{":fw", ":sl", ":slm", ":sc", ":tb", ":lb", ":gc", ":tb2", ":lb2", ":gc2"}
+	legacySuffixes = []string{":fw", ":sl", ":slm", ":sc", ":tb", ":lb", ":gc", ":tb2", ":lb2", ":gc2", ":fw2", ":sc2"}
 )
 
 // CheckScript returns the Lua source of algorithm a's check script, which

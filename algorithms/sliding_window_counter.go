@@ -9,7 +9,7 @@ import "time"
 // State, it is not safe for concurrent use.
 //
 // It mirrors scripts/sliding_window_counter.lua and
-// scripts/release_sliding_window_counter.lua (STRING base:sc2,
+// scripts/release_sliding_window_counter.lua (STRING base:sc3,
 // "w cur prev"); the rules are docs/algorithms.md, "Sliding window counter" and
 // "Leases".
 type SlidingCounterState struct {

@@ -64,7 +64,7 @@ func TestTwoDeploymentsOnOneRedisDoNotCollide(t *testing.T) {
 	}
 	// The other deployment's state expired within its 1 ms; the victim's
 	// is where its (escaped) prefix puts it.
-	if want := "{q%3Aprod:per-ip:victim2}:fw2"; !contains(keys, want) {
+	if want := "{q%3Aprod:per-ip:victim2}:fw3"; !contains(keys, want) {
 		t.Errorf("no key %s among %q", want, keys)
 	}
 }

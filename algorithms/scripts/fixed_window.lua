@@ -3,8 +3,8 @@
 -- with the Go model (algorithms/fixed_window.go), are docs/algorithms.md,
 -- "Fixed window".
 --
--- KEYS[1]  base:fw2  STRING "w n": w = window start ms, n = units spent in
---          window w (prelude: load, save)
+-- KEYS[1]  base:fw3  STRING "w n": w = window start ms, n = units spent in
+--          window w (prelude: load, save; or its fresh form, parse)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
 --          hold_ms (how long a lease keeps them; missing = 0), charge (1: a
@@ -58,4 +58,4 @@ local function decide(found, st_w, st_n)
   return reply
 end
 
-return check_state(key, 2, decide)
+return check_state(key, 2, decide, 1)

@@ -3,8 +3,8 @@
 -- with the Go model (FixedWindowState.Release), are docs/algorithms.md,
 -- "Leases".
 --
--- KEYS[1]  base:fw2  STRING "w n": w = window start ms, n = units spent in
---          window w (prelude: load, save)
+-- KEYS[1]  base:fw3  STRING "w n": w = window start ms, n = units spent in
+--          window w (prelude: load, save; or its fresh form, parse)
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" = Redis TIME),
 --          ref (the grant's window start), granted
 -- Reply    {returned}
@@ -19,7 +19,7 @@ local now = now_ms(ARGV[7])
 local ref = tonumber(ARGV[8])
 
 if units <= 0 then return {0} end
-local found, raw_w, used = load(key, 2)
+local found, raw_w, used = load(key, 2, 1)
 -- A missing key is an empty window already.
 if not found then return {0} end
 -- The current window as the check computes it.

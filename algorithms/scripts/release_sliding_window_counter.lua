@@ -3,9 +3,9 @@
 -- shared with the Go model (SlidingCounterState.Release), are
 -- docs/algorithms.md, "Leases".
 --
--- KEYS[1]  base:sc2  STRING "w cur prev": w = current window start ms, cur =
+-- KEYS[1]  base:sc3  STRING "w cur prev": w = current window start ms, cur =
 --          units spent in window w, prev = units spent in window w - period
---          (prelude: load, save)
+--          (prelude: load, save; or its fresh form, parse)
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" = Redis TIME),
 --          ref (the grant's window start), granted
 -- Reply    {returned}
@@ -20,7 +20,7 @@ local now = now_ms(ARGV[7])
 local ref = tonumber(ARGV[8])
 
 if units <= 0 then return {0} end
-local found, raw_w, cur, prev = load(key, 3)
+local found, raw_w, cur, prev = load(key, 3, 1)
 -- A missing key counts nothing already.
 if not found then return {0} end
 -- The current window as the check computes it.

@@ -4,9 +4,9 @@
 -- (algorithms/sliding_window_counter.go), are docs/algorithms.md,
 -- "Sliding window counter".
 --
--- KEYS[1]  base:sc2  STRING "w cur prev": w = current window start ms, cur =
+-- KEYS[1]  base:sc3  STRING "w cur prev": w = current window start ms, cur =
 --          units spent in window w, prev = units spent in window w - period
---          (prelude: load, save)
+--          (prelude: load, save; or its fresh form, parse)
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
 --          hold_ms (how long a lease keeps them; missing = 0), charge (1: a
@@ -96,4 +96,4 @@ local function decide(found, st_w, st_cur, st_prev)
   return reply
 end
 
-return check_state(key, 3, decide)
+return check_state(key, 3, decide, 1)

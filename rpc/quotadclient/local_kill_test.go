@@ -93,7 +93,7 @@ func TestKilledClientLosesOnlyItsLeases(t *testing.T) {
 	if time.Now().Truncate(time.Hour) != window {
 		t.Skip("the hour turned during the test; its count is in two windows")
 	}
-	got := stateField(t, r, "{quotad:kill:k}:fw2", 1) // "w n"
+	got := stateField(t, r, "{quotad:kill:k}:fw3", 1) // "w n"
 	used, _ := strconv.ParseInt(got, 10, 64)
 	t.Logf("the killed client was allowed %d and held %d leased units; Redis counts %d spent (%d lost)", allowed, held, used, used-allowed)
 	if used < allowed {

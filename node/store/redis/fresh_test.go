@@ -19,7 +19,9 @@ import (
 // next check of that key, remembered, goes to the script, which reads the
 // state the SET wrote. A node that does not remember a key another node
 // wrote tries the SET, finds the state and goes to the script: the two
-// nodes' checks share one count. Windows are never written fresh.
+// nodes' checks share one count. The fixed window and the sliding window
+// counter learn the write's time in the same round trip (PEXPIRETIME); the
+// sliding log, a sorted set, is never written fresh.
 func TestColdKeysAreWrittenWithoutTheScript(t *testing.T) {
 	r := redistest.Start(t)
 	ctx := context.Background()
@@ -52,7 +54,7 @@ func TestColdKeysAreWrittenWithoutTheScript(t *testing.T) {
 		}
 	}
 
-	for _, a := range []algorithms.Algorithm{algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA} {
+	for _, a := range []algorithms.Algorithm{algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA, algorithms.FixedWindow, algorithms.SlidingWindowCounter} {
 		l := algorithms.Limit{Algorithm: a, Limit: 10, Period: time.Hour}
 		acquire(first, l, 1, 0, 9)
 		v, err := rdb.Get(ctx, algorithms.Keys(a, "{cold}")[0]).Result()
@@ -63,7 +65,7 @@ func TestColdKeysAreWrittenWithoutTheScript(t *testing.T) {
 		acquire(second, l, 1, 1, 7)
 		acquire(second, l, 0, 1, 6)
 	}
-	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Period: time.Hour}
+	l := algorithms.Limit{Algorithm: algorithms.SlidingWindowLog, Limit: 10, Period: time.Hour}
 	acquire(first, l, 0, 1, 9)
 	acquire(second, l, 0, 1, 8)
 }
@@ -121,7 +123,7 @@ func TestFreshWritesOnlyWhereTwoRoundTripsFit(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	for _, a := range []algorithms.Algorithm{algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA} {
+	for _, a := range []algorithms.Algorithm{algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA, algorithms.FixedWindow, algorithms.SlidingWindowCounter} {
 		l := algorithms.Limit{Algorithm: a, Limit: 10, Period: time.Hour}
 		start := time.Now()
 		fresh, scripts := acquire(far, l, "{far}")

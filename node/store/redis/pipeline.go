@@ -94,8 +94,10 @@ type scriptCall struct {
 	keys  []string
 	args  []any
 	// plain, if not nil, is the call instead of a script: a command and
-	// its arguments, whose only key is keys[0].
-	plain []any
+	// its arguments, whose only key is keys[0]. then, if not nil, is a
+	// second command on that key sent right after it, in the same round
+	// trip; the call's reply is then both replies (runPlainThen).
+	plain, then []any
 	// gap is the time since the call queued before this one, -1 if none
 	// or if the pipeline never waits.
 	gap   time.Duration
@@ -279,6 +281,15 @@ func (p *pipeline) runPlain(ctx context.Context, timeout time.Duration, late fun
 	return p.call(c, timeout)
 }
 
+// runPlainThen is runPlain of cmd followed by then, a second command on the
+// same key, in the same round trip and in that order. Its reply is
+// []any{cmd's reply, then's reply}, where a nil reply (goredis.Nil) is
+// nil; another error of either command is the call's error.
+func (p *pipeline) runPlainThen(ctx context.Context, timeout time.Duration, late func(reply any), key string, cmd, then []any) (any, error) {
+	c := &scriptCall{ctx: ctx, deadline: time.Now().Add(timeout), keys: []string{key}, plain: cmd, then: then, late: late, done: make(chan struct{})}
+	return p.call(c, timeout)
+}
+
 // call queues c and waits for its outcome, at most timeout.
 func (p *pipeline) call(c *scriptCall, timeout time.Duration) (any, error) {
 	ctx := c.ctx
@@ -419,7 +430,11 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 	p.roundTrips.Add(1)
 	cmds := p.exec(ctx, wire, func(s commander, w *wireCall) *goredis.Cmd {
 		if w.plain != nil {
-			return s.Do(ctx, w.plain...)
+			first := s.Do(ctx, w.plain...)
+			if w.then != nil {
+				w.thenCmd = s.Do(ctx, w.then...)
+			}
+			return first
 		}
 		return w.script.EvalSha(ctx, s, w.keys, w.args...)
 	})

@@ -255,7 +255,7 @@ func TestWireCallsKeepPlainCallsInOrder(t *testing.T) {
 // in the order sent: two calls of one key keep their order, while calls
 // of other slots need not wait for them.
 func TestRedirectedCallsResentInOrderBySlot(t *testing.T) {
-	call := func(key string) *wireCall { return &wireCall{keys: []string{key + ":fw2"}} }
+	call := func(key string) *wireCall { return &wireCall{keys: []string{key + ":fw3"}} }
 	calls := []*wireCall{call("{a}"), call("{b}"), call("{a}"), call("{c}"), call("{b}"), call("{a}")}
 	errs := []error{
 		errors.New("MOVED 15495 127.0.0.1:7002"), errors.New("ASK 3300 127.0.0.1:7001"), errors.New("MOVED 15495 127.0.0.1:7002"),

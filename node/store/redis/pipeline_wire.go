@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"errors"
 	"runtime"
 
 	"github.com/quotad/quotad/algorithms"
@@ -16,8 +17,12 @@ import (
 // or a plain command), or several calls of one batch script (members, in
 // queue order).
 type wireCall struct {
-	script  *goredis.Script
-	plain   []any
+	script *goredis.Script
+	plain  []any
+	// then and thenCmd are a plain call's second command (runPlainThen)
+	// and, once sent, its outcome.
+	then    []any
+	thenCmd *goredis.Cmd
 	keys    []string
 	args    []any
 	members []*scriptCall
@@ -71,7 +76,7 @@ func wireCalls(calls []*scriptCall) []*wireCall {
 	var open map[groupKey]*wireCall
 	for _, c := range calls {
 		if c.plain != nil {
-			wire = append(wire, &wireCall{plain: c.plain, keys: c.keys, members: []*scriptCall{c}})
+			wire = append(wire, &wireCall{plain: c.plain, then: c.then, keys: c.keys, members: []*scriptCall{c}})
 			clear(open)
 			continue
 		}
@@ -125,6 +130,9 @@ func (w *wireCall) deliver(cmd *goredis.Cmd, pace *pacer) {
 	if len(w.members) == 1 {
 		c := w.members[0]
 		c.reply, c.err = cmd.Val(), cmd.Err()
+		if w.thenCmd != nil {
+			c.reply, c.err = bothReplies(cmd, w.thenCmd)
+		}
 		c.finish()
 		pace.woke()
 		return
@@ -148,4 +156,21 @@ func (w *wireCall) deliver(cmd *goredis.Cmd, pace *pacer) {
 		c.finish()
 		pace.woke()
 	}
+}
+
+// bothReplies is the reply of a plain call with a second command
+// (runPlainThen): both replies, a nil reply as nil, or the first error
+// that is not goredis.Nil.
+func bothReplies(first, then *goredis.Cmd) (any, error) {
+	reply := make([]any, 2)
+	for i, c := range []*goredis.Cmd{first, then} {
+		switch err := c.Err(); {
+		case errors.Is(err, goredis.Nil):
+		case err != nil:
+			return nil, err
+		default:
+			reply[i] = c.Val()
+		}
+	}
+	return reply, nil
 }
