@@ -14,8 +14,11 @@ import (
 // receive.go are its halves).
 
 const (
-	// gossipTransmits is how many times each message goes to each member,
-	// one gossip interval apart: a packet lost once still arrives.
+	// gossipTransmits is how many times each message goes to each member
+	// in a cluster small enough to send to every member, one gossip
+	// interval apart: a packet lost once still arrives. In a larger
+	// cluster it is the multiplier of the rounds a spread packet goes out
+	// (spreadRounds).
 	gossipTransmits = 2
 	// maxPacketsPerRound bounds what one round sends to each member; the
 	// rest waits for the next round.
@@ -33,14 +36,23 @@ const (
 // outgoing queue, and the admission and decoding of incoming packets,
 // whose messages it hands to the node it serves.
 type gossip struct {
-	queue roundQueue
-	log   *slog.Logger
+	// queue holds the messages sent to every member (send.go); fresh
+	// those that leave once, packed into spread packets; spread the
+	// packets that go to a few random members a round and are relayed
+	// (spread.go).
+	queue  roundQueue
+	fresh  roundQueue
+	spread spreadQueue
+	log    *slog.Logger
 	// id is this process's gossip id, the sender of its packets; seq
 	// numbers them.
 	id  uint64
 	seq atomic.Uint64
 	// maxAge is Config.GossipMaxAge.
 	maxAge time.Duration
+	// minDenial is the shortest denial worth a packet (a gossip
+	// interval): shorter ones are neither announced nor relayed.
+	minDenial time.Duration
 	// recv applies received messages: the node the membership serves; nil
 	// until a node attaches (messages are dropped meanwhile).
 	recv atomic.Pointer[receiver]
@@ -54,9 +66,9 @@ type gossip struct {
 	lastStaleWarn atomic.Int64
 
 	mu sync.Mutex
-	// pending are the queued denials by key, so that a reset can cancel
-	// the denial it makes stale.
-	pending map[string]*denialBroadcast
+	// pending are the queued denials by key, own and relayed, so that a
+	// reset can cancel the denials it makes stale.
+	pending map[string][]*denialBroadcast
 	// windows are the packet numbers taken from each sender, members and
 	// recently departed ones.
 	windows map[uint64]*replayWindow
@@ -72,14 +84,26 @@ type gossip struct {
 type receiver struct{ node.Receiver }
 
 // newGossip returns the gossip of a process whose packets go out as
-// sender id and are taken only within maxAge of their sending.
+// sender id and are taken only within maxAge of their sending. Until
+// spreadIn says otherwise, it spreads as in a cluster of one and relays
+// denials of any length.
 func newGossip(log *slog.Logger, id uint64, maxAge time.Duration) *gossip {
 	g := &gossip{
 		log: log, id: id, maxAge: maxAge, kick: make(chan struct{}, 1),
-		pending: make(map[string]*denialBroadcast), windows: make(map[uint64]*replayWindow),
+		pending: make(map[string][]*denialBroadcast), windows: make(map[uint64]*replayWindow),
 	}
 	g.queue.init(gossipTransmits)
+	g.fresh.init(1)
+	g.spread.init(func() int { return 1 })
 	return g
+}
+
+// spreadIn sets, before any gossip, the live members' count, which sets
+// how many rounds a spread packet goes out, and the shortest denial worth
+// relaying.
+func (g *gossip) spreadIn(size func() int, minDenial time.Duration) {
+	g.spread.init(size)
+	g.minDenial = minDenial
 }
 
 // setSenders replaces the gossip ids packets are taken from: those of the
@@ -111,8 +135,13 @@ func (g *gossip) stats() node.GossipStats {
 		Malformed: g.malformed.Load(), Unsupported: g.unsupported.Load(),
 		UnknownSender: g.unknownSender.Load(), Replayed: g.replayed.Load(), Stale: g.stale.Load(),
 		TooLarge: g.tooLarge.Load(), Dropped: g.dropped.Load(),
-		Queued: g.queue.NumQueued(), RememberedResets: g.rememberedResets(),
+		Queued: g.queued(), RememberedResets: g.rememberedResets(),
 	}
+}
+
+// queued is the number of messages and spread packets waiting to go out.
+func (g *gossip) queued() int {
+	return g.queue.NumQueued() + g.fresh.NumQueued() + g.spread.NumQueued()
 }
 
 func (g *gossip) rememberedResets() int {
@@ -126,10 +155,10 @@ func (g *gossip) rememberedResets() int {
 type delegate struct{ m *Membership }
 
 func (d delegate) NodeMeta(int) []byte { return d.m.meta() }
-func (d delegate) NotifyMsg(b []byte)  { d.m.gossip.receive(b) }
+func (d delegate) NotifyMsg(b []byte)  { d.m.gossip.receive(b, d.m.spreading()) }
 
-// GetBroadcasts offers nothing to piggyback: gossipLoop sends to every
-// member itself.
+// GetBroadcasts offers nothing to piggyback: gossipLoop sends the gossip
+// itself, at once rather than at memberlist's next gossip round.
 func (d delegate) GetBroadcasts(int, int) [][]byte { return nil }
 
 // LocalState and MergeRemoteState carry nothing: denials and resets are

@@ -62,6 +62,9 @@ type Membership struct {
 	// peers are the live members but this node, copied out of memberlist's
 	// events for the gossip sender.
 	peers atomic.Pointer[[]*memberlist.Node]
+	// spreadFanout is how many random members a spread packet goes to
+	// each round (spread.go): gossipFanout, unless a test sets another.
+	spreadFanout atomic.Int32
 
 	stopLoops context.CancelFunc
 	loops     sync.WaitGroup
@@ -94,6 +97,8 @@ func New(cfg Config, log *slog.Logger) (*Membership, error) {
 		refusedAt: make(map[string]time.Time), fp: newFingerprint(cfg.KeyPrefix, cfg.StoreID),
 	}
 	m.gossip = newGossip(log, newGossipID(), cfg.GossipMaxAge)
+	m.gossip.spreadIn(m.Size, cfg.gossipInterval())
+	m.spreadFanout.Store(gossipFanout)
 	mc, err := m.memberlistConfig()
 	if err != nil {
 		return nil, err

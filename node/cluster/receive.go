@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"time"
 
@@ -10,11 +11,12 @@ import (
 // This file is the receiving side of the gossip: which packets are taken
 // (from members, once, while fresh), and what their messages do.
 
-// receive admits, decodes and applies one packet from a peer. It runs on
-// memberlist's packet goroutine (and on its stream goroutines for
-// messages sent over TCP), so it must not block for long; it takes
-// constant time per message, whatever arrives.
-func (g *gossip) receive(b []byte) {
+// receive admits, decodes and applies one packet from a peer and, when
+// spreading, queues it to relay (spread.go). It runs on memberlist's
+// packet goroutine (and on its stream goroutines for messages sent over
+// TCP), so it must not block for long; it takes constant time per
+// message, whatever arrives.
+func (g *gossip) receive(b []byte, spreading bool) {
 	now := time.Now()
 	h, msgs, err := splitPacket(b)
 	if err != nil {
@@ -32,8 +34,17 @@ func (g *gossip) receive(b []byte) {
 	// How much older the packet is than its arrival says: a denial holds
 	// that much less.
 	age := max(0, now.Sub(time.UnixMilli(h.sentMs)))
+	// A packet longer than this node would send is applied but not
+	// relayed: only a forger builds one.
+	var relay *spreadPacket
+	if spreading && len(b) <= maxGossipPacket {
+		relay = &spreadPacket{g: g, sender: h.sender, seq: h.seq}
+	}
 	for _, msg := range msgs {
-		g.receiveOne(msg, now, age)
+		g.receiveOne(msg, now, age, relay)
+	}
+	if relay != nil {
+		g.queueSpread(relay)
 	}
 }
 
@@ -71,8 +82,9 @@ func (g *gossip) admit(h packetHeader, now time.Time) bool {
 }
 
 // warnStale says, at most every staleWarnEvery, that a member's gossip
-// arrives too old or too new to be taken: its clock and this node's
-// disagree (or someone plays old packets).
+// arrives too old or too new to be taken: the clock of the member that
+// sent or relayed it and this node's disagree (or someone plays old
+// packets).
 func (g *gossip) warnStale(member string, skew time.Duration, now time.Time) {
 	last := g.lastStaleWarn.Load()
 	if now.UnixNano()-last < int64(staleWarnEvery) || !g.lastStaleWarn.CompareAndSwap(last, now.UnixNano()) {
@@ -83,8 +95,10 @@ func (g *gossip) warnStale(member string, skew time.Duration, now time.Time) {
 }
 
 // receiveOne decodes and applies one message of a packet that arrived at
-// now and is age older than it looks.
-func (g *gossip) receiveOne(b []byte, now time.Time, age time.Duration) {
+// now and is age older than it looks, and adds it, as applied, to relay
+// unless relay is nil. A denial too short to be worth a packet is not
+// relayed.
+func (g *gossip) receiveOne(b []byte, now time.Time, age time.Duration, relay *spreadPacket) {
 	m, err := decodeGossip(b)
 	if err != nil {
 		g.malformed.Add(1)
@@ -109,7 +123,15 @@ func (g *gossip) receiveOne(b []byte, now time.Time, age time.Duration) {
 			})
 		}
 		g.denialsReceived.Add(1)
+		if relay != nil && d.retryAfter >= g.minDenial {
+			relay.addDenial(d, now)
+		}
 	case kindReset:
+		if relay != nil {
+			// Even a reset already applied here: the members this node
+			// relays to may not have it.
+			relay.resets = append(relay.resets, bytes.Clone(b))
+		}
 		if !g.firstSight(m.reset.id) {
 			g.duplicateResets.Add(1)
 			return

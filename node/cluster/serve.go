@@ -31,11 +31,13 @@ func (m *Membership) AnnounceDenial(d node.Denial) {
 	m.gossip.queueDenial(denialMsg{
 		policy: d.Policy, key: d.Key, limit: d.Limit, cost: d.Cost,
 		retryAfter: d.RetryAfter, resetAfter: d.ResetAfter, remaining: d.Remaining,
-	}, d.At)
+	}, d.At, m.spreading())
 }
 
 // AnnounceReset implements node.Cluster.
-func (m *Membership) AnnounceReset(policy, key string) { m.gossip.queueReset(policy, key) }
+func (m *Membership) AnnounceReset(policy, key string) {
+	m.gossip.queueReset(policy, key, m.spreading())
+}
 
 // Status implements node.Cluster.
 func (m *Membership) Status() node.MembershipStatus {

@@ -12,20 +12,22 @@ import (
 )
 
 // Gossip messages tell the other nodes what spares them store calls
-// (denials) or what they must forget (resets). Each node sends its own to
-// every live member as memberlist user packets (UDP, encrypted and
-// authenticated with the cluster key), batched, twice (see
-// Membership.gossipLoop).
+// (denials) or what they must forget (resets). They travel as memberlist
+// user packets (UDP, encrypted and authenticated with the cluster key),
+// batched: in a cluster of up to four each node sends its own to every
+// live member twice; in a larger one members relay each packet to a few
+// random members (see Membership.gossipLoop and spread.go).
 //
 // Wire format, version 2. A packet is a header and one or more messages:
 //
 //	version (1 byte, = 2) | sender (8 bytes) | seq (8 bytes) | sent_ms (8 bytes) |
 //	(length (uvarint) | message)…
 //
-// sender is the sending process's gossip id (random at its start, and
-// advertised in its membership metadata), seq numbers its packets from 1,
-// and sent_ms is its wall clock when it built the packet, in milliseconds
-// since the Unix epoch; all three big endian. A message is
+// sender is the gossip id of the process that first sent the packet (random
+// at its start, and advertised in its membership metadata), seq numbers
+// its packets from 1, and sent_ms is the wall clock of the member that sent
+// this copy (the first sender or a relay) when it sent it, in milliseconds
+// since the Unix epoch; all three big endian. A relay keeps sender and seq. A message is
 //
 //	denial: kind (1 byte, = 1) | policy | key | algorithm (1 byte) | limit |
 //	        period_ms | burst | cost | retry_after_ms | reset_after_ms | remaining
@@ -43,11 +45,11 @@ import (
 // seq, and only within GossipMaxAge of sent_ms on its own clock.
 //
 // A denial carries durations: how long it still holds when the packet is
-// built (recomputed for every retransmission). The receiver counts them
-// down from sent_ms when its clock says the packet is older than that
-// (a packet delayed, or replayed, holds no longer than the original), and
-// from arrival otherwise, so a clock ahead of the sender's only shortens
-// a denial, and one behind never lengthens it.
+// sent (recomputed for every retransmission and relay). The receiver
+// counts them down from sent_ms when its clock says the packet is older
+// than that (a packet delayed, or replayed, holds no longer than the
+// original), and from arrival otherwise, so a clock ahead of the sender's
+// only shortens a denial, and one behind never lengthens it.
 const (
 	gossipVersion = 2
 	kindDenial    = 1

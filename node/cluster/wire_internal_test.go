@@ -178,10 +178,10 @@ func TestGossipBatches(t *testing.T) {
 		d := sampleDenial
 		d.key = fmt.Sprintf("%03d-%s", i, strings.Repeat("k", 200))
 		d.retryAfter = time.Hour
-		g.queueDenial(d, time.Now())
+		g.queueDenial(d, time.Now(), false)
 		want[d.key] = true
 	}
-	g.queueReset("api", "reset-me")
+	g.queueReset("api", "reset-me", false)
 	now := time.UnixMilli(1_700_000_000_000)
 	var seq uint64
 	for round := range gossipTransmits + 1 {
@@ -346,8 +346,9 @@ func FuzzDecodeGossip(f *testing.F) {
 	g := newGossip(slog.New(slog.DiscardHandler), 1, time.Hour)
 	g.setSenders(map[uint64]string{7: "peer"}, now)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		// What a node does with a packet: drop or apply, never panic.
-		g.receive(b)
+		// What a node does with a packet: drop or apply, and relay when
+		// spreading, never panic.
+		g.receive(b, len(b)%2 == 0)
 		h, msgs, err := splitPacket(b)
 		if err != nil {
 			if !errors.Is(err, errMalformedGossip) && !errors.Is(err, errUnsupportedGossip) {
