@@ -24,6 +24,10 @@ import (
 // Without it the test runs 10 and 30 members, a few seconds of CPU.
 const scaleEnv = "QUOTAD_GOSSIP_SCALE"
 
+// scaleDeadAfter is the large clusters' DeadAfter; their gossip interval,
+// the time between a spread packet's rounds, is a tenth of it.
+const scaleDeadAfter = 2 * time.Second
+
 // meteredWire is memberlist's UDP and TCP transport on 127.0.0.1 with two
 // additions: it counts the gossip packets its member sends (memberlist
 // user messages; quotad sends no others), and it loses what its member
@@ -145,6 +149,10 @@ func startScaleCluster(t *testing.T, n int, cuts *cutSet) []*scaleMember {
 		}
 		var wire *meteredWire
 		m := startLoopbackMember(t, fmt.Sprintf("m%03d", i), join, func(c *cluster.Config) {
+			// Probes every 200ms, each given 100ms: at 1s (50ms) a loaded
+			// machine has members of a hundred declared dead for a moment,
+			// and a denial sent meanwhile rightly passes them by.
+			c.DeadAfter = scaleDeadAfter
 			// Rejoins after the partition contact every dead member's
 			// address: once a second keeps that from piling up.
 			c.RejoinInterval = time.Second
