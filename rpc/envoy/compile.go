@@ -235,6 +235,7 @@ func (cc compiler) level(ds []Descriptor, parent fieldPath, statKey string) (*ru
 					return nil, fmt.Errorf("%s: %w: a rule for %s=%s comes twice at this level", path, ErrInvalidConfig, d.Key, d.Value)
 				}
 			}
+			n.pattern = d.Value
 			lvl.wildcards = append(lvl.wildcards, wildcardRule{key: d.Key, pattern: d.Value, parts: strings.Split(d.Value, "*"), node: n})
 			// A wildcard is also found by its own text first, as
 			// envoyproxy/ratelimit looks an entry's key_value up before it
@@ -270,11 +271,15 @@ func (cc compiler) node(d Descriptor, path fieldPath, statKey string) (*ruleNode
 	if err != nil {
 		return nil, err
 	}
-	n := &ruleNode{rule: r}
+	n := &ruleNode{rule: r, valueToMetric: d.ValueToMetric}
 	below := cc
 	below.valueToMetric = cc.valueToMetric || d.ValueToMetric
 	if r != nil {
-		r.stat = newRuleStat(cc.domain, statKey, d.DetailedMetric || below.valueToMetric)
+		// detailed_metric takes precedence over value_to_metric, as in
+		// envoyproxy/ratelimit.
+		byValue := below.valueToMetric && !d.DetailedMetric
+		r.stat = newRuleStat(cc.domain, statKey, d.DetailedMetric || byValue)
+		r.stat.byValue = byValue
 		r.quota, r.metadata = d.QuotaMode, d.Metadata
 	}
 	if len(d.Descriptors) > 0 {

@@ -1,5 +1,7 @@
 package envoy
 
+import "strings"
+
 // This file finds the rule for a descriptor and names the counter it spends.
 
 // match returns the rule for a descriptor with entries es in the tree whose
@@ -47,15 +49,75 @@ func (l *ruleLevel) matchCounted(es []entry) (*rule, []entry) {
 
 // find returns the rule at l that matches e, or nil.
 func (l *ruleLevel) find(e entry) *ruleNode {
+	n, _ := l.findHow(e)
+	return n
+}
+
+// How a rule matched an entry.
+const (
+	byExactValue = iota
+	byWildcard
+	byDefault
+)
+
+// findHow is find, and how the rule matched.
+func (l *ruleLevel) findHow(e entry) (*ruleNode, int) {
 	if n := l.exact[e]; n != nil {
-		return n
+		return n, byExactValue
 	}
 	for _, w := range l.wildcards {
 		if w.key == e.key && w.matches(e.value) {
-			return w.node
+			return w.node, byWildcard
 		}
 	}
-	return l.defaults[e.key]
+	return l.defaults[e.key], byDefault
+}
+
+// metricPath is the name envoyproxy/ratelimit gives, with value_to_metric,
+// the statistics of a descriptor with entries es that matches a rule from
+// l (match): each entry's key, joined by '.', with "_" and a value where
+// the rule it matched says: the value a rule names (key_value); for a
+// wildcard rule, the pattern (share_threshold's too), or the entry's own
+// value if the rule sets value_to_metric; for a key's default rule, the
+// entry's value if it sets value_to_metric, else none. So
+// route=api, http_method=GET, subject_id=123 under default rules with
+// value_to_metric on route and http_method is
+// "route_api.http_method_GET.subject_id".
+func (l *ruleLevel) metricPath(es []entry) string {
+	var b strings.Builder
+	lvl := l
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.key)
+		var n *ruleNode
+		how := byDefault
+		if lvl != nil {
+			n, how = lvl.findHow(e)
+		}
+		if n == nil {
+			lvl = nil
+			continue
+		}
+		value := ""
+		switch {
+		case how == byExactValue:
+			value = e.value
+		case how == byWildcard && n.share != "":
+			value = n.share
+		case n.valueToMetric:
+			value = e.value
+		case how == byWildcard:
+			value = n.pattern
+		}
+		if value != "" {
+			b.WriteByte('_')
+			b.WriteString(value)
+		}
+		lvl = n.next
+	}
+	return b.String()
 }
 
 // counterKey is the key a descriptor's counter has under its rule's policy:

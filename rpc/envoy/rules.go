@@ -151,6 +151,11 @@ type ruleNode struct {
 	// share, when set, is the wildcard pattern of a share_threshold rule:
 	// the entry it matches is counted under the pattern, not its value.
 	share string
+	// pattern is a wildcard rule's value ("read*"); valueToMetric its
+	// value_to_metric: both name the entry in the statistics
+	// (ruleLevel.metricPath).
+	pattern       string
+	valueToMetric bool
 }
 
 // rule is what limits the descriptors that end at a node. Exactly one
@@ -229,6 +234,9 @@ type check struct {
 	// pattern for the value it matched), for the key and the detailed
 	// statistics.
 	entries []entry
+	// path is the rule's name with value_to_metric's runtime values, for
+	// the statistics of a value_to_metric rule; "" otherwise.
+	path string
 	// key names the descriptor's counter under rule.policy.
 	key string
 	// hits is what the descriptor asks to spend; cost is what the check

@@ -218,6 +218,9 @@ func planDescriptor(t *ruleTable, root *ruleLevel, domain string, d *rlscommonv3
 		counted = es
 	}
 	c := check{rule: r, entries: counted, hits: hits}
+	if r != nil && r.stat.byValue && d.GetLimit() == nil {
+		c.path = root.metricPath(es)
+	}
 	if r == nil || r.unlimited || r.blocked {
 		return c, nil
 	}
@@ -245,11 +248,11 @@ func (s *Service) decide(ctx context.Context, t *ruleTable, c check) (*rlsv3.Rat
 	case r == nil:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	case r.unlimited:
-		s.stats.record(ctx, r.stat, r.unlimited, r.shadow, c.entries, t.nearRatio, outcome{hits: c.hits})
+		s.stats.record(ctx, r.stat, r.unlimited, r.shadow, c.entries, c.path, t.nearRatio, outcome{hits: c.hits})
 		// As envoyproxy/ratelimit answers for unlimited rules.
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil
 	case r.blocked:
-		s.stats.record(ctx, r.stat, r.unlimited, r.shadow, c.entries, t.nearRatio, outcome{hits: c.hits, over: true})
+		s.stats.record(ctx, r.stat, r.unlimited, r.shadow, c.entries, c.path, t.nearRatio, outcome{hits: c.hits, over: true})
 		// The window as envoyproxy/ratelimit aligns it: to the Unix epoch.
 		p := int64(r.period)
 		return s.status(r, true, 0, time.Duration(p-s.now().UnixNano()%p)), nil
@@ -275,7 +278,7 @@ func (s *Service) answer(ctx context.Context, t *ruleTable, c check, res node.Re
 	if spent {
 		o.before -= min(o.before, uint64(c.cost))
 	}
-	s.stats.record(ctx, c.rule.stat, c.rule.unlimited, c.rule.shadow, c.entries, t.nearRatio, o)
+	s.stats.record(ctx, c.rule.stat, c.rule.unlimited, c.rule.shadow, c.entries, c.path, t.nearRatio, o)
 	// Remaining is at most the capacity, which resolvePolicy bounded to
 	// 32 bits.
 	return s.status(c.rule, over, uint32(remaining), res.ResetAfter)

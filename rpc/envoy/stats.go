@@ -36,9 +36,12 @@ const (
 // key or key_value, joined by '.': "message_type_marketing.to_number").
 type ruleStat struct {
 	attrs attribute.Set
-	// details is set for detailed_metric rules: the detail labels given out
-	// so far.
+	// details is set for detailed_metric and value_to_metric rules: the
+	// detail labels given out so far.
 	details *details
+	// byValue: the detail is the rule's name with value_to_metric's
+	// runtime values (ruleLevel.metricPath), not the descriptor's entries.
+	byValue bool
 }
 
 func newRuleStat(domain, rule string, detailed bool) ruleStat {
@@ -136,19 +139,24 @@ type outcome struct {
 }
 
 // record counts one decided descriptor of the rule named st (unlimited,
-// or shadow_mode, as the rule is), whose entries were es, as
+// or shadow_mode, as the rule is), whose entries were es (path: its name
+// under value_to_metric, see ruleLevel.metricPath), as
 // envoyproxy/ratelimit does: every hit is a hit; the hits past the
 // limit are over_limit, those past the near-limit threshold (nearRatio of
 // the limit, rounded down) but not past the limit near_limit, and the rest
 // of an admitted request's within_limit; an over-the-limit shadow_mode rule
 // counts its hits in shadow_mode too.
-func (s *stats) record(ctx context.Context, st ruleStat, unlimited, shadow bool, es []entry, nearRatio float64, o outcome) {
+func (s *stats) record(ctx context.Context, st ruleStat, unlimited, shadow bool, es []entry, path string, nearRatio float64, o outcome) {
 	if o.hits == 0 {
 		return
 	}
 	attrs := metric.WithAttributeSet(st.attrs)
 	if st.details != nil {
-		label := st.details.label(detailOf(es))
+		detail := detailOf(es)
+		if st.byValue {
+			detail = path
+		}
+		label := st.details.label(detail)
 		kvs := append(st.attrs.ToSlice(), attrDetail.String(label))
 		attrs = metric.WithAttributeSet(attribute.NewSet(kvs...))
 	}

@@ -140,18 +140,53 @@ func equalJSON(a, b any) bool {
 	return err1 == nil && err2 == nil && x.String() == y.String()
 }
 
-// value_to_metric labels the statistics of its rule, and of the rules
-// below it, with the descriptor's values, as detailed_metric does.
+// value_to_metric names the statistics as envoyproxy/ratelimit's README
+// and config tests say: each entry's key, with "_" and the runtime value
+// only at the levels whose rule sets value_to_metric (a value the rule
+// names, or a wildcard's pattern, otherwise); share_threshold keeps the
+// pattern; detailed_metric takes precedence.
 func TestValueToMetric(t *testing.T) {
-	c, reader := fileService(t, Config{Domains: []Domain{fileDomain("v.yaml", "vm",
-		Descriptor{Key: "route", ValueToMetric: true, Descriptors: []Descriptor{{Key: "user", RateLimit: perUnit(5, "hour")}}},
-		Descriptor{Key: "plain", RateLimit: perUnit(5, "hour")},
-	)}})
-	shouldRateLimit(t, c, request("vm", desc("route", "/chat", "user", "u1")))
-	shouldRateLimit(t, c, request("vm", desc("plain", "p1")))
+	c, reader := fileService(t, Config{Domains: []Domain{
+		fileDomain("v.yaml", "example10",
+			Descriptor{Key: "route", ValueToMetric: true, Descriptors: []Descriptor{
+				{Key: "http_method", ValueToMetric: true, Descriptors: []Descriptor{
+					{Key: "subject_id", RateLimit: perUnit(60, "minute")}}}}},
+			Descriptor{Key: "plain", RateLimit: perUnit(5, "hour")},
+			Descriptor{Key: "mid", Descriptors: []Descriptor{
+				{Key: "level", ValueToMetric: true, Descriptors: []Descriptor{{Key: "leaf", RateLimit: perUnit(5, "hour")}}}}},
+			Descriptor{Key: "detailed", ValueToMetric: true, Descriptors: []Descriptor{
+				{Key: "leaf", DetailedMetric: true, RateLimit: perUnit(5, "hour")}}},
+		),
+		fileDomain("w.yaml", "example10_wildcard",
+			Descriptor{Key: "user", ValueToMetric: true, Descriptors: []Descriptor{
+				{Key: "action", Value: "read*", ValueToMetric: true, Descriptors: []Descriptor{{Key: "resource", RateLimit: perUnit(100, "minute")}}},
+				{Key: "action", Value: "write*", Descriptors: []Descriptor{{Key: "resource", RateLimit: perUnit(100, "minute")}}},
+				{Key: "action", Value: "list*", ShareThreshold: true, ValueToMetric: true, Descriptors: []Descriptor{{Key: "resource", RateLimit: perUnit(100, "minute")}}},
+			}},
+		),
+	}})
+	shouldRateLimit(t, c, request("example10", desc("route", "api", "http_method", "GET", "subject_id", "123")))
+	shouldRateLimit(t, c, request("example10", desc("route", "web", "http_method", "POST", "subject_id", "456")))
+	shouldRateLimit(t, c, request("example10", desc("plain", "p1")))
+	shouldRateLimit(t, c, request("example10", desc("mid", "m", "level", "l1", "leaf", "x")))
+	shouldRateLimit(t, c, request("example10", desc("detailed", "d", "leaf", "x")))
+	shouldRateLimit(t, c, request("example10_wildcard", desc("user", "alice", "action", "readfile", "resource", "documents")))
+	shouldRateLimit(t, c, request("example10_wildcard", desc("user", "bob", "action", "writefile", "resource", "documents")))
+	shouldRateLimit(t, c, request("example10_wildcard", desc("user", "carol", "action", "listdir", "resource", "documents")))
 	got := envoyCounts(t, reader)["hits"]
-	if got["vm/route.user/route_/chat.user_u1"] != 1 || got["vm/plain"] != 1 {
-		t.Errorf("hits %v, want route.user labelled with its values and plain without", got)
+	for _, want := range []string{
+		"example10/route.http_method.subject_id/route_api.http_method_GET.subject_id",
+		"example10/route.http_method.subject_id/route_web.http_method_POST.subject_id",
+		"example10/plain",
+		"example10/mid.level.leaf/mid.level_l1.leaf",
+		"example10/detailed.leaf/detailed_d.leaf_x",
+		"example10_wildcard/user.action_read*.resource/user_alice.action_readfile.resource",
+		"example10_wildcard/user.action_write*.resource/user_bob.action_write*.resource",
+		"example10_wildcard/user.action_list*.resource/user_carol.action_list*.resource",
+	} {
+		if got[want] != 1 {
+			t.Errorf("no hit counted as %s; the hits are %v", want, got)
+		}
 	}
 }
 
