@@ -163,8 +163,9 @@ func (c *legitClient) String() string {
 		c.allowed.Load(), c.denied.Load(), c.failOpen.Load(), c.failClosed.Load(), c.shed.Load(), c.errs.Load(), last)
 }
 
-// checkLegit fails t unless c was admitted exactly legitLimit times,
-// never answered by a failure mode, and failed only when shed.
+// checkLegit fails t unless c was admitted legitLimit times (fewer by at
+// most the checks shed), never answered by a failure mode, and failed
+// only when shed.
 func checkLegit(t *testing.T, name string, c *legitClient) {
 	t.Helper()
 	t.Logf("%s: %v", name, c)
@@ -174,8 +175,12 @@ func checkLegit(t *testing.T, name string, c *legitClient) {
 	if c.errs.Load() != 0 {
 		t.Errorf("%s: checks failed other than shed: %v", name, c)
 	}
-	if c.allowed.Load() != legitLimit {
-		t.Errorf("%s: admitted %d times, want exactly its limit %d", name, c.allowed.Load(), legitLimit)
+	// A shed check may have spent at the store all the same (its reply came
+	// too late to be read; node.ErrOverloaded): each one shed may stand
+	// for a unit counted but not seen admitted, never for one admitted
+	// over the limit.
+	if a := c.allowed.Load(); a > legitLimit || a < legitLimit-c.shed.Load() {
+		t.Errorf("%s: admitted %d times, want its limit %d (less at most the %d shed)", name, a, legitLimit, c.shed.Load())
 	}
 }
 
