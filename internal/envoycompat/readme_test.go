@@ -17,10 +17,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/prototext"
+
+	"github.com/quotad/quotad/internal/quotadtest"
 )
 
 // The configuration examples of envoyproxy/ratelimit's README ("Examples"
-// 1 to 9), as files in testdata/readme, unchanged, served by a quotad binary
+// 1 to 11), as files in testdata/readme, unchanged, served by a quotad binary
 // started with --envoy-config-dir alone, and called by go-control-plane's
 // client over grpc-go: the decisions are the ones that README describes.
 //
@@ -297,6 +299,45 @@ func TestREADMEExamples(t *testing.T) {
 		c.want("value_1", c.call("example9", 1, desc("key1", "value_1")).GetStatuses()[0], ok, minute, 19)
 		c.want("value_2: its own counter", c.call("example9", 1, desc("key1", "value_2")).GetStatuses()[0], ok, minute, 19)
 		c.want("another value", c.call("example9", 1, desc("key1", "other")).GetStatuses()[0], ok, limit{}, 0)
+	})
+
+	t.Run("10: value_to_metric", func(t *testing.T) {
+		c := &rls{t: t, addr: c.addr, client: c.client}
+		c.call("example10", 1, desc("route", "api", "http_method", "GET", "subject_id", "123"))
+		c.call("example10", 1, desc("route", "web", "http_method", "POST", "subject_id", "456"))
+		c.call("example10_wildcard", 1, desc("user", "alice", "action", "readfile", "resource", "documents"))
+		m := c.metrics()
+		for domain, detail := range map[string]string{
+			"example10":          "route_api.http_method_GET.subject_id",
+			"example10_wildcard": "user_alice.action_readfile.resource",
+		} {
+			if v := metric(m, "quotad_envoy_hits_total", "quotad_envoy_domain="+domain, "quotad_envoy_detail="+detail); v != 1 {
+				t.Errorf("%s: hits named %s: %v, want 1", domain, detail, v)
+			}
+		}
+		if v := metric(m, "quotad_envoy_hits_total", "quotad_envoy_domain=example10", "quotad_envoy_detail=route_web.http_method_POST.subject_id"); v != 1 {
+			t.Errorf("example10: hits named route_web.http_method_POST.subject_id: %v, want 1", v)
+		}
+	})
+
+	t.Run("11: share_threshold", func(t *testing.T) {
+		c := &rls{t: t, addr: c.addr, client: c.client}
+		// Hourly windows: the calls must not straddle an hour's end.
+		quotadtest.AwayFromWindowEnd(t, time.Hour, 10*time.Second)
+		hour := limit{10, rlsv3.RateLimitResponse_RateLimit_HOUR, ""}
+		c.want("5 for files/a.pdf", c.call("example11", 5, desc("files", "files/a.pdf")).GetStatuses()[0], ok, hour, 5)
+		c.want("5 for files/b.csv, the same counter", c.call("example11", 5, desc("files", "files/b.csv")).GetStatuses()[0], ok, hour, 0)
+		c.want("files/c.txt, over the shared limit", c.call("example11", 1, desc("files", "files/c.txt")).GetStatuses()[0], over, hour, 0)
+		c.want("10 for files_no_share/a.pdf", c.call("example11", 10, desc("files_no_share", "files_no_share/a.pdf")).GetStatuses()[0], ok, hour, 0)
+		c.want("files_no_share/b.csv, a counter of its own", c.call("example11", 1, desc("files_no_share", "files_no_share/b.csv")).GetStatuses()[0], ok, hour, 9)
+		// The pattern names a share_threshold rule's statistics, as
+		// envoyproxy/ratelimit's config tests expect (route_api/*.method;
+		// its README's text says route_api.method_GET, which its code does
+		// not produce).
+		c.call("example11_metrics", 1, desc("route", "api/v1", "method", "GET"))
+		if v := metric(c.metrics(), "quotad_envoy_hits_total", "quotad_envoy_domain=example11_metrics", "quotad_envoy_detail=route_api/*.method"); v != 1 {
+			t.Errorf("example11_metrics: hits named route_api/*.method: %v, want 1", v)
+		}
 	})
 
 	t.Run("a domain in no file", func(t *testing.T) {
