@@ -30,11 +30,18 @@ type FreshWrite struct {
 // Fresh returns the write a check of cost (a lease would like want) makes
 // on a key of limit l that holds no state, and true; or false when the
 // check must go to the script: l's algorithm keeps no state that can be
-// written without knowing the time (only the token bucket, the leaky bucket
-// and GCRA have one: windows must be aligned to the clock), or the check
-// writes nothing (cost 0, or a cost above the capacity, denied even on a
-// fresh state). l and cost must be valid (Limit.Validate,
-// Limit.ValidateCost) and want ≥ cost.
+// written without knowing the time (the token bucket, the leaky bucket,
+// GCRA and the sliding log have one; windows must be aligned to the clock,
+// see FreshWindow), or the check writes nothing (cost 0, or a cost above
+// the capacity, denied even on a fresh state). l and cost must be valid
+// (Limit.Validate, Limit.ValidateCost) and want ≥ cost.
+//
+// The sliding log's fresh form is its one entry, written into its meta key
+// alone (its second key, Keys): "r<ttl> sum seq ts", which the scripts
+// turn into the log's entry before reading it (scripts/prelude.lua,
+// log_fresh). Without a hold a check takes only its cost, so Fresh
+// decides a plain check of cost, whatever want is; a lease of a sliding
+// log, held until its end, must go to the script.
 func Fresh(l Limit, cost, want int64) (FreshWrite, bool) {
 	if cost <= 0 || !HasFreshForm(l.Algorithm) {
 		return FreshWrite{}, false
@@ -57,6 +64,13 @@ func Fresh(l Limit, cost, want int64) (FreshWrite, bool) {
 		// As scripts/leaky_bucket.lua: TTL the time to drain.
 		w.TTLMillis = ceilDiv(s.level*b-s.leaked, a)
 		fields, n = [3]int64{s.level, s.leaked, s.lastMs - freshBaseMs}, 3
+	case SlidingWindowLog:
+		var s SlidingLogState
+		w.Decision, w.Grant = s.Acquire(l, freshBaseMs, cost, cost, 0)
+		// As scripts/sliding_window_log.lua: TTL the entry's time in the
+		// log.
+		w.TTLMillis = l.PeriodMillis()
+		fields, n = [3]int64{cost, w.Grant.Ref, 0}, 3
 	case GCRA:
 		var s GCRAState
 		w.Decision, w.Grant = s.Acquire(l, freshBaseMs, cost, want, 0)
@@ -82,8 +96,18 @@ func Fresh(l Limit, cost, want int64) (FreshWrite, bool) {
 }
 
 // HasFreshForm reports whether Fresh can write a state of algorithm a:
-// the token bucket, the leaky bucket and GCRA, whose states hold a time
-// only as the last write's (windows must be aligned to the clock).
+// the token bucket, the leaky bucket, GCRA and the sliding log, whose
+// states hold a time only as the last write's or an entry's (windows must
+// be aligned to the clock: FreshWindow).
 func HasFreshForm(a Algorithm) bool {
-	return a == TokenBucket || a == LeakyBucket || a == GCRA
+	return a == TokenBucket || a == LeakyBucket || a == GCRA || a == SlidingWindowLog
+}
+
+// FreshKey is the key of Keys(a, base) that a fresh write of algorithm a
+// writes: the state's, or the sliding log's meta key.
+func FreshKey(a Algorithm, keys []string) string {
+	if a == SlidingWindowLog {
+		return keys[1]
+	}
+	return keys[0]
 }

@@ -266,3 +266,70 @@ func TestFreshWindowWriteMatchesTheScript(t *testing.T) {
 		})
 	}
 }
+
+// TestFreshLogWriteMatchesTheScript requires that a sliding log's fresh
+// write (Fresh: its one entry in the meta key alone, SET ... NX) decides
+// what the check script decides on a missing key, and that the scripts,
+// reading it (log_fresh), decide every later check and release exactly as
+// on the state the script would have written at the write's time.
+func TestFreshLogWriteMatchesTheScript(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	seed := seedFor(t)
+	a := algorithms.SlidingWindowLog
+	check := redis.NewScript(algorithms.CheckScript(a))
+	release := redis.NewScript(algorithms.ReleaseScript(a))
+	rng := rand.New(rand.NewPCG(seed, uint64(a)))
+	compared := 0
+	for n := range 300 {
+		l := diffLimit(rng, a)
+		cost := diffCost(rng, l.Capacity())
+		where := fmt.Sprintf("seed %d, case %d, %+v, cost %d", seed, n, l, cost)
+		w, ok := algorithms.Fresh(l, cost, cost+rng.Int64N(5))
+		if wantOK := cost > 0 && cost <= l.Capacity(); ok != wantOK {
+			t.Fatalf("%s: Fresh ok %v, want %v", where, ok, wantOK)
+		}
+		if !ok || l.PeriodMillis() < 10_000 {
+			continue
+		}
+		compared++
+		fresh := algorithms.Keys(a, fmt.Sprintf("{freshl:%d:%d}f", seed, n))
+		if reply, err := rdb.Do(ctx, "SET", algorithms.FreshKey(a, fresh), w.Value, "PX", w.TTLMillis, "NX").Result(); reply != "OK" || err != nil {
+			t.Fatalf("%s: SET NX on a missing key: %v, %v", where, reply, err)
+		}
+		expireMs, err := rdb.Do(ctx, "PEXPIRETIME", algorithms.FreshKey(a, fresh)).Int64()
+		if err != nil {
+			t.Fatalf("%s: PEXPIRETIME: %v", where, err)
+		}
+		writtenMs := expireMs - w.TTLMillis
+		scripted := algorithms.Keys(a, fmt.Sprintf("{freshl:%d:%d}s", seed, n))
+		sd, sg, err := algorithms.DecodeAcquireReply(check.Run(ctx, rdb, scripted, algorithms.CheckArgs(l, cost, writtenMs)...).Val())
+		if err != nil || sd != w.Decision || sg != w.Grant {
+			t.Fatalf("%s: the fresh write decides %+v %+v, the script %+v %+v (%v)", where, w.Decision, w.Grant, sd, sg, err)
+		}
+		at := writtenMs
+		for step := range 4 {
+			at += diffJump(rng, l.PeriodMillis(), at, w.Decision)
+			sc, args := check, []any(nil)
+			if (step+n)%2 == 1 {
+				sc = release
+				args = algorithms.ReleaseArgs(l, 1+rng.Int64N(w.Grant.Units), w.Grant, at)
+			} else {
+				c := diffCost(rng, l.Capacity())
+				args = algorithms.CheckArgs(l, c, at)
+			}
+			fromFresh, err1 := sc.Run(ctx, rdb, fresh, args...).Slice()
+			fromScript, err2 := sc.Run(ctx, rdb, scripted, args...).Slice()
+			if err1 != nil || err2 != nil {
+				t.Fatalf("%s, step %d at +%d ms: %v / %v", where, step, at-writtenMs, err1, err2)
+			}
+			if fmt.Sprint(fromFresh) != fmt.Sprint(fromScript) {
+				t.Fatalf("%s, step %d at +%d ms: the fresh write's state replied %v, the script's %v", where, step, at-writtenMs, fromFresh, fromScript)
+			}
+		}
+	}
+	if compared < 20 {
+		t.Fatalf("only %d cases lived long enough to compare", compared)
+	}
+	t.Logf("%d cases compared", compared)
+}

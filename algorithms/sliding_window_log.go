@@ -14,8 +14,8 @@ import (
 // concurrent use.
 //
 // It mirrors scripts/sliding_window_log.lua and
-// scripts/release_sliding_window_log.lua (ZSET base:sl2 of seq:cost members
-// scored by ts, STRING base:slm2 "sum seq"); the rules are
+// scripts/release_sliding_window_log.lua (ZSET base:sl3 of seq:cost members
+// scored by ts, STRING base:slm3 "sum seq"); the rules are
 // docs/algorithms.md, "Sliding window log" and "Leases".
 //
 // Expired entries are dropped only when a positive cost is admitted, so a

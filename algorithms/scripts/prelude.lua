@@ -109,4 +109,22 @@ local function check_state(key, n, decide, tf)
   return reply
 end
 
+-- log_fresh turns a sliding log's fresh form into its usual state: a log
+-- with no entries whose meta is "r<ttl> sum seq ts" (algorithms.Fresh: a
+-- plain SET ... NX wrote the log's one entry into the meta key alone) gets
+-- that entry, "seq:sum" at ts, expiring when the meta key does, and the
+-- meta key its usual "sum seq". Any other state is left as it is. It
+-- reports whether it wrote the entry.
+local function log_fresh(log, meta)
+  if redis.call('EXISTS', log) == 1 then return false end
+  local v = redis.call('GET', meta)
+  if not v or string.byte(v, 1) ~= 114 then return false end
+  local sum, seq, ts = parse(meta, v, 3, 3)
+  local exp = redis.call('PEXPIRETIME', meta)
+  redis.call('ZADD', log, int(ts), int(seq) .. ':' .. int(sum))
+  redis.call('PEXPIREAT', log, exp)
+  redis.call('SET', meta, encode(sum, seq), 'KEEPTTL')
+  return true
+end
+
 -- The script:

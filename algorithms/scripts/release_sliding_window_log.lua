@@ -3,9 +3,9 @@
 -- shared with the Go model (SlidingLogState.Release), are docs/algorithms.md,
 -- "Leases".
 --
--- KEYS[1]  base:sl2   ZSET, one member "seq:cost" per admitted request, score
+-- KEYS[1]  base:sl3   ZSET, one member "seq:cost" per admitted request, score
 --                     ts
--- KEYS[2]  base:slm2  STRING "sum seq" (prelude: load, save): sum = total
+-- KEYS[2]  base:slm3  STRING "sum seq" (prelude: load, save; or its fresh form, log_fresh): sum = total
 --                     cost in the log, seq = last seq used
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" = Redis TIME),
 --          ref (the grant's seq), granted
@@ -24,6 +24,7 @@ local now = now_ms(ARGV[7])
 local ref = tonumber(ARGV[8])
 
 if units <= 0 then return {0} end
+log_fresh(log, meta)
 local member = int(ref) .. ':' .. int(granted)
 local ts = redis.call('ZSCORE', log, member)
 -- Gone (expired with the key, or already released), or expired: its units

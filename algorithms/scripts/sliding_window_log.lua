@@ -3,9 +3,9 @@
 -- Go model (algorithms/sliding_window_log.go), are docs/algorithms.md,
 -- "Sliding window log".
 --
--- KEYS[1]  base:sl2   ZSET, one member "seq:cost" per admitted request or
+-- KEYS[1]  base:sl3   ZSET, one member "seq:cost" per admitted request or
 --                     lease grant, score ts
--- KEYS[2]  base:slm2  STRING "sum seq" (prelude: load, save): sum = total
+-- KEYS[2]  base:slm3  STRING "sum seq" (prelude: load, save; or its fresh form, log_fresh): sum = total
 --                     cost in the log, seq = last seq used
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
@@ -41,6 +41,9 @@ local sum, seq, newest, newest_member = 0, 0, 0, nil
 local cutoff = int(now - period)
 local expired = {}
 local last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+if #last == 0 and log_fresh(log, meta) then
+  last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+end
 if #last > 0 then
   newest, newest_member = tonumber(last[2]), last[1]
   local found

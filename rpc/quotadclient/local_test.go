@@ -149,7 +149,7 @@ func TestLocalModeLeasesAndCloseReturnsThem(t *testing.T) {
 			}
 			// The fixed window's state is "w n", the sliding log's meta
 			// "sum seq" (docs/algorithms.md): the units spent.
-			suffix := map[algorithms.Algorithm]string{algorithms.FixedWindow: ":fw3", algorithms.SlidingWindowLog: ":slm2"}[a]
+			suffix := map[algorithms.Algorithm]string{algorithms.FixedWindow: ":fw3", algorithms.SlidingWindowLog: ":slm3"}[a]
 			field := map[algorithms.Algorithm]int{algorithms.FixedWindow: 1, algorithms.SlidingWindowLog: 0}[a]
 			got := stateField(t, r, "{quotad:"+p.Name+":k}"+suffix, field)
 			st2 := c.LocalStats()

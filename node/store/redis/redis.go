@@ -179,13 +179,16 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 	// does (it fits); one above it is denied and must go to the script to
 	// be recorded, and Fresh would not write it.
 	if (!r.Charge || cost <= l.Capacity()) && !s.known.holds(keys[0], start) && pipe.roomForTwo(timeout) {
-		if fw, ok := algorithms.Fresh(l, cost, want); ok {
+		// A sliding log's lease, held until its end, is the script's to
+		// decide (algorithms.Fresh decides a plain check).
+		leaseOfLog := l.Algorithm == algorithms.SlidingWindowLog && want > cost && r.Hold > 0
+		if fw, ok := algorithms.Fresh(l, cost, want); ok && !leaseOfLog {
 			// Remembered before it is sent: checks of the key that come
 			// meanwhile go to the script, queued after this write, rather
 			// than all trying a fresh write of their own that only one
 			// can make.
 			s.known.note(keys[0], start, fw.TTLMillis)
-			wrote, err := s.writeFresh(ctx, pipe, keys[0], fw, late)
+			wrote, err := s.writeFresh(ctx, pipe, algorithms.FreshKey(l.Algorithm, keys), fw, late)
 			if err != nil {
 				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 			}
