@@ -207,7 +207,7 @@ func (n *Node) newBatch(items []Item) (*batch, error) {
 		var err error
 		// Every policy marked validated, so that a literal and its
 		// configured twin fall in one group.
-		if it.Policy, err = it.Policy.validated(); err != nil {
+		if it.Policy, err = n.validatedFor(it.Policy); err != nil {
 			return nil, &ItemError{Index: i, Err: err}
 		}
 		if err := ValidateKey(it.Key); err != nil {

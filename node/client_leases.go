@@ -118,7 +118,7 @@ func (n *leasing) clientLeaseStats() ClientLeaseStats {
 // it keeps still count against the cap; a lease this node does not hold is
 // ignored.
 func (n *Node) GrantLease(ctx context.Context, p Policy, key string, cost, want int64, previous LeaseReturn) (Result, ClientGrant, error) {
-	p, err := p.validated()
+	p, err := n.validatedFor(p)
 	if err != nil {
 		return Result{}, ClientGrant{}, err
 	}

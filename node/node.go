@@ -29,10 +29,15 @@ type Result struct {
 
 // Node answers checks. It is safe for concurrent use.
 type Node struct {
-	cfg     Config
-	store   Store
-	cluster Cluster
-	log     *slog.Logger
+	cfg   Config
+	store Store
+	// keeper is the store, when it keeps some algorithms only
+	// (AlgorithmStore); nil when it keeps every one.
+	keeper AlgorithmStore
+	// resetter is the store before any wrapper, for Reset (resetStore).
+	resetter Store
+	cluster  Cluster
+	log      *slog.Logger
 
 	// policies is the configured policies; SetPolicies swaps in a new set
 	// under swapMu.
@@ -98,6 +103,10 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: no store", ErrInvalidConfig)
 	}
+	keeper, _ := store.(AlgorithmStore)
+	if err := keepsAll(keeper, cfg.Policies); err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -106,7 +115,7 @@ func New(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 		return nil, fmt.Errorf("top keys: %w", err)
 	}
 	n := &Node{
-		cfg: cfg, store: store, cluster: standalone{}, log: log,
+		cfg: cfg, store: store, keeper: keeper, resetter: store, cluster: standalone{}, log: log,
 		topDenied: topDenied,
 		epoch:     time.Now(),
 	}
@@ -248,7 +257,7 @@ func (n *Node) checkMeasured(ctx context.Context, p Policy, key string, cost int
 
 // check is Check without telemetry.
 func (n *Node) check(ctx context.Context, p Policy, key string, cost int64, o CheckOptions) (Result, error) {
-	p, err := p.validated()
+	p, err := n.validatedFor(p)
 	if err != nil {
 		return Result{}, err
 	}
@@ -332,14 +341,14 @@ func (n *Node) Reset(ctx context.Context, policy, key string) error {
 	// first Forget.
 	defer n.local.forgetAgain(policy, key)
 	family := n.keyFamily(policy, key)
-	err := n.store.Reset(ctx, family)
-	if _, configured := n.policies.Load().Policy(policy); !configured && err == nil {
-		// An inline namespace: its limits' states are stored apart.
-		err = n.store.ResetInline(ctx, family)
-	}
+	p, configured := n.policies.Load().Policy(policy)
+	err := n.resetStore(ctx, family, p, configured)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return fmt.Errorf("reset %s: %w", policy, ctxErr)
+		}
+		if errors.Is(err, ErrResetUnsupported) {
+			return fmt.Errorf("reset %s: %w", policy, err)
 		}
 		return fmt.Errorf("reset %s: %w: %v", policy, ErrStore, err)
 	}

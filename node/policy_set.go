@@ -77,6 +77,9 @@ func (n *Node) SetPolicies(ctx context.Context, ps []Policy) (PolicyChanges, err
 	if err := (Config{Policies: ps, DefaultFailureMode: n.cfg.DefaultFailureMode, KeyPrefix: n.cfg.KeyPrefix}).Validate(); err != nil {
 		return PolicyChanges{}, err
 	}
+	if err := keepsAll(n.keeper, ps); err != nil {
+		return PolicyChanges{}, err
+	}
 	n.swapMu.Lock()
 	defer n.swapMu.Unlock()
 	next := newPolicySet(ps, n.cfg.DefaultFailureMode)

@@ -74,7 +74,7 @@ type Reservation struct {
 // reservation is made. Its errors are Check's, plus
 // ErrInvalidReservation, ErrConcurrencyReservation and ErrNoReservations.
 func (n *Node) Reserve(ctx context.Context, p Policy, key string, estimate int64, lifetime time.Duration) (Result, Reservation, error) {
-	p, err := p.validated()
+	p, err := n.validatedFor(p)
 	if err != nil {
 		return Result{}, Reservation{}, err
 	}
@@ -148,7 +148,7 @@ func (n *Node) Reserve(ctx context.Context, p Policy, key string, estimate int64
 // sentinels. A store failure wraps ErrStore (no failure mode applies: the
 // caller may settle again, safely), or ErrOverloaded.
 func (n *Node) Settle(ctx context.Context, p Policy, key, id string, actual int64) (algorithms.Settlement, error) {
-	p, err := p.validated()
+	p, err := n.validatedFor(p)
 	if err != nil {
 		return algorithms.Settlement{}, err
 	}

@@ -113,7 +113,7 @@ func (n *Node) ReleaseSlot(ctx context.Context, p Policy, key, id string) (Resul
 // slotOp validates a renew or release (op) and runs it with call.
 func (n *Node) slotOp(ctx context.Context, op string, p Policy, key, id string,
 	call func(context.Context, string, algorithms.Limit, string) (algorithms.Decision, bool, error)) (Result, error) {
-	p, err := p.validated()
+	p, err := n.validatedFor(p)
 	if err != nil {
 		return Result{}, err
 	}

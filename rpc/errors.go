@@ -57,7 +57,8 @@ var (
 // slot's renew or release; checks take the policy's failure mode instead) is
 // Unavailable, so is a check an overloaded node shed (node.ErrOverloaded:
 // retryable, here later or on another node), a store that keeps no
-// reservations (node.ErrNoReservations) is Unimplemented, and everything
+// reservations (node.ErrNoReservations) is Unimplemented, so is a reset the
+// store cannot do (node.ErrResetUnsupported), and everything
 // else is Internal. (decodeError,
 // below, is the gRPC front end's copy of what connect-go answers to a request
 // that does not decode.)
@@ -81,7 +82,7 @@ func code(ctx context.Context, err error) connect.Code {
 		return connect.CodeNotFound
 	case errors.Is(err, node.ErrInvalidInput):
 		return connect.CodeInvalidArgument
-	case errors.Is(err, node.ErrNoReservations):
+	case errors.Is(err, node.ErrNoReservations), errors.Is(err, node.ErrResetUnsupported):
 		return connect.CodeUnimplemented
 	case errors.Is(err, node.ErrStoreFull):
 		// The memory store refuses new keys until some expire: retryable,
