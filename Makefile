@@ -21,7 +21,7 @@ GRPCURL   := $(TOOLS)/grpcurl-$(GRPCURL_VERSION)/grpcurl
 # commit (the Go toolchain stamps it from git when the checkout's .git is a directory).
 BUILDFLAGS := -buildvcs=auto -trimpath
 
-.PHONY: help run build install test soak redis-server chromium helm grpcurl shell-tools lint proto proto-check bench cluster screenshots
+.PHONY: help run build install test soak redis-server memcached chromium helm grpcurl shell-tools lint proto proto-check bench cluster screenshots
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -36,7 +36,7 @@ install: ## install quotad into $(go env GOBIN), else $(go env GOPATH)/bin
 	$(GO) install $(BUILDFLAGS) ./cmd/quotad
 	@d=$$($(GO) env GOBIN); echo "installed $${d:-$$($(GO) env GOPATH)/bin}/quotad"
 
-test: redis-server chromium helm grpcurl shell-tools lint ## the whole test suite (installs redis-server, chromium, helm, grpcurl, curl and jq when missing)
+test: redis-server memcached chromium helm grpcurl shell-tools lint ## the whole test suite (installs redis-server, memcached, chromium, helm, grpcurl, curl and jq when missing)
 	HELM=$(HELM) GRPCURL=$(GRPCURL) $(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckRequest$$' -fuzztime $(FUZZTIME) ./rpc
 	$(GO) test -run '^$$' -fuzz '^FuzzConfigFile$$' -fuzztime $(FUZZTIME) ./cmd/quotad
@@ -65,6 +65,12 @@ redis-server: ## install redis-server (and redis-cli) when missing
 		{ echo "installing redis-server"; $(SUDO) apt-get update -qq && \
 		  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
 	@redis-server --version
+
+memcached: ## install memcached when missing (tests start their own on free ports, never use one on 11211)
+	@command -v memcached >/dev/null || \
+		{ echo "installing memcached"; $(SUDO) apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq memcached >/dev/null; }
+	@memcached -V
 
 shell-tools: ## install curl and jq (the docs' examples, which the tests run, use them) when missing
 	@command -v curl >/dev/null && command -v jq >/dev/null || \

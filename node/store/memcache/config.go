@@ -1,0 +1,74 @@
+package memcache
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Defaults of Config's zero fields.
+const (
+	// DefaultTimeout bounds one call as its caller sees it.
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultMaxIdleConns is how many idle connections are kept per
+	// server: gomemcache's default, and so envoyproxy/ratelimit's.
+	DefaultMaxIdleConns = 2
+)
+
+// Config is the memcached store's configuration.
+type Config struct {
+	// Addrs are the servers, host:port each, in the order every node must
+	// list them (keys are spread by it). At least one.
+	Addrs []string
+	// Timeout bounds one call, its connection's dial included; zero means
+	// DefaultTimeout. Ping, which the circuit breaker probes with, may
+	// take ten times as long.
+	Timeout time.Duration
+	// MaxIdleConns is how many idle connections each server keeps for
+	// the next calls; zero means DefaultMaxIdleConns. A call that finds
+	// none idle opens one, and closes it after unless it may stay idle.
+	MaxIdleConns int
+	// Now is the clock windows are aligned to; nil means time.Now.
+	Now func() time.Time
+}
+
+// ErrInvalidConfig is what every error of Validate wraps.
+var ErrInvalidConfig = errors.New("invalid memcache config")
+
+// Validate reports the first problem with c, saying what to write.
+func (c Config) Validate() error {
+	if len(c.Addrs) == 0 {
+		return fmt.Errorf("memcache: %w: no server; list them as host:port,host:port", ErrInvalidConfig)
+	}
+	for _, a := range c.Addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" {
+			return fmt.Errorf("memcache: %w: %q: want host:port, e.g. memcached:11211", ErrInvalidConfig, a)
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return fmt.Errorf("memcache: %w: %q: the port must be a number from 1 to 65535", ErrInvalidConfig, a)
+		}
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("memcache timeout: %w: %s must not be negative (0 means %s)", ErrInvalidConfig, c.Timeout, DefaultTimeout)
+	}
+	if c.MaxIdleConns < 0 {
+		return fmt.Errorf("memcache max idle conns: %w: %d must not be negative (0 means %d)", ErrInvalidConfig, c.MaxIdleConns, DefaultMaxIdleConns)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxIdleConns == 0 {
+		c.MaxIdleConns = DefaultMaxIdleConns
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
