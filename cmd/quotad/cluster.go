@@ -46,7 +46,7 @@ type clusterConfig struct {
 
 // validate checks the cluster settings against the store: a cluster needs
 // one store every node shares.
-func (c clusterConfig) validate(usesRedis bool) error {
+func (c clusterConfig) validate(sharedStore bool) error {
 	if c.Addr == "" {
 		if c.Advertise != "" || len(c.Join) > 0 || c.NodeName != "" || c.KeyFile != "" || c.Insecure || c.DeadAfter != 0 || c.RejoinInterval != 0 || c.APIPort != 0 {
 			return errors.New("cluster: --join, --cluster-advertise, --node-name, --cluster-key-file, --cluster-insecure, --cluster-api-port and the timings need --cluster-addr, the gossip address")
@@ -56,8 +56,8 @@ func (c clusterConfig) validate(usesRedis bool) error {
 	if c.APIPort < 0 || c.APIPort > 65535 {
 		return fmt.Errorf("cluster: --cluster-api-port %d: want the members' API port, 1 to 65535, or 0 for the port of --listen", c.APIPort)
 	}
-	if !usesRedis {
-		return errors.New("cluster: --cluster-addr needs Redis (--redis, --redis-cluster or --redis-sentinel): on the embedded memory store every node keeps its own counters, so a cluster would admit each limit once per node; configure one Redis that every node shares")
+	if !sharedStore {
+		return errors.New("cluster: --cluster-addr needs Redis (--redis, --redis-cluster or --redis-sentinel) or memcached (--memcache): on the embedded memory store every node keeps its own counters, so a cluster would admit each limit once per node; configure one store that every node shares")
 	}
 	mc, err := c.membershipConfig()
 	if err != nil {
@@ -112,7 +112,7 @@ func readClusterKey(path string) ([]byte, error) {
 func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
 // openCluster starts this node's membership, or returns nil when it runs
-// standalone. Members refuse peers with another key prefix or Redis.
+// standalone. Members refuse peers with another key prefix or store.
 func openCluster(cfg config, log *slog.Logger) (*cluster.Membership, error) {
 	if cfg.Cluster.Addr == "" {
 		return nil, nil
@@ -122,6 +122,9 @@ func openCluster(cfg config, log *slog.Logger) (*cluster.Membership, error) {
 		return nil, err
 	}
 	mc.KeyPrefix, mc.StoreID = cfg.KeyPrefix, redisIdentity(cfg.Redis)
+	if cfg.usesMemcache() {
+		mc.StoreID = memcacheIdentity(cfg.Memcache.Addrs)
+	}
 	m, err := cluster.New(mc, log)
 	if err != nil {
 		return nil, err
@@ -130,6 +133,13 @@ func openCluster(cfg config, log *slog.Logger) (*cluster.Membership, error) {
 		log.Warn("cluster gossip is neither encrypted nor authenticated (--cluster-insecure): anyone who reaches --cluster-addr can join the cluster, read its gossip and forge denials and resets; give every node the same --cluster-key-file instead")
 	}
 	return m, nil
+}
+
+// memcacheIdentity names the memcached servers, for members to compare:
+// lower-cased, in their order, which spreads the keys (two nodes that list
+// them in another order count one key on different servers).
+func memcacheIdentity(addrs []string) string {
+	return "memcache " + strings.ToLower(strings.Join(addrs, ","))
 }
 
 // redisIdentity names the Redis that r points at, for members to compare:

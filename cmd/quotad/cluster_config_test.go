@@ -106,7 +106,7 @@ func TestClusterConfigErrors(t *testing.T) {
 		file string
 		want []string
 	}{
-		{name: "cluster on the memory store", args: []string{"--cluster-addr", ":7946"}, want: []string{"config: cluster: --cluster-addr needs Redis (--redis, --redis-cluster or --redis-sentinel): on the embedded memory store every node keeps its own counters, so a cluster would admit each limit once per node; configure one Redis that every node shares"}}, // quoted in docs/cluster.md
+		{name: "cluster on the memory store", args: []string{"--cluster-addr", ":7946"}, want: []string{"config: cluster: --cluster-addr needs Redis (--redis, --redis-cluster or --redis-sentinel) or memcached (--memcache): on the embedded memory store every node keeps its own counters, so a cluster would admit each limit once per node; configure one store that every node shares"}}, // quoted in docs/cluster.md
 		{name: "join without an address", args: append(redis, "--join", "a:7946"), want: []string{"need --cluster-addr"}},
 		{name: "key file without an address", args: append(redis, "--cluster-key-file", "/k"), want: []string{"need --cluster-addr"}},
 		{name: "insecure without an address", args: append(redis, "--cluster-insecure"), want: []string{"config: cluster: --join, --cluster-advertise, --node-name, --cluster-key-file, --cluster-insecure, --cluster-api-port and the timings need --cluster-addr, the gossip address"}}, // quoted in docs/errors.md

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotad/quotad/cache"
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memcache"
 	"github.com/quotad/quotad/node/store/memory"
 	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
@@ -27,6 +28,9 @@ type config struct {
 	// Redis.Timeout defaults to redis.DefaultTimeout and
 	// Redis.ConnectTimeout to redis.DefaultConnectTimeout.
 	Redis redis.Config
+	// Memcache makes memcached the authoritative store instead (its
+	// servers set), for fixed windows only.
+	Memcache memcache.Config
 	// Breaker configures the circuit breaker in front of Redis; the zero
 	// value takes node's defaults (5 failures, probe every 250ms).
 	Breaker node.BreakerConfig
@@ -133,6 +137,14 @@ func (c config) usesRedis() bool {
 	return c.Redis.URL != "" || len(c.Redis.ClusterAddrs) > 0 || len(c.Redis.SentinelAddrs) > 0
 }
 
+// usesMemcache reports whether memcached, not the memory store, is the
+// authority.
+func (c config) usesMemcache() bool { return len(c.Memcache.Addrs) > 0 }
+
+// usesSharedStore reports whether the authority is a store every node
+// may share: Redis or memcached.
+func (c config) usesSharedStore() bool { return c.usesRedis() || c.usesMemcache() }
+
 func (c config) rpcConfig() rpc.Config {
 	return rpc.Config{DisableInlineLimits: !c.InlineLimits, DisableClientLeases: !c.ClientLeases, MaxBatch: c.MaxBatch, MaxRequestBytes: c.MaxRequestBytes, MaxInlinePeriod: c.MaxInlinePeriod,
 		DisableConsole: !c.Console.Enabled, ShowKeys: c.Console.ShowKeys, Listen: c.Listen, AllowedHosts: c.AllowedHosts}
@@ -185,6 +197,23 @@ func (c config) validate() error {
 	if err := validateGRPCTransport(c.GRPCTransport); err != nil {
 		return err
 	}
+	if c.usesMemcache() {
+		if c.usesRedis() {
+			return errors.New("memcache: --memcache and Redis (--redis, --redis-cluster or --redis-sentinel) are both set; choose one store")
+		}
+		if err := c.Memcache.Validate(); err != nil {
+			return err
+		}
+		if c.Memcache.Timeout <= 0 {
+			return fmt.Errorf("memcache timeout: %s must be > 0, e.g. 100ms", c.Memcache.Timeout)
+		}
+		if c.Memcache.MaxIdleConns <= 0 {
+			return fmt.Errorf("memcache max idle conns: %d must be at least 1", c.Memcache.MaxIdleConns)
+		}
+		if err := c.memcachePolicies(); err != nil {
+			return err
+		}
+	}
 	if c.usesRedis() {
 		if err := c.Redis.Validate(); err != nil {
 			return err
@@ -210,7 +239,7 @@ func (c config) validate() error {
 	if err := (memory.Config{MaxKeys: c.MemoryMaxKeys}).Validate(); err != nil {
 		return err
 	}
-	if err := c.Cluster.validate(c.usesRedis()); err != nil {
+	if err := c.Cluster.validate(c.usesSharedStore()); err != nil {
 		return err
 	}
 	return c.nodeConfig().Validate()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/node/store/memcache"
 	"github.com/quotad/quotad/node/store/memory"
 	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
@@ -230,6 +231,13 @@ func listenAPI(cfg config, h *rpc.Handler, api http.Handler, tel rpc.Telemetry, 
 }
 
 func openStore(ctx context.Context, cfg config) (node.Store, error) {
+	if cfg.usesMemcache() {
+		s, err := memcache.New(cfg.Memcache)
+		if err != nil {
+			return nil, fmt.Errorf("memcache store: %w", err)
+		}
+		return s, nil
+	}
 	if !cfg.usesRedis() {
 		return memory.Open(memory.Config{MaxKeys: cfg.MemoryMaxKeys})
 	}

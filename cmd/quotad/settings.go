@@ -7,6 +7,7 @@ import (
 	"github.com/quotad/quotad/cache"
 	"github.com/quotad/quotad/node"
 	"github.com/quotad/quotad/node/cluster"
+	"github.com/quotad/quotad/node/store/memcache"
 	"github.com/quotad/quotad/node/store/memory"
 	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
@@ -132,6 +133,12 @@ func settings() []setting {
 			v: duration(func(c *config) *time.Duration { return &c.Redis.ConnectTimeout })},
 		{flag: "redis-batch-window", file: "redis.batch_window", arg: "duration", def: "0s", help: "longest a Redis call waits for others to share its round trip, only while calls come faster than one per window; 0 never waits",
 			v: duration(func(c *config) *time.Duration { return &c.Redis.BatchWindow })},
+		{flag: "memcache", file: "memcache.servers", arg: "host:port,host:port", unset: "none", help: "memcached servers for the authoritative store instead of Redis, as envoyproxy/ratelimit's BACKEND_TYPE=memcache: fixed windows only, every node listing the same servers in the same order",
+			v: addresses(func(c *config) *[]string { return &c.Memcache.Addrs })},
+		{flag: "memcache-timeout", file: "memcache.timeout", arg: "duration", def: show(memcache.DefaultTimeout), help: "deadline of each memcached call, its connection's dial included; past it the policy's failure mode decides",
+			v: duration(func(c *config) *time.Duration { return &c.Memcache.Timeout })},
+		{flag: "memcache-max-idle-conns", file: "memcache.max_idle_conns", arg: "count", def: "2", help: "idle connections kept per memcached server for the next calls (envoyproxy/ratelimit's MEMCACHE_MAX_IDLE_CONNS)",
+			v: whole(func(c *config) *int { return &c.Memcache.MaxIdleConns })},
 		{flag: "breaker-failures", file: "breaker.failures", arg: "count", zeroMeans: "5", help: "Redis calls failing in a row that open the circuit breaker; while open, checks take their failure mode at once",
 			v: whole(func(c *config) *int { return &c.Breaker.Failures })},
 		{flag: "breaker-probe-every", file: "breaker.probe_every", arg: "duration", zeroMeans: "250ms", help: "how often an open breaker pings Redis; the first answer closes it",

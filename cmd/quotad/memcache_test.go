@@ -1,0 +1,69 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/quotad/quotad/internal/memcachedtest"
+)
+
+// post sends body to the API's procedure in JSON and returns the status
+// and the body of the answer.
+func post(t *testing.T, base, procedure, body string) (int, string) {
+	t.Helper()
+	res, err := http.Post(base+"/quotad.v1.QuotaService/"+procedure, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(raw)
+}
+
+// The built quotad on --memcache decides fixed windows in a real
+// memcached, refuses the other algorithms per request with a message that
+// says what to do, resets a configured policy's key and says it cannot
+// reset an inline namespace.
+func TestMemcacheStoreOnTheBuiltBinary(t *testing.T) {
+	mc := memcachedtest.Start(t)
+	cfg := writeFile(t, "q.yaml", "policies:\n  - name: api\n    algorithm: fixed_window\n    limit: 2\n    period: 1h\n")
+	base := startBinary(t, "--memcache", mc.Addr(), "--memcache-timeout", "2s", "--config", cfg)
+
+	for i, want := range []string{`"allowed":true`, `"allowed":true`, `"allowed":false`} {
+		code, body := post(t, base, "Check", `{"policy":"api","key":"k"}`)
+		if code != 200 || !strings.Contains(body, want) || strings.Contains(body, "FAIL_") {
+			t.Fatalf("check %d: %d %s, want %s from the store", i+1, code, body, want)
+		}
+	}
+	code, body := post(t, base, "Check", `{"policy":"inline","key":"k","limit":{"algorithm":"ALGORITHM_TOKEN_BUCKET","limit":"5","period":"1s"}}`)
+	if code != 400 || !strings.Contains(body, "invalid_argument") || !strings.Contains(body, "memcache keeps fixed windows only") {
+		t.Fatalf("an inline token bucket: %d %s, want invalid_argument saying memcache keeps fixed windows only", code, body)
+	}
+	code, body = post(t, base, "Check", `{"policy":"inline","key":"k","limit":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","period":"1s"}}`)
+	if code != 200 || !strings.Contains(body, `"allowed":true`) {
+		t.Fatalf("an inline fixed window: %d %s", code, body)
+	}
+	if code, body := post(t, base, "Reset", `{"policy":"api","key":"k"}`); code != 200 {
+		t.Fatalf("reset of api/k: %d %s", code, body)
+	}
+	if code, body := post(t, base, "Check", `{"policy":"api","key":"k"}`); code != 200 || !strings.Contains(body, `"allowed":true`) {
+		t.Fatalf("check after the reset: %d %s, want allowed", code, body)
+	}
+	code, body = post(t, base, "Reset", `{"policy":"inline","key":"k"}`)
+	if code != 501 || !strings.Contains(body, "unimplemented") || !strings.Contains(body, "memcached cannot list") {
+		t.Fatalf("reset of an inline namespace: %d %s, want unimplemented saying why", code, body)
+	}
+}
+
+// A policy memcached cannot keep stops quotad at start, naming the
+// policy and what to change.
+func TestMemcacheRefusesOtherAlgorithmsAtStart(t *testing.T) {
+	cfg := writeFile(t, "q.yaml", "policies:\n  - name: api\n    algorithm: sliding_window_log\n    limit: 2\n    period: 1h\n")
+	err := run(t.Context(), []string{"--memcache", "127.0.0.1:1", "--config", cfg}, func(string) string { return "" }, io.Discard, io.Discard)
+	want := "policies[0] (api): algorithm sliding_window_log: memcache keeps fixed windows only; make it fixed_window, or keep its state in Redis (--redis instead of --memcache)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("started with a sliding window log on memcache: %v\nwant %q", err, want)
+	}
+}
