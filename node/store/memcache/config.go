@@ -40,22 +40,22 @@ var ErrInvalidConfig = errors.New("invalid memcache config")
 // Validate reports the first problem with c, saying what to write.
 func (c Config) Validate() error {
 	if len(c.Addrs) == 0 {
-		return fmt.Errorf("memcache: %w: no server; list them as host:port,host:port", ErrInvalidConfig)
+		return fmt.Errorf("%w: no server; list them as host:port,host:port", ErrInvalidConfig)
 	}
 	for _, a := range c.Addrs {
 		host, port, err := net.SplitHostPort(a)
 		if err != nil || host == "" {
-			return fmt.Errorf("memcache: %w: %q: want host:port, e.g. memcached:11211", ErrInvalidConfig, a)
+			return fmt.Errorf("%w: server %q: want host:port, e.g. memcached:11211", ErrInvalidConfig, a)
 		}
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-			return fmt.Errorf("memcache: %w: %q: the port must be a number from 1 to 65535", ErrInvalidConfig, a)
+			return fmt.Errorf("%w: server %q: the port must be a number from 1 to 65535", ErrInvalidConfig, a)
 		}
 	}
 	if c.Timeout < 0 {
-		return fmt.Errorf("memcache timeout: %w: %s must not be negative (0 means %s)", ErrInvalidConfig, c.Timeout, DefaultTimeout)
+		return fmt.Errorf("%w: timeout %s must not be negative (0 means %s)", ErrInvalidConfig, c.Timeout, DefaultTimeout)
 	}
 	if c.MaxIdleConns < 0 {
-		return fmt.Errorf("memcache max idle conns: %w: %d must not be negative (0 means %d)", ErrInvalidConfig, c.MaxIdleConns, DefaultMaxIdleConns)
+		return fmt.Errorf("%w: max idle conns %d must not be negative (0 means %d)", ErrInvalidConfig, c.MaxIdleConns, DefaultMaxIdleConns)
 	}
 	return nil
 }

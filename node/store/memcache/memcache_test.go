@@ -381,7 +381,7 @@ func TestConfigSaysWhatToWrite(t *testing.T) {
 		want string
 	}{
 		{Config{}, "no server; list them as host:port,host:port"},
-		{Config{Addrs: []string{"memcached"}}, `"memcached": want host:port`},
+		{Config{Addrs: []string{"memcached"}}, `invalid memcache config: server "memcached": want host:port`},
 		{Config{Addrs: []string{"memcached:x"}}, "the port must be a number from 1 to 65535"},
 		{Config{Addrs: []string{"m:11211"}, Timeout: -time.Second}, "must not be negative"},
 	} {
