@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quotad/quotad/node/store/memcache"
 )
 
 // This file reads envoyproxy/ratelimit's environment for `quotad
@@ -47,7 +49,7 @@ var ratelimitDefaults = map[string]string{
 	// STATSD_PROTOCOL is lyft/gostats's, which upstream's statsd sink reads
 	// from the environment itself.
 	"STATSD_PROTOCOL":  "tcp",
-	"NEAR_LIMIT_RATIO": "0.8", "BACKEND_TYPE": "redis",
+	"NEAR_LIMIT_RATIO": "0.8", "BACKEND_TYPE": "redis", "MEMCACHE_MAX_IDLE_CONNS": "2",
 	"REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "SINGLE", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock",
 	"CONFIG_GRPC_XDS_NODE_ID": "default", "CONFIG_GRPC_XDS_SERVER_URL": "localhost:18000",
 	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "3s",
@@ -87,7 +89,9 @@ var ratelimitNoOps = map[string]string{
 // ratelimitRefusals are settings quotad cannot honour, by variable: the
 // value (lower case) that is refused ("" for any value set) and why.
 var ratelimitRefusals = []struct{ name, value, why string }{
-	{"BACKEND_TYPE", "memcache", "quotad counts in Redis (or in memory on one node), not memcached; set BACKEND_TYPE=redis"},
+	{"MEMCACHE_SRV", "", "quotad does not look memcached's servers up in DNS; list them in MEMCACHE_HOST_PORT (host:port,host:port, the same order on every instance)"},
+	{"MEMCACHE_SRV_REFRESH", "", "quotad does not look memcached's servers up in DNS; list them in MEMCACHE_HOST_PORT"},
+	{"MEMCACHE_TLS", "true", "quotad speaks to memcached in cleartext only; reach it over a private network, or use Redis with REDIS_TLS=true"},
 }
 
 // ratelimitHonoured are the variables translate reads; with the no-ops and
@@ -100,6 +104,7 @@ var ratelimitHonoured = []string{
 	"USE_STATSD", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "STATSD_PROTOCOL",
 	"STATS_FLUSH_INTERVAL", "EXTRA_TAGS", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
 	"LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "BACKEND_TYPE", "SHADOW_MODE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+	"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS",
 	"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG",
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS",
 	"REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_TIMEOUT", "REDIS_PERSECOND", "CACHE_KEY_PREFIX",
@@ -112,12 +117,12 @@ var ratelimitHonoured = []string{
 }
 
 // ratelimitFamilies are prefixes of variables that only matter with a
-// setting refused or unused above: the per-second Redis (REDIS_PERSECOND),
-// memcached (BACKEND_TYPE=memcache) and xDS (CONFIG_TYPE=GRPC_XDS_SOTW).
-// Setting one is accepted, as upstream accepts it, and said at start.
+// setting refused or unused above: the per-second Redis (REDIS_PERSECOND)
+// and memcached's TLS files, with MEMCACHE_TLS refused. Setting one is
+// accepted, as upstream accepts it, and said at start.
 var ratelimitFamilies = []struct{ prefix, note string }{
 	{"REDIS_PERSECOND_", "quotad keeps every limit in the Redis of REDIS_URL, per-second ones too"},
-	{"MEMCACHE_", "used only with BACKEND_TYPE=memcache"},
+	{"MEMCACHE_TLS_", "used only with MEMCACHE_TLS=true, which quotad refuses"},
 }
 
 // ratelimitMinLocalCache is the smallest local cache upstream's freecache
@@ -163,14 +168,17 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 			fail("%s=%s: %s", r.name, getenv(r.name), r.why)
 		}
 	}
+	// With memcached, every REDIS_* variable set gets one note (memcache).
+	onMemcache := strings.ToLower(value("BACKEND_TYPE")) == "memcache"
+	redisAside := func(name string) bool { return onMemcache && strings.HasPrefix(name, "REDIS_") }
 	for name, note := range ratelimitNoOps {
-		if set(name) {
+		if set(name) && !redisAside(name) {
 			out.notes = append(out.notes, fmt.Sprintf("%s is not needed: %s", name, note))
 		}
 	}
 	for name, v := range vars {
 		for _, f := range ratelimitFamilies {
-			if strings.HasPrefix(name, f.prefix) && v != "" {
+			if strings.HasPrefix(name, f.prefix) && v != "" && !redisAside(name) {
 				out.notes = append(out.notes, fmt.Sprintf("%s is not needed: %s", name, f.note))
 			}
 		}
@@ -228,7 +236,7 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 	}
 	if per, err := boolean("REDIS_PERSECOND"); err != nil {
 		fail("%v", err)
-	} else if per {
+	} else if per && !onMemcache {
 		out.notes = append(out.notes, "REDIS_PERSECOND is not needed: quotad keeps every limit in the Redis of REDIS_URL, per-second ones too")
 	}
 	switch l := strings.ToLower(value("LOG_LEVEL")); l {
@@ -338,8 +346,27 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 		}
 	}
 
-	if err := out.redis(value, set, boolean); err != nil {
-		fail("%v", err)
+	switch b := strings.ToLower(value("BACKEND_TYPE")); b {
+	case "redis":
+		for _, name := range []string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS"} {
+			if set(name) {
+				out.notes = append(out.notes, name+" is not needed: used only with BACKEND_TYPE=memcache")
+			}
+		}
+		if err := out.redis(value, set, boolean); err != nil {
+			fail("%v", err)
+		}
+	case "memcache":
+		for name, v := range vars {
+			if strings.HasPrefix(name, "REDIS_") && v != "" {
+				out.notes = append(out.notes, name+" is not needed: used only with BACKEND_TYPE=redis")
+			}
+		}
+		if err := out.memcache(value); err != nil {
+			fail("%v", err)
+		}
+	default:
+		fail("BACKEND_TYPE=%q: want redis or memcache", value("BACKEND_TYPE"))
 	}
 	if len(problems) > 0 {
 		return ratelimitEnv{}, fmt.Errorf("envoy-ratelimit: quotad cannot run with this environment:\n  %s", strings.Join(problems, "\n  "))
@@ -463,6 +490,35 @@ func (out *ratelimitEnv) redis(value func(string) string, set func(string) bool,
 	default:
 		return fmt.Errorf("REDIS_TYPE=%q: want single, sentinel or cluster", value("REDIS_TYPE"))
 	}
+}
+
+// memcache translates BACKEND_TYPE=memcache: MEMCACHE_HOST_PORT's
+// servers (host:port,host:port, in the order that spreads the keys, as
+// upstream's gomemcache spreads them) into --memcache, and
+// MEMCACHE_MAX_IDLE_CONNS (upstream's 2 by default; 0 or less is
+// gomemcache's default, 2) into --memcache-max-idle-conns.
+func (out *ratelimitEnv) memcache(value func(string) string) error {
+	hosts := value("MEMCACHE_HOST_PORT")
+	if hosts == "" {
+		return fmt.Errorf("BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT: memcached's servers, host:port,host:port")
+	}
+	addrs := strings.Split(hosts, ",")
+	for i := range addrs {
+		addrs[i] = strings.TrimSpace(addrs[i])
+	}
+	if err := (memcache.Config{Addrs: addrs}).Validate(); err != nil {
+		return fmt.Errorf("MEMCACHE_HOST_PORT=%q: %w", hosts, err)
+	}
+	n, err := strconv.Atoi(value("MEMCACHE_MAX_IDLE_CONNS"))
+	if err != nil {
+		return fmt.Errorf("MEMCACHE_MAX_IDLE_CONNS=%q: want a number of connections, e.g. 2", value("MEMCACHE_MAX_IDLE_CONNS"))
+	}
+	if n <= 0 {
+		out.notes = append(out.notes, fmt.Sprintf("MEMCACHE_MAX_IDLE_CONNS=%d: quotad keeps %d idle connections per server, as upstream's memcached client does for 0 or less", n, memcache.DefaultMaxIdleConns))
+		n = memcache.DefaultMaxIdleConns
+	}
+	out.args = append(out.args, "--memcache", strings.Join(addrs, ","), "--memcache-max-idle-conns", strconv.Itoa(n))
+	return nil
 }
 
 // xds translates CONFIG_GRPC_XDS_*: the rules from an xDS management

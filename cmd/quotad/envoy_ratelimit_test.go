@@ -90,11 +90,13 @@ func TestRatelimitEnvKnowsEveryVariable(t *testing.T) {
 
 func TestRatelimitEnvTranslates(t *testing.T) {
 	for _, c := range []struct {
-		name     string
-		env      []string
-		args     string // quotad flags, joined by spaces
-		env2     map[string]string
-		notes    []string
+		name  string
+		env   []string
+		args  string // quotad flags, joined by spaces
+		env2  map[string]string
+		notes []string
+		// without is a flag the args must not hold.
+		without  string
 		problems []string
 	}{
 		{name: "upstream's defaults", env: nil,
@@ -173,9 +175,25 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 		{name: "unix socket", env: []string{"USE_STATSD=false", "GRPC_UDS=/run/rl.sock", "GRPC_PORT=9081"},
 			args:  "--listen unix:/run/rl.sock --max-connection-age 24h0m0s --max-connection-age-grace 1h0m0s --pprof-addr",
 			notes: []string{"GRPC_PORT is not needed: GRPC_UDS serves the gRPC port on /run/rl.sock instead"}},
-		{name: "refusals", env: []string{"BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
-			problems: []string{"BACKEND_TYPE=memcache", `CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
+		{name: "refusals", env: []string{"MEMCACHE_TLS=true", "CONFIG_TYPE=GRPC", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
+			problems: []string{"MEMCACHE_TLS=true: quotad speaks to memcached in cleartext only", `CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
 				`LOG_LEVEL="loud"`, `REDIS_TYPE="ring": want single, sentinel or cluster`, `LOG_FORMAT="xml"`}},
+		{name: "memcache", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc-0:11211, mc-1:11211", "REDIS_URL=redis:6379", "REDIS_POOL_SIZE=10"},
+			args:    "--log-level warn --envoy-config-dir /srv/runtime_data/current/config --memcache mc-0:11211,mc-1:11211 --memcache-max-idle-conns 2",
+			notes:   []string{"REDIS_POOL_SIZE is not needed: used only with BACKEND_TYPE=redis", "REDIS_URL is not needed: used only with BACKEND_TYPE=redis"},
+			without: "--redis"},
+		{name: "memcache idle connections", env: []string{"USE_STATSD=false", "BACKEND_TYPE=MEMCACHE", "MEMCACHE_HOST_PORT=mc:11211", "MEMCACHE_MAX_IDLE_CONNS=0"},
+			args:  "--memcache mc:11211 --memcache-max-idle-conns 2",
+			notes: []string{"MEMCACHE_MAX_IDLE_CONNS=0: quotad keeps 2 idle connections per server, as upstream's memcached client does for 0 or less"}},
+		{name: "memcache refusals", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_SRV=_memcache._tcp.example", "MEMCACHE_MAX_IDLE_CONNS=many"},
+			problems: []string{"BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT: memcached's servers, host:port,host:port",
+				"MEMCACHE_SRV=_memcache._tcp.example: quotad does not look memcached's servers up in DNS; list them in MEMCACHE_HOST_PORT"}},
+		{name: "memcache bad server", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc", "MEMCACHE_MAX_IDLE_CONNS=many"},
+			problems: []string{`MEMCACHE_HOST_PORT="mc": invalid memcache config: server "mc": want host:port, e.g. memcached:11211`}},
+		{name: "memcache idle connections refused", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc:11211", "MEMCACHE_MAX_IDLE_CONNS=many"},
+			problems: []string{`MEMCACHE_MAX_IDLE_CONNS="many": want a number of connections, e.g. 2`}},
+		{name: "backend refused", env: []string{"USE_STATSD=false", "BACKEND_TYPE=dynamodb"},
+			problems: []string{`BACKEND_TYPE="dynamodb": want redis or memcache`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr, err := translateRatelimitEnv(c.env)
@@ -195,6 +213,9 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 			}
 			if got := strings.Join(tr.args, " "); !strings.Contains(got, c.args) {
 				t.Errorf("args %q, want them to contain %q", got, c.args)
+			}
+			if c.without != "" && slices.Contains(tr.args, c.without) {
+				t.Errorf("args %q hold %s", tr.args, c.without)
 			}
 			for k, v := range c.env2 {
 				if tr.env[k] != v {
@@ -331,12 +352,12 @@ func TestEnvoyRatelimitServesUpstreamsPorts(t *testing.T) {
 // says why and what to do.
 func TestEnvoyRatelimitRefusesWhatItCannotHonour(t *testing.T) {
 	cmd := exec.Command(quotadtest.Binary(t), "envoy-ratelimit")
-	cmd.Env = []string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=memcached:11211"}
+	cmd.Env = []string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=memcached:11211", "MEMCACHE_TLS=true"}
 	out, err := cmd.CombinedOutput()
 	if err == nil {
-		t.Fatalf("started with BACKEND_TYPE=memcache:\n%s", out)
+		t.Fatalf("started with MEMCACHE_TLS=true:\n%s", out)
 	}
-	want := "BACKEND_TYPE=memcache: quotad counts in Redis (or in memory on one node), not memcached; set BACKEND_TYPE=redis"
+	want := "MEMCACHE_TLS=true: quotad speaks to memcached in cleartext only; reach it over a private network, or use Redis with REDIS_TLS=true"
 	if !strings.Contains(string(out), want) {
 		t.Errorf("output:\n%s\nwant the line %q", out, want)
 	}

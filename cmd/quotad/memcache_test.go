@@ -3,10 +3,13 @@ package main
 import (
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quotad/quotad/internal/memcachedtest"
+	"github.com/quotad/quotad/internal/quotadtest"
 )
 
 // post sends body to the API's procedure in JSON and returns the status
@@ -65,5 +68,34 @@ func TestMemcacheRefusesOtherAlgorithmsAtStart(t *testing.T) {
 	want := "policies[0] (api): algorithm sliding_window_log: memcache keeps fixed windows only; make it fixed_window, or keep its state in Redis (--redis instead of --memcache)"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("started with a sliding window log on memcache: %v\nwant %q", err, want)
+	}
+}
+
+// `quotad envoy-ratelimit` with BACKEND_TYPE=memcache: two instances on
+// one memcached admit the limit together, no more, and a memcached that is
+// down answers OK (quotad's failure mode, open by default) rather than an
+// error.
+func TestEnvoyRatelimitOnMemcache(t *testing.T) {
+	mc := memcachedtest.Start(t)
+	rules := "domain: rl\ndescriptors:\n  - key: category\n    value: account\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
+	env := []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=" + mc.Addr(), "REDIS_URL=redis:6379"}
+	a, b := startRatelimit(t, rules, env...), startRatelimit(t, rules, env...)
+	if !a.stdout.contains("store: memcache " + mc.Addr()) {
+		t.Errorf("the start does not name the memcached store:\n%s", a.stdout.tail())
+	}
+	if !a.stderr.contains("REDIS_URL is not needed: used only with BACKEND_TYPE=redis") {
+		t.Errorf("the start does not say REDIS_URL is not needed:\n%s", a.stderr.tail())
+	}
+	quotadtest.AwayFromWindowEnd(t, time.Hour, time.Minute)
+	var statuses []int
+	for i := range 8 {
+		statuses = append(statuses, []*ratelimitProc{a, b}[i%2].askJSON(t))
+	}
+	if want := []int{200, 200, 200, 429, 429, 429, 429, 429}; !slices.Equal(statuses, want) {
+		t.Fatalf("two instances answered %v, want %v: the limit of 3 once between them", statuses, want)
+	}
+	mc.Kill()
+	if got := a.askJSON(t); got != 200 {
+		t.Fatalf("with memcached down: %d, want 200 (the failure mode, open)", got)
 	}
 }

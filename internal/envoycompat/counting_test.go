@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/quotad/quotad/internal/memcachedtest"
 	"github.com/quotad/quotad/internal/redistest"
 )
 
@@ -19,9 +20,10 @@ import (
 // --envoy-stop-increment-when-over-limit (its
 // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, mapped to quotad's own counting)
 // the 27 are over the limit and not counted, and the 3 are admitted with 7
-// remaining.
+// remaining. On memcached too.
 func TestHitsOverTheLimitCount(t *testing.T) {
 	r := redistest.Start(t)
+	mc := memcachedtest.Start(t)
 	for _, c := range []struct {
 		name              string
 		args              []string
@@ -33,6 +35,10 @@ func TestHitsOverTheLimitCount(t *testing.T) {
 		// The 27 are over the limit and not counted: 10 remain, the 3 fit.
 		{"memory store, stop increment", []string{"--envoy-stop-increment-when-over-limit"}, over, ok, [2]int64{10, 7}},
 		{"redis, stop increment", []string{"--redis", r.URL(), "--envoy-stop-increment-when-over-limit", "--key-prefix", "stop"}, over, ok, [2]int64{10, 7}},
+		// memcached as upstream's memcache backend: the 27 are added and
+		// stay counted; with stop increment they are given back (DECR).
+		{"memcache", []string{"--memcache", mc.Addr()}, over, over, [2]int64{0, 0}},
+		{"memcache, stop increment", []string{"--memcache", mc.Addr(), "--envoy-stop-increment-when-over-limit", "--key-prefix", "stop"}, over, ok, [2]int64{10, 7}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

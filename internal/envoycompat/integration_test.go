@@ -15,6 +15,7 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
+	"github.com/quotad/quotad/internal/memcachedtest"
 	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 )
@@ -23,10 +24,12 @@ import (
 // test/integration/integration_test.go: testBasicBaseConfig and
 // testConfigReload), on its own rules files (testdata/upstream, copied
 // unchanged), asked with go-control-plane's client of a built quotad: on
-// the embedded store, on redis-server, and as `quotad envoy-ratelimit`
-// with upstream's docker-compose environment (only its Redis address, rules
-// directory and ports changed) and its integration tests' local cache
-// setting, with the rules as files and from an xDS management server.
+// the embedded store, on redis-server, on memcached, and as `quotad
+// envoy-ratelimit` with upstream's docker-compose environment (only its
+// Redis address, rules directory and ports changed) and its integration
+// tests' local cache setting, with the rules as files and from an xDS
+// management server, and with BACKEND_TYPE=memcache on two memcached
+// servers, as upstream's TestMultiNodeMemcache.
 
 // upstreamRules returns a rules directory holding upstream's integration
 // config files.
@@ -66,7 +69,7 @@ type upstreamQuotad struct {
 	addReload, removeReload func(t *testing.T)
 }
 
-// upstreamModes starts quotad four ways on upstream's integration rules.
+// upstreamModes starts quotad six ways on upstream's integration rules.
 func upstreamModes() map[string]func(t *testing.T) upstreamQuotad {
 	files := func(t *testing.T, dir string) upstreamQuotad {
 		return upstreamQuotad{
@@ -103,6 +106,26 @@ func upstreamModes() map[string]func(t *testing.T) upstreamQuotad {
 			_, dir := upstreamRules(t)
 			q := files(t, dir)
 			q.addr, _ = runQuotad(t, "--envoy-config-dir", dir, "--redis", redistest.Start(t).URL())
+			return q
+		},
+		"memcache": func(t *testing.T) upstreamQuotad {
+			_, dir := upstreamRules(t)
+			q := files(t, dir)
+			q.addr, _ = runQuotad(t, "--envoy-config-dir", dir, "--memcache", memcachedtest.Start(t).Addr())
+			return q
+		},
+		// As upstream's TestMultiNodeMemcache: BACKEND_TYPE=memcache over
+		// two memcached servers, the keys spread between them.
+		"envoy-ratelimit on memcache": func(t *testing.T) upstreamQuotad {
+			root, dir := upstreamRules(t)
+			q := files(t, dir)
+			cmd := exec.Command(quotadtest.Binary(t), "envoy-ratelimit")
+			cmd.Env = []string{"USE_STATSD=false", "LOG_LEVEL=debug", "BACKEND_TYPE=memcache",
+				"MEMCACHE_HOST_PORT=" + memcachedtest.Start(t).Addr() + "," + memcachedtest.Start(t).Addr(), "MEMCACHE_MAX_IDLE_CONNS=100",
+				"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "LOCAL_CACHE_SIZE_IN_BYTES=1000",
+				"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + freePort(t), "HOST=127.0.0.1", "PORT=" + freePort(t),
+				"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + freePort(t)}
+			q.addr, _ = runCommand(t, cmd)
 			return q
 		},
 		"envoy-ratelimit": func(t *testing.T) upstreamQuotad {
