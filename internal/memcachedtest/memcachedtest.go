@@ -29,21 +29,70 @@ type Server struct {
 	dir  string
 	port int
 
+	// tlsPort, when set, is the port the server serves TLS on (WithTLS),
+	// with tlsArgs.
+	tlsPort int
+	tlsArgs []string
+
 	mu  sync.Mutex
 	cmd *exec.Cmd
 	log *os.File
 }
 
-// Start starts a memcached on a free 127.0.0.1 port (TCP only, 64 MiB)
-// and waits until it answers "version". The server is killed when the
+// Option adjusts the memcached command line.
+type Option func(*Server)
+
+// WithTLS makes the server serve TLS as well, on a port of its own
+// (TLSAddr), with certPEM and keyPEM; requireClientCert makes it refuse a
+// client that presents no certificate caPEM's authorities signed. The
+// plaintext port stays, for the test's own commands (Do).
+func WithTLS(certPEM, keyPEM, caPEM []byte, requireClientCert bool) Option {
+	return func(s *Server) {
+		s.t.Helper()
+		write := func(name string, data []byte) string {
+			p := filepath.Join(s.dir, name)
+			if err := os.WriteFile(p, data, 0o600); err != nil {
+				s.t.Fatalf("memcachedtest: %v", err)
+			}
+			return p
+		}
+		port, err := redistest.FreePort()
+		if err != nil {
+			s.t.Fatalf("memcachedtest: %v", err)
+		}
+		s.tlsPort = port
+		// ssl_verify_mode 2 requires a client certificate, 0 asks for none.
+		mode := "0"
+		if requireClientCert {
+			mode = "2"
+		}
+		s.tlsArgs = []string{"-Z", "-o", "ssl_chain_cert=" + write("tls.crt", certPEM) + ",ssl_key=" + write("tls.key", keyPEM) +
+			",ssl_ca_cert=" + write("tls-ca.pem", caPEM) + ",ssl_verify_mode=" + mode}
+	}
+}
+
+// TLSAddr is the server's TLS address, 127.0.0.1:port, when it was
+// started WithTLS; "" otherwise.
+func (s *Server) TLSAddr() string {
+	if s.tlsPort == 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))
+}
+
+// Start starts a memcached on a free 127.0.0.1 port (TCP only, 64 MiB),
+// adjusted by opts, and waits until it answers "version". The server is killed when the
 // test ends.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("memcached")
 	if err != nil {
 		t.Fatal(InstallHint)
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	for _, o := range opts {
+		o(s)
+	}
 	// A port found free can be taken before memcached binds it: a failed
 	// start is retried on a fresh port, and three failures fail the test.
 	for range 3 {
@@ -68,6 +117,11 @@ func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	args := []string{"-p", strconv.Itoa(s.port), "-l", "127.0.0.1", "-U", "0", "-m", "64", "-t", "2"}
+	if s.tlsPort != 0 {
+		// With -Z every listener is TLS but those marked notls.
+		args = append([]string{"-l", "notls:127.0.0.1:" + strconv.Itoa(s.port), "-l", "127.0.0.1:" + strconv.Itoa(s.tlsPort),
+			"-U", "0", "-m", "64", "-t", "2"}, s.tlsArgs...)
+	}
 	if os.Geteuid() == 0 {
 		// memcached refuses to run as root unless told whom to run as.
 		args = append(args, "-u", "root")

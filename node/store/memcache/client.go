@@ -3,6 +3,7 @@ package memcache
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -29,7 +30,8 @@ type client struct {
 // server is one memcached and its idle connections.
 type server struct {
 	addr string
-	idle chan *conn // buffered MaxIdleConns
+	idle chan *conn  // buffered MaxIdleConns
+	tls  *tls.Config // nil: cleartext
 }
 
 // conn is one connection, used by one call at a time.
@@ -41,7 +43,7 @@ type conn struct {
 func newClient(c Config) *client {
 	cl := &client{}
 	for _, a := range c.Addrs {
-		cl.servers = append(cl.servers, &server{addr: a, idle: make(chan *conn, c.MaxIdleConns)})
+		cl.servers = append(cl.servers, &server{addr: a, idle: make(chan *conn, c.MaxIdleConns), tls: c.TLS})
 	}
 	return cl
 }
@@ -108,8 +110,17 @@ func (s *server) take(ctx context.Context) (*conn, error) {
 		return cn, nil
 	default:
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", s.addr)
+	var nc net.Conn
+	var err error
+	if s.tls != nil {
+		// tls.Dialer takes the server name from the address when the
+		// config names none.
+		d := tls.Dialer{Config: s.tls}
+		nc, err = d.DialContext(ctx, "tcp", s.addr)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "tcp", s.addr)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package memcache
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -30,6 +31,10 @@ type Config struct {
 	// the next calls; zero means DefaultMaxIdleConns. A call that finds
 	// none idle opens one, and closes it after unless it may stay idle.
 	MaxIdleConns int
+	// TLS, when not nil, makes every connection TLS with it; the server
+	// name, when it does not say, is the host of the server's address. nil
+	// is cleartext.
+	TLS *tls.Config
 	// Now is the clock windows are aligned to; nil means time.Now.
 	Now func() time.Time
 }

@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/internal/memcachedtest"
+	"github.com/quotad/quotad/internal/testpki"
 	"github.com/quotad/quotad/node"
 )
 
@@ -389,5 +391,53 @@ func TestConfigSaysWhatToWrite(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
 		}
+	}
+}
+
+// Over TLS: a store that trusts the server's authority and presents a
+// client certificate decides; one that trusts another authority cannot
+// connect, and says so.
+func TestTLS(t *testing.T) {
+	ca := testpki.NewCA(t, "memcached ca")
+	srvCert := ca.Issue(t, "127.0.0.1", true)
+	client := ca.Issue(t, "quotad", false)
+	srv := memcachedtest.Start(t, memcachedtest.WithTLS(srvCert.CertPEM, srvCert.KeyPEM, ca.PEM, true))
+	c := newClock(windowStart.Add(time.Minute))
+	pair := client.Pair
+	s, err := New(Config{Addrs: []string{srv.TLSAddr()}, Timeout: 2 * time.Second, Now: c.now,
+		TLS: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("ping over TLS: %v", err)
+	}
+	l := hourly(1)
+	if d, _ := acquire(t, s, node.AcquireRequest{Base: "{quotad:p:tls}", Limit: l, Cost: 1}); !d.Allowed {
+		t.Fatalf("first check over TLS: %+v", d)
+	}
+	if n := counted(t, srv, "{quotad:p:tls}", l, c); n != 1 {
+		t.Fatalf("counter %d over TLS, want 1", n)
+	}
+
+	other := testpki.NewCA(t, "another ca")
+	wrong, err := New(Config{Addrs: []string{srv.TLSAddr()}, Timeout: 2 * time.Second, Now: c.now,
+		TLS: &tls.Config{RootCAs: other.Pool(), Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrong.Close()
+	if err := wrong.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("ping trusting another authority: %v, want a certificate error", err)
+	}
+	anonymous, err := New(Config{Addrs: []string{srv.TLSAddr()}, Timeout: 2 * time.Second, Now: c.now,
+		TLS: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anonymous.Close()
+	if err := anonymous.Ping(context.Background()); err == nil {
+		t.Fatal("ping without a client certificate answered; the server requires one")
 	}
 }
