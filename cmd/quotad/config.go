@@ -31,6 +31,9 @@ type config struct {
 	// Memcache makes memcached the authoritative store instead (its
 	// servers set), for fixed windows only.
 	Memcache memcache.Config
+	// MemcacheTLS makes the connections to memcached TLS; the zero value
+	// is cleartext.
+	MemcacheTLS memcacheTLSConfig
 	// Breaker configures the circuit breaker in front of Redis; the zero
 	// value takes node's defaults (5 failures, probe every 250ms).
 	Breaker node.BreakerConfig
@@ -195,6 +198,9 @@ func (c config) validate() error {
 		return err
 	}
 	if err := validateGRPCTransport(c.GRPCTransport); err != nil {
+		return err
+	}
+	if err := c.MemcacheTLS.validate(c.usesMemcache()); err != nil {
 		return err
 	}
 	if c.usesMemcache() {

@@ -91,7 +91,6 @@ var ratelimitNoOps = map[string]string{
 var ratelimitRefusals = []struct{ name, value, why string }{
 	{"MEMCACHE_SRV", "", "quotad does not look memcached's servers up in DNS; list them in MEMCACHE_HOST_PORT (host:port,host:port, the same order on every instance)"},
 	{"MEMCACHE_SRV_REFRESH", "", "quotad does not look memcached's servers up in DNS; list them in MEMCACHE_HOST_PORT"},
-	{"MEMCACHE_TLS", "true", "quotad speaks to memcached in cleartext only; reach it over a private network, or use Redis with REDIS_TLS=true"},
 }
 
 // ratelimitHonoured are the variables translate reads; with the no-ops and
@@ -104,7 +103,8 @@ var ratelimitHonoured = []string{
 	"USE_STATSD", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "STATSD_PROTOCOL",
 	"STATS_FLUSH_INTERVAL", "EXTRA_TAGS", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
 	"LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "BACKEND_TYPE", "SHADOW_MODE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-	"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS",
+	"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_TLS", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY",
+	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
 	"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG",
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS",
 	"REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "REDIS_TIMEOUT", "REDIS_PERSECOND", "CACHE_KEY_PREFIX",
@@ -117,13 +117,16 @@ var ratelimitHonoured = []string{
 }
 
 // ratelimitFamilies are prefixes of variables that only matter with a
-// setting refused or unused above: the per-second Redis (REDIS_PERSECOND)
-// and memcached's TLS files, with MEMCACHE_TLS refused. Setting one is
-// accepted, as upstream accepts it, and said at start.
+// setting refused or unused above: the per-second Redis (REDIS_PERSECOND).
+// Setting one is accepted, as upstream accepts it, and said at start.
 var ratelimitFamilies = []struct{ prefix, note string }{
 	{"REDIS_PERSECOND_", "quotad keeps every limit in the Redis of REDIS_URL, per-second ones too"},
-	{"MEMCACHE_TLS_", "used only with MEMCACHE_TLS=true, which quotad refuses"},
 }
+
+// memcacheVariables are the settings of upstream's memcached, not needed
+// with BACKEND_TYPE=redis.
+var memcacheVariables = []string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_TLS", "MEMCACHE_TLS_CACERT",
+	"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"}
 
 // ratelimitMinLocalCache is the smallest local cache upstream's freecache
 // makes, whatever LOCAL_CACHE_SIZE_IN_BYTES asks for (512 KiB).
@@ -348,7 +351,7 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 
 	switch b := strings.ToLower(value("BACKEND_TYPE")); b {
 	case "redis":
-		for _, name := range []string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS"} {
+		for _, name := range memcacheVariables {
 			if set(name) {
 				out.notes = append(out.notes, name+" is not needed: used only with BACKEND_TYPE=memcache")
 			}
@@ -362,7 +365,7 @@ func translateRatelimitEnv(environ []string) (ratelimitEnv, error) {
 				out.notes = append(out.notes, name+" is not needed: used only with BACKEND_TYPE=redis")
 			}
 		}
-		if err := out.memcache(value); err != nil {
+		if err := out.memcache(value, set, boolean); err != nil {
 			fail("%v", err)
 		}
 	default:
@@ -494,10 +497,15 @@ func (out *ratelimitEnv) redis(value func(string) string, set func(string) bool,
 
 // memcache translates BACKEND_TYPE=memcache: MEMCACHE_HOST_PORT's
 // servers (host:port,host:port, in the order that spreads the keys, as
-// upstream's gomemcache spreads them) into --memcache, and
+// upstream's gomemcache spreads them) into --memcache,
 // MEMCACHE_MAX_IDLE_CONNS (upstream's 2 by default; 0 or less is
-// gomemcache's default, 2) into --memcache-max-idle-conns.
-func (out *ratelimitEnv) memcache(value func(string) string) error {
+// gomemcache's default, 2) into --memcache-max-idle-conns, and
+// MEMCACHE_TLS with its CA, client certificate and host name check into
+// --memcache-tls and its files.
+func (out *ratelimitEnv) memcache(value func(string) string, set func(string) bool, boolean func(string) (bool, error)) error {
+	if err := out.memcacheTLS(value, set, boolean); err != nil {
+		return err
+	}
 	hosts := value("MEMCACHE_HOST_PORT")
 	if hosts == "" {
 		return fmt.Errorf("BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT: memcached's servers, host:port,host:port")
@@ -518,6 +526,41 @@ func (out *ratelimitEnv) memcache(value func(string) string) error {
 		n = memcache.DefaultMaxIdleConns
 	}
 	out.args = append(out.args, "--memcache", strings.Join(addrs, ","), "--memcache-max-idle-conns", strconv.Itoa(n))
+	return nil
+}
+
+// memcacheTLS translates MEMCACHE_TLS and its files. Upstream reads the
+// files only with MEMCACHE_TLS=true; quotad refuses them without it, as it
+// refuses REDIS_TLS's, rather than leave them unused.
+func (out *ratelimitEnv) memcacheTLS(value func(string) string, set func(string) bool, boolean func(string) (bool, error)) error {
+	tls, err := boolean("MEMCACHE_TLS")
+	if err != nil {
+		return err
+	}
+	skip, err := boolean("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION")
+	if err != nil {
+		return err
+	}
+	files := set("MEMCACHE_TLS_CACERT") || set("MEMCACHE_TLS_CLIENT_CERT") || set("MEMCACHE_TLS_CLIENT_KEY") || skip
+	if !tls {
+		if files {
+			return fmt.Errorf("MEMCACHE_TLS_CACERT, MEMCACHE_TLS_CLIENT_CERT, MEMCACHE_TLS_CLIENT_KEY and MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION need MEMCACHE_TLS=true")
+		}
+		return nil
+	}
+	out.args = append(out.args, "--memcache-tls")
+	if set("MEMCACHE_TLS_CACERT") {
+		out.args = append(out.args, "--memcache-tls-ca", value("MEMCACHE_TLS_CACERT"))
+	}
+	if set("MEMCACHE_TLS_CLIENT_CERT") || set("MEMCACHE_TLS_CLIENT_KEY") {
+		if !set("MEMCACHE_TLS_CLIENT_CERT") || !set("MEMCACHE_TLS_CLIENT_KEY") {
+			return fmt.Errorf("MEMCACHE_TLS_CLIENT_CERT and MEMCACHE_TLS_CLIENT_KEY go together: set both, or neither")
+		}
+		out.args = append(out.args, "--memcache-tls-cert-file", value("MEMCACHE_TLS_CLIENT_CERT"), "--memcache-tls-key-file", value("MEMCACHE_TLS_CLIENT_KEY"))
+	}
+	if skip {
+		out.args = append(out.args, "--memcache-tls-skip-hostname-verification")
+	}
 	return nil
 }
 

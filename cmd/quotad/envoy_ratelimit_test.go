@@ -175,8 +175,8 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 		{name: "unix socket", env: []string{"USE_STATSD=false", "GRPC_UDS=/run/rl.sock", "GRPC_PORT=9081"},
 			args:  "--listen unix:/run/rl.sock --max-connection-age 24h0m0s --max-connection-age-grace 1h0m0s --pprof-addr",
 			notes: []string{"GRPC_PORT is not needed: GRPC_UDS serves the gRPC port on /run/rl.sock instead"}},
-		{name: "refusals", env: []string{"MEMCACHE_TLS=true", "CONFIG_TYPE=GRPC", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
-			problems: []string{"MEMCACHE_TLS=true: quotad speaks to memcached in cleartext only", `CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
+		{name: "refusals", env: []string{"MEMCACHE_SRV=_memcache._tcp.example", "CONFIG_TYPE=GRPC", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
+			problems: []string{"MEMCACHE_SRV=_memcache._tcp.example: quotad does not look memcached's servers up in DNS", `CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
 				`LOG_LEVEL="loud"`, `REDIS_TYPE="ring": want single, sentinel or cluster`, `LOG_FORMAT="xml"`}},
 		{name: "memcache", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc-0:11211, mc-1:11211", "REDIS_URL=redis:6379", "REDIS_POOL_SIZE=10"},
 			args:    "--log-level warn --envoy-config-dir /srv/runtime_data/current/config --memcache mc-0:11211,mc-1:11211 --memcache-max-idle-conns 2",
@@ -192,6 +192,16 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 			problems: []string{`MEMCACHE_HOST_PORT="mc": invalid memcache config: server "mc": want host:port, e.g. memcached:11211`}},
 		{name: "memcache idle connections refused", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc:11211", "MEMCACHE_MAX_IDLE_CONNS=many"},
 			problems: []string{`MEMCACHE_MAX_IDLE_CONNS="many": want a number of connections, e.g. 2`}},
+		{name: "memcache tls", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc:11211", "MEMCACHE_TLS=true",
+			"MEMCACHE_TLS_CACERT=/ca.pem", "MEMCACHE_TLS_CLIENT_CERT=/c.pem", "MEMCACHE_TLS_CLIENT_KEY=/k.pem", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION=true"},
+			args: "--memcache-tls --memcache-tls-ca /ca.pem --memcache-tls-cert-file /c.pem --memcache-tls-key-file /k.pem --memcache-tls-skip-hostname-verification --memcache mc:11211"},
+		{name: "memcache tls files without tls", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc:11211", "MEMCACHE_TLS_CACERT=/ca.pem"},
+			problems: []string{"MEMCACHE_TLS_CACERT, MEMCACHE_TLS_CLIENT_CERT, MEMCACHE_TLS_CLIENT_KEY and MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION need MEMCACHE_TLS=true"}},
+		{name: "memcache client certificate without its key", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc:11211", "MEMCACHE_TLS=true", "MEMCACHE_TLS_CLIENT_CERT=/c.pem"},
+			problems: []string{"MEMCACHE_TLS_CLIENT_CERT and MEMCACHE_TLS_CLIENT_KEY go together: set both, or neither"}},
+		{name: "memcache settings on redis", env: []string{"USE_STATSD=false", "MEMCACHE_TLS=true", "MEMCACHE_TLS_CACERT=/ca.pem"},
+			args:  "--redis unix:///var/run/nutcracker/ratelimit.sock",
+			notes: []string{"MEMCACHE_TLS is not needed: used only with BACKEND_TYPE=memcache", "MEMCACHE_TLS_CACERT is not needed: used only with BACKEND_TYPE=memcache"}},
 		{name: "backend refused", env: []string{"USE_STATSD=false", "BACKEND_TYPE=dynamodb"},
 			problems: []string{`BACKEND_TYPE="dynamodb": want redis or memcache`}},
 	} {
@@ -352,12 +362,12 @@ func TestEnvoyRatelimitServesUpstreamsPorts(t *testing.T) {
 // says why and what to do.
 func TestEnvoyRatelimitRefusesWhatItCannotHonour(t *testing.T) {
 	cmd := exec.Command(quotadtest.Binary(t), "envoy-ratelimit")
-	cmd.Env = []string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=memcached:11211", "MEMCACHE_TLS=true"}
+	cmd.Env = []string{"BACKEND_TYPE=memcache", "MEMCACHE_SRV=_memcache._tcp.example"}
 	out, err := cmd.CombinedOutput()
 	if err == nil {
-		t.Fatalf("started with MEMCACHE_TLS=true:\n%s", out)
+		t.Fatalf("started with MEMCACHE_SRV:\n%s", out)
 	}
-	want := "MEMCACHE_TLS=true: quotad speaks to memcached in cleartext only; reach it over a private network, or use Redis with REDIS_TLS=true"
+	want := "MEMCACHE_SRV=_memcache._tcp.example: quotad does not look memcached's servers up in DNS; list them in MEMCACHE_HOST_PORT (host:port,host:port, the same order on every instance)"
 	if !strings.Contains(string(out), want) {
 		t.Errorf("output:\n%s\nwant the line %q", out, want)
 	}

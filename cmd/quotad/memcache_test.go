@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotad/quotad/internal/memcachedtest"
 	"github.com/quotad/quotad/internal/quotadtest"
+	"github.com/quotad/quotad/internal/testpki"
 )
 
 // post sends body to the API's procedure in JSON and returns the status
@@ -97,5 +98,45 @@ func TestEnvoyRatelimitOnMemcache(t *testing.T) {
 	mc.Kill()
 	if got := a.askJSON(t); got != 200 {
 		t.Fatalf("with memcached down: %d, want 200 (the failure mode, open)", got)
+	}
+}
+
+// `quotad envoy-ratelimit` with MEMCACHE_TLS=true and its files reaches a
+// memcached that serves TLS and requires a client certificate.
+func TestEnvoyRatelimitOnMemcacheOverTLS(t *testing.T) {
+	ca := testpki.NewCA(t, "memcached ca")
+	server, client := ca.Issue(t, "127.0.0.1", true), ca.Issue(t, "quotad", false)
+	mc := memcachedtest.Start(t, memcachedtest.WithTLS(server.CertPEM, server.KeyPEM, ca.PEM, true))
+	caFile, certFile, keyFile := writeFile(t, "ca.pem", string(ca.PEM)), writeFile(t, "client.pem", string(client.CertPEM)), writeFile(t, "client.key", string(client.KeyPEM))
+	rules := "domain: rl\ndescriptors:\n  - key: category\n    value: account\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
+	p := startRatelimit(t, rules, "USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+mc.TLSAddr(),
+		"MEMCACHE_TLS=true", "MEMCACHE_TLS_CACERT="+caFile, "MEMCACHE_TLS_CLIENT_CERT="+certFile, "MEMCACHE_TLS_CLIENT_KEY="+keyFile)
+	quotadtest.AwayFromWindowEnd(t, time.Hour, time.Minute)
+	if a, b := p.askJSON(t), p.askJSON(t); a != 200 || b != 429 {
+		t.Fatalf("over TLS: %d then %d, want 200 then 429 from memcached's count", a, b)
+	}
+	// The count is memcached's: a second instance over TLS sees it.
+	q := startRatelimit(t, rules, "USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+mc.TLSAddr(),
+		"MEMCACHE_TLS=true", "MEMCACHE_TLS_CACERT="+caFile, "MEMCACHE_TLS_CLIENT_CERT="+certFile, "MEMCACHE_TLS_CLIENT_KEY="+keyFile)
+	if got := q.askJSON(t); got != 429 {
+		t.Fatalf("a second instance over TLS: %d, want 429: the first one's hit is counted in memcached", got)
+	}
+}
+
+// The settings of --memcache-tls say what is missing.
+func TestMemcacheTLSSettingsSayWhatIsMissing(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--memcache-tls"}, "memcache: --memcache-tls and its files are set but no memcached is (set --memcache)"},
+		{[]string{"--memcache", "m:1", "--memcache-tls-ca", "/ca.pem"}, "memcache: --memcache-tls-ca, --memcache-tls-cert-file, --memcache-tls-key-file and --memcache-tls-skip-hostname-verification need --memcache-tls"},
+		{[]string{"--memcache", "m:1", "--memcache-tls", "--memcache-tls-cert-file", "/c.pem"}, "memcache: --memcache-tls-cert-file and --memcache-tls-key-file go together: set both, or neither"},
+		{[]string{"--memcache", "m:1", "--memcache-tls", "--memcache-tls-ca", "/nonexistent/ca.pem"}, "memcache tls ca file"},
+	} {
+		err := run(t.Context(), append([]string{"--listen", "127.0.0.1:0"}, c.args...), func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
 	}
 }

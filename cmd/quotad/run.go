@@ -232,7 +232,12 @@ func listenAPI(cfg config, h *rpc.Handler, api http.Handler, tel rpc.Telemetry, 
 
 func openStore(ctx context.Context, cfg config) (node.Store, error) {
 	if cfg.usesMemcache() {
-		s, err := memcache.New(cfg.Memcache)
+		mc := cfg.Memcache
+		var err error
+		if mc.TLS, err = cfg.MemcacheTLS.load(); err != nil {
+			return nil, err
+		}
+		s, err := memcache.New(mc)
 		if err != nil {
 			return nil, fmt.Errorf("memcache store: %w", err)
 		}
