@@ -237,7 +237,7 @@ func openStore(ctx context.Context, cfg config) (node.Store, error) {
 		if mc.TLS, err = cfg.MemcacheTLS.load(); err != nil {
 			return nil, err
 		}
-		s, err := memcache.New(mc)
+		s, err := memcache.New(ctx, mc)
 		if err != nil {
 			return nil, fmt.Errorf("memcache store: %w", err)
 		}

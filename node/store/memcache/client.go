@@ -9,8 +9,10 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,7 +26,8 @@ var errReply = errors.New("memcached replied")
 
 // client spreads keys over servers and sends their commands.
 type client struct {
-	servers []*server
+	// servers are the servers in order; an SRV refresh replaces them.
+	servers atomic.Pointer[[]*server]
 }
 
 // server is one memcached and its idle connections.
@@ -40,26 +43,45 @@ type conn struct {
 	r  *bufio.Reader
 }
 
-func newClient(c Config) *client {
+func newClient(c Config, addrs []string) *client {
 	cl := &client{}
-	for _, a := range c.Addrs {
-		cl.servers = append(cl.servers, &server{addr: a, idle: make(chan *conn, c.MaxIdleConns), tls: c.TLS})
-	}
+	cl.setServers(addrs, c)
 	return cl
 }
+
+// setServers makes addrs the servers, unless they already are; the
+// servers replaced close their idle connections.
+func (c *client) setServers(addrs []string, cfg Config) {
+	if old := c.servers.Load(); old != nil && slices.EqualFunc(*old, addrs, func(s *server, a string) bool { return s.addr == a }) {
+		return
+	}
+	servers := make([]*server, len(addrs))
+	for i, a := range addrs {
+		servers[i] = &server{addr: a, idle: make(chan *conn, cfg.MaxIdleConns), tls: cfg.TLS}
+	}
+	if old := c.servers.Swap(&servers); old != nil {
+		for _, s := range *old {
+			s.drain()
+		}
+	}
+}
+
+// list is the servers now.
+func (c *client) list() []*server { return *c.servers.Load() }
 
 // pick is the server that holds key: the CRC-32 (IEEE) of the key modulo
 // the number of servers, as gomemcache's ServerList picks it.
 func (c *client) pick(key string) *server {
-	if len(c.servers) == 1 {
-		return c.servers[0]
+	servers := c.list()
+	if len(servers) == 1 {
+		return servers[0]
 	}
-	return c.servers[crc32.ChecksumIEEE([]byte(key))%uint32(len(c.servers))]
+	return servers[crc32.ChecksumIEEE([]byte(key))%uint32(len(servers))]
 }
 
 // close closes every idle connection; calls still running close theirs.
 func (c *client) close() {
-	for _, s := range c.servers {
+	for _, s := range c.list() {
 		s.drain()
 	}
 }
@@ -241,7 +263,7 @@ func (c *client) del(ctx context.Context, key string) error {
 
 // version asks every server for its version: nil when all answer.
 func (c *client) version(ctx context.Context) error {
-	for _, s := range c.servers {
+	for _, s := range c.list() {
 		line, _, err := s.call(ctx, "version", nil)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.addr, err)

@@ -21,8 +21,20 @@ const (
 // Config is the memcached store's configuration.
 type Config struct {
 	// Addrs are the servers, host:port each, in the order every node must
-	// list them (keys are spread by it). At least one.
+	// list them (keys are spread by it). At least one, unless SRV.
 	Addrs []string
+	// SRV, instead of Addrs, is a DNS SRV record that lists the servers:
+	// _service._proto.name, as envoyproxy/ratelimit's MEMCACHE_SRV. New
+	// looks it up, and fails if it cannot; the servers are its targets and
+	// ports, sorted, so that every node that sees the same records spreads
+	// keys alike.
+	SRV string
+	// SRVRefresh, when positive, looks SRV up again this often, and a
+	// changed list replaces the servers; a failed look-up keeps them.
+	// Zero looks it up once.
+	SRVRefresh time.Duration
+	// Resolver looks SRV up; nil means net.DefaultResolver.
+	Resolver *net.Resolver
 	// Timeout bounds one call, its connection's dial included; zero means
 	// DefaultTimeout. Ping, which the circuit breaker probes with, may
 	// take ten times as long.
@@ -44,8 +56,18 @@ var ErrInvalidConfig = errors.New("invalid memcache config")
 
 // Validate reports the first problem with c, saying what to write.
 func (c Config) Validate() error {
-	if len(c.Addrs) == 0 {
+	switch {
+	case len(c.Addrs) > 0 && c.SRV != "":
+		return fmt.Errorf("%w: both servers and an SRV record are set; set one", ErrInvalidConfig)
+	case c.SRV != "":
+		if _, _, _, ok := splitSRV(c.SRV); !ok {
+			return fmt.Errorf("%w: SRV record %q: want _service._proto.name, e.g. _memcache._tcp.example.com", ErrInvalidConfig, c.SRV)
+		}
+	case len(c.Addrs) == 0:
 		return fmt.Errorf("%w: no server; list them as host:port,host:port", ErrInvalidConfig)
+	}
+	if c.SRVRefresh < 0 {
+		return fmt.Errorf("%w: SRV refresh %s must not be negative (0 looks the record up once)", ErrInvalidConfig, c.SRVRefresh)
 	}
 	for _, a := range c.Addrs {
 		host, port, err := net.SplitHostPort(a)
@@ -74,6 +96,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
 	}
 	return c
 }

@@ -17,16 +17,35 @@ type Store struct {
 	cfg    Config
 	client *client
 	closed atomic.Bool
+	// stopRefresh ends the SRV refresh; nil without one.
+	stopRefresh context.CancelFunc
+	refreshDone chan struct{}
 }
 
 // New returns a store on the servers of c, without connecting: the first
-// call, or Ping, dials. c must pass Validate.
-func New(c Config) (*Store, error) {
+// call, or Ping, dials. With c.SRV it looks the record up first, within
+// ctx, and fails if it cannot. c must pass Validate.
+func New(ctx context.Context, c Config) (*Store, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	c = c.withDefaults()
-	return &Store{cfg: c, client: newClient(c)}, nil
+	addrs := c.Addrs
+	if c.SRV != "" {
+		lctx, cancel := context.WithTimeout(ctx, srvLookupTimeout)
+		defer cancel()
+		var err error
+		if addrs, err = lookupServers(lctx, c.Resolver, c.SRV); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{cfg: c, client: newClient(c, addrs)}
+	if c.SRV != "" && c.SRVRefresh > 0 {
+		rctx, cancel := context.WithCancel(context.Background())
+		s.stopRefresh, s.refreshDone = cancel, make(chan struct{})
+		go func() { defer close(s.refreshDone); refreshServers(rctx, c, s.client) }()
+	}
+	return s, nil
 }
 
 // Keeps implements node.AlgorithmStore: fixed windows only, as
@@ -178,13 +197,28 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Describe implements node.Store: "memcache host:port,host:port".
-func (s *Store) Describe() string { return "memcache " + strings.Join(s.cfg.Addrs, ",") }
+// Describe implements node.Store: "memcache host:port,host:port", and
+// the SRV record they were found by, if any.
+func (s *Store) Describe() string {
+	var addrs []string
+	for _, sv := range s.client.list() {
+		addrs = append(addrs, sv.addr)
+	}
+	d := "memcache " + strings.Join(addrs, ",")
+	if s.cfg.SRV != "" {
+		d += " (SRV " + s.cfg.SRV + ")"
+	}
+	return d
+}
 
-// Close implements node.Store: idle connections close; calls still
-// running close theirs when done.
+// Close implements node.Store: the SRV refresh stops, idle connections
+// close; calls still running close theirs when done.
 func (s *Store) Close() error {
 	if s.closed.CompareAndSwap(false, true) {
+		if s.stopRefresh != nil {
+			s.stopRefresh()
+			<-s.refreshDone
+		}
 		s.client.close()
 	}
 	return nil

@@ -34,7 +34,7 @@ func hourly(limit int64) algorithms.Limit {
 // open is a store on srv with a call timeout a loaded machine meets.
 func open(t *testing.T, srv *memcachedtest.Server, c *clock) *Store {
 	t.Helper()
-	s, err := New(Config{Addrs: []string{srv.Addr()}, Timeout: 2 * time.Second, MaxIdleConns: 8, Now: c.now})
+	s, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, Timeout: 2 * time.Second, MaxIdleConns: 8, Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestMemcachedDownTakesTheFailureMode(t *testing.T) {
 	c := newClock(windowStart.Add(time.Minute))
 	closed, _ := node.NewPolicy(node.Policy{Name: "closed", Limit: hourly(5), OnStoreError: node.FailClosed})
 	open_, _ := node.NewPolicy(node.Policy{Name: "open", Limit: hourly(5), OnStoreError: node.FailOpen})
-	s, err := New(Config{Addrs: []string{srv.Addr()}, Timeout: 500 * time.Millisecond, Now: c.now})
+	s, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, Timeout: 500 * time.Millisecond, Now: c.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +387,7 @@ func TestConfigSaysWhatToWrite(t *testing.T) {
 		{Config{Addrs: []string{"memcached:x"}}, "the port must be a number from 1 to 65535"},
 		{Config{Addrs: []string{"m:11211"}, Timeout: -time.Second}, "must not be negative"},
 	} {
-		_, err := New(c.cfg)
+		_, err := New(context.Background(), c.cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
 		}
@@ -404,7 +404,7 @@ func TestTLS(t *testing.T) {
 	srv := memcachedtest.Start(t, memcachedtest.WithTLS(srvCert.CertPEM, srvCert.KeyPEM, ca.PEM, true))
 	c := newClock(windowStart.Add(time.Minute))
 	pair := client.Pair
-	s, err := New(Config{Addrs: []string{srv.TLSAddr()}, Timeout: 2 * time.Second, Now: c.now,
+	s, err := New(context.Background(), Config{Addrs: []string{srv.TLSAddr()}, Timeout: 2 * time.Second, Now: c.now,
 		TLS: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}})
 	if err != nil {
 		t.Fatal(err)
@@ -422,7 +422,7 @@ func TestTLS(t *testing.T) {
 	}
 
 	other := testpki.NewCA(t, "another ca")
-	wrong, err := New(Config{Addrs: []string{srv.TLSAddr()}, Timeout: 2 * time.Second, Now: c.now,
+	wrong, err := New(context.Background(), Config{Addrs: []string{srv.TLSAddr()}, Timeout: 2 * time.Second, Now: c.now,
 		TLS: &tls.Config{RootCAs: other.Pool(), Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}})
 	if err != nil {
 		t.Fatal(err)
@@ -431,7 +431,7 @@ func TestTLS(t *testing.T) {
 	if err := wrong.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("ping trusting another authority: %v, want a certificate error", err)
 	}
-	anonymous, err := New(Config{Addrs: []string{srv.TLSAddr()}, Timeout: 2 * time.Second, Now: c.now,
+	anonymous, err := New(context.Background(), Config{Addrs: []string{srv.TLSAddr()}, Timeout: 2 * time.Second, Now: c.now,
 		TLS: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}})
 	if err != nil {
 		t.Fatal(err)
