@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/node/cluster"
+	"github.com/quotad/quotad/node/store/memcache"
 	"github.com/quotad/quotad/node/store/redis"
 )
 
@@ -123,7 +124,7 @@ func openCluster(cfg config, log *slog.Logger) (*cluster.Membership, error) {
 	}
 	mc.KeyPrefix, mc.StoreID = cfg.KeyPrefix, redisIdentity(cfg.Redis)
 	if cfg.usesMemcache() {
-		mc.StoreID = memcacheIdentity(cfg.Memcache.Addrs)
+		mc.StoreID = memcacheIdentity(cfg.Memcache)
 	}
 	m, err := cluster.New(mc, log)
 	if err != nil {
@@ -137,9 +138,13 @@ func openCluster(cfg config, log *slog.Logger) (*cluster.Membership, error) {
 
 // memcacheIdentity names the memcached servers, for members to compare:
 // lower-cased, in their order, which spreads the keys (two nodes that list
-// them in another order count one key on different servers).
-func memcacheIdentity(addrs []string) string {
-	return "memcache " + strings.ToLower(strings.Join(addrs, ","))
+// them in another order count one key on different servers), or the SRV
+// record that lists them.
+func memcacheIdentity(m memcache.Config) string {
+	if m.SRV != "" {
+		return "memcache srv " + strings.ToLower(m.SRV)
+	}
+	return "memcache " + strings.ToLower(strings.Join(m.Addrs, ","))
 }
 
 // redisIdentity names the Redis that r points at, for members to compare:

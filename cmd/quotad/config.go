@@ -142,7 +142,7 @@ func (c config) usesRedis() bool {
 
 // usesMemcache reports whether memcached, not the memory store, is the
 // authority.
-func (c config) usesMemcache() bool { return len(c.Memcache.Addrs) > 0 }
+func (c config) usesMemcache() bool { return len(c.Memcache.Addrs) > 0 || c.Memcache.SRV != "" }
 
 // usesSharedStore reports whether the authority is a store every node
 // may share: Redis or memcached.
@@ -202,6 +202,9 @@ func (c config) validate() error {
 	}
 	if err := c.MemcacheTLS.validate(c.usesMemcache()); err != nil {
 		return err
+	}
+	if c.Memcache.SRVRefresh != 0 && c.Memcache.SRV == "" {
+		return errors.New("memcache: --memcache-srv-refresh needs --memcache-srv, the record to look up again")
 	}
 	if c.usesMemcache() {
 		if c.usesRedis() {

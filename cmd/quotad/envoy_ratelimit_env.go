@@ -87,11 +87,10 @@ var ratelimitNoOps = map[string]string{
 }
 
 // ratelimitRefusals are settings quotad cannot honour, by variable: the
-// value (lower case) that is refused ("" for any value set) and why.
-var ratelimitRefusals = []struct{ name, value, why string }{
-	{"MEMCACHE_SRV", "", "quotad does not look memcached's servers up in DNS; list them in MEMCACHE_HOST_PORT (host:port,host:port, the same order on every instance)"},
-	{"MEMCACHE_SRV_REFRESH", "", "quotad does not look memcached's servers up in DNS; list them in MEMCACHE_HOST_PORT"},
-}
+// value (lower case) that is refused ("" for any value set) and why. None
+// today: every variable upstream documents is translated or not needed;
+// values that cannot be translated are refused where they are read.
+var ratelimitRefusals = []struct{ name, value, why string }{}
 
 // ratelimitHonoured are the variables translate reads; with the no-ops and
 // the refusals, every variable upstream documents (TestRatelimitEnvKnowsEveryVariable).
@@ -103,7 +102,7 @@ var ratelimitHonoured = []string{
 	"USE_STATSD", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "STATSD_HOST", "STATSD_PORT", "STATSD_PROTOCOL",
 	"STATS_FLUSH_INTERVAL", "EXTRA_TAGS", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
 	"LOCAL_CACHE_SIZE_IN_BYTES", "NEAR_LIMIT_RATIO", "BACKEND_TYPE", "SHADOW_MODE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-	"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_TLS", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY",
+	"MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_TLS", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY",
 	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
 	"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA", "MERGE_DOMAIN_CONFIG",
 	"REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS",
@@ -125,7 +124,7 @@ var ratelimitFamilies = []struct{ prefix, note string }{
 
 // memcacheVariables are the settings of upstream's memcached, not needed
 // with BACKEND_TYPE=redis.
-var memcacheVariables = []string{"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_TLS", "MEMCACHE_TLS_CACERT",
+var memcacheVariables = []string{"MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_TLS", "MEMCACHE_TLS_CACERT",
 	"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"}
 
 // ratelimitMinLocalCache is the smallest local cache upstream's freecache
@@ -497,7 +496,8 @@ func (out *ratelimitEnv) redis(value func(string) string, set func(string) bool,
 
 // memcache translates BACKEND_TYPE=memcache: MEMCACHE_HOST_PORT's
 // servers (host:port,host:port, in the order that spreads the keys, as
-// upstream's gomemcache spreads them) into --memcache,
+// upstream's gomemcache spreads them) into --memcache, or MEMCACHE_SRV
+// (memcacheServers),
 // MEMCACHE_MAX_IDLE_CONNS (upstream's 2 by default; 0 or less is
 // gomemcache's default, 2) into --memcache-max-idle-conns, and
 // MEMCACHE_TLS with its CA, client certificate and host name check into
@@ -506,16 +506,8 @@ func (out *ratelimitEnv) memcache(value func(string) string, set func(string) bo
 	if err := out.memcacheTLS(value, set, boolean); err != nil {
 		return err
 	}
-	hosts := value("MEMCACHE_HOST_PORT")
-	if hosts == "" {
-		return fmt.Errorf("BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT: memcached's servers, host:port,host:port")
-	}
-	addrs := strings.Split(hosts, ",")
-	for i := range addrs {
-		addrs[i] = strings.TrimSpace(addrs[i])
-	}
-	if err := (memcache.Config{Addrs: addrs}).Validate(); err != nil {
-		return fmt.Errorf("MEMCACHE_HOST_PORT=%q: %w", hosts, err)
+	if err := out.memcacheServers(value, set); err != nil {
+		return err
 	}
 	n, err := strconv.Atoi(value("MEMCACHE_MAX_IDLE_CONNS"))
 	if err != nil {
@@ -525,7 +517,48 @@ func (out *ratelimitEnv) memcache(value func(string) string, set func(string) bo
 		out.notes = append(out.notes, fmt.Sprintf("MEMCACHE_MAX_IDLE_CONNS=%d: quotad keeps %d idle connections per server, as upstream's memcached client does for 0 or less", n, memcache.DefaultMaxIdleConns))
 		n = memcache.DefaultMaxIdleConns
 	}
-	out.args = append(out.args, "--memcache", strings.Join(addrs, ","), "--memcache-max-idle-conns", strconv.Itoa(n))
+	out.args = append(out.args, "--memcache-max-idle-conns", strconv.Itoa(n))
+	return nil
+}
+
+// memcacheServers translates MEMCACHE_HOST_PORT into --memcache, or
+// MEMCACHE_SRV and MEMCACHE_SRV_REFRESH (0, upstream's default, looks it
+// up once) into --memcache-srv and --memcache-srv-refresh. As upstream,
+// one of the first two, not both.
+func (out *ratelimitEnv) memcacheServers(value func(string) string, set func(string) bool) error {
+	hosts, srv := value("MEMCACHE_HOST_PORT"), value("MEMCACHE_SRV")
+	switch {
+	case hosts != "" && srv != "":
+		return fmt.Errorf("MEMCACHE_HOST_PORT and MEMCACHE_SRV are both set: set one, as upstream")
+	case srv != "":
+		if err := (memcache.Config{SRV: srv}).Validate(); err != nil {
+			return fmt.Errorf("MEMCACHE_SRV=%q: %w", srv, err)
+		}
+		out.args = append(out.args, "--memcache-srv", srv)
+		if set("MEMCACHE_SRV_REFRESH") {
+			d, err := time.ParseDuration(value("MEMCACHE_SRV_REFRESH"))
+			if err != nil || d < 0 {
+				return fmt.Errorf("MEMCACHE_SRV_REFRESH=%q: want a duration such as 30s (0 looks the record up once)", value("MEMCACHE_SRV_REFRESH"))
+			}
+			if d > 0 {
+				out.args = append(out.args, "--memcache-srv-refresh", d.String())
+			}
+		}
+		return nil
+	case hosts == "":
+		return fmt.Errorf("BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT (memcached's servers, host:port,host:port) or MEMCACHE_SRV (an SRV record that lists them)")
+	}
+	if set("MEMCACHE_SRV_REFRESH") {
+		out.notes = append(out.notes, "MEMCACHE_SRV_REFRESH is not needed: used only with MEMCACHE_SRV")
+	}
+	addrs := strings.Split(hosts, ",")
+	for i := range addrs {
+		addrs[i] = strings.TrimSpace(addrs[i])
+	}
+	if err := (memcache.Config{Addrs: addrs}).Validate(); err != nil {
+		return fmt.Errorf("MEMCACHE_HOST_PORT=%q: %w", hosts, err)
+	}
+	out.args = append(out.args, "--memcache", strings.Join(addrs, ","))
 	return nil
 }
 

@@ -175,8 +175,8 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 		{name: "unix socket", env: []string{"USE_STATSD=false", "GRPC_UDS=/run/rl.sock", "GRPC_PORT=9081"},
 			args:  "--listen unix:/run/rl.sock --max-connection-age 24h0m0s --max-connection-age-grace 1h0m0s --pprof-addr",
 			notes: []string{"GRPC_PORT is not needed: GRPC_UDS serves the gRPC port on /run/rl.sock instead"}},
-		{name: "refusals", env: []string{"MEMCACHE_SRV=_memcache._tcp.example", "CONFIG_TYPE=GRPC", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
-			problems: []string{"MEMCACHE_SRV=_memcache._tcp.example: quotad does not look memcached's servers up in DNS", `CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
+		{name: "refusals", env: []string{"CONFIG_TYPE=GRPC", "LOG_LEVEL=loud", "REDIS_TYPE=ring", "LOG_FORMAT=xml"},
+			problems: []string{`CONFIG_TYPE="GRPC": want FILE or GRPC_XDS_SOTW`,
 				`LOG_LEVEL="loud"`, `REDIS_TYPE="ring": want single, sentinel or cluster`, `LOG_FORMAT="xml"`}},
 		{name: "memcache", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc-0:11211, mc-1:11211", "REDIS_URL=redis:6379", "REDIS_POOL_SIZE=10"},
 			args:    "--log-level warn --envoy-config-dir /srv/runtime_data/current/config --memcache mc-0:11211,mc-1:11211 --memcache-max-idle-conns 2",
@@ -185,9 +185,16 @@ func TestRatelimitEnvTranslates(t *testing.T) {
 		{name: "memcache idle connections", env: []string{"USE_STATSD=false", "BACKEND_TYPE=MEMCACHE", "MEMCACHE_HOST_PORT=mc:11211", "MEMCACHE_MAX_IDLE_CONNS=0"},
 			args:  "--memcache mc:11211 --memcache-max-idle-conns 2",
 			notes: []string{"MEMCACHE_MAX_IDLE_CONNS=0: quotad keeps 2 idle connections per server, as upstream's memcached client does for 0 or less"}},
-		{name: "memcache refusals", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_SRV=_memcache._tcp.example", "MEMCACHE_MAX_IDLE_CONNS=many"},
-			problems: []string{"BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT: memcached's servers, host:port,host:port",
-				"MEMCACHE_SRV=_memcache._tcp.example: quotad does not look memcached's servers up in DNS; list them in MEMCACHE_HOST_PORT"}},
+		{name: "memcache needs servers", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache"},
+			problems: []string{"BACKEND_TYPE=memcache needs MEMCACHE_HOST_PORT (memcached's servers, host:port,host:port) or MEMCACHE_SRV (an SRV record that lists them)"}},
+		{name: "memcache srv", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_SRV=_memcache._tcp.example", "MEMCACHE_SRV_REFRESH=30s"},
+			args: "--memcache-srv _memcache._tcp.example --memcache-srv-refresh 30s --memcache-max-idle-conns 2"},
+		{name: "memcache srv and servers", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_SRV=_memcache._tcp.example", "MEMCACHE_HOST_PORT=mc:11211"},
+			problems: []string{"MEMCACHE_HOST_PORT and MEMCACHE_SRV are both set: set one, as upstream"}},
+		{name: "memcache srv malformed", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_SRV=memcache.example", "MEMCACHE_SRV_REFRESH=often"},
+			problems: []string{`MEMCACHE_SRV="memcache.example": invalid memcache config: SRV record "memcache.example": want _service._proto.name`}},
+		{name: "memcache srv refresh refused", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_SRV=_memcache._tcp.example", "MEMCACHE_SRV_REFRESH=often"},
+			problems: []string{`MEMCACHE_SRV_REFRESH="often": want a duration such as 30s (0 looks the record up once)`}},
 		{name: "memcache bad server", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc", "MEMCACHE_MAX_IDLE_CONNS=many"},
 			problems: []string{`MEMCACHE_HOST_PORT="mc": invalid memcache config: server "mc": want host:port, e.g. memcached:11211`}},
 		{name: "memcache idle connections refused", env: []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=mc:11211", "MEMCACHE_MAX_IDLE_CONNS=many"},
@@ -362,12 +369,12 @@ func TestEnvoyRatelimitServesUpstreamsPorts(t *testing.T) {
 // says why and what to do.
 func TestEnvoyRatelimitRefusesWhatItCannotHonour(t *testing.T) {
 	cmd := exec.Command(quotadtest.Binary(t), "envoy-ratelimit")
-	cmd.Env = []string{"BACKEND_TYPE=memcache", "MEMCACHE_SRV=_memcache._tcp.example"}
+	cmd.Env = []string{"BACKEND_TYPE=memcache", "MEMCACHE_SRV=_memcache._tcp.example", "MEMCACHE_HOST_PORT=memcached:11211"}
 	out, err := cmd.CombinedOutput()
 	if err == nil {
-		t.Fatalf("started with MEMCACHE_SRV:\n%s", out)
+		t.Fatalf("started with MEMCACHE_SRV and MEMCACHE_HOST_PORT:\n%s", out)
 	}
-	want := "MEMCACHE_SRV=_memcache._tcp.example: quotad does not look memcached's servers up in DNS; list them in MEMCACHE_HOST_PORT (host:port,host:port, the same order on every instance)"
+	want := "MEMCACHE_HOST_PORT and MEMCACHE_SRV are both set: set one, as upstream"
 	if !strings.Contains(string(out), want) {
 		t.Errorf("output:\n%s\nwant the line %q", out, want)
 	}
