@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -138,5 +139,29 @@ func TestMemcacheTLSSettingsSayWhatIsMissing(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// A reload that brings a policy memcached cannot keep is refused, saying
+// why, and the running policy stays in force.
+func TestMemcacheRefusesOtherAlgorithmsOnReload(t *testing.T) {
+	mc := memcachedtest.Start(t)
+	path := writeFile(t, "q.yaml", "policies:\n  - {name: a, algorithm: fixed_window, limit: 5, period: 1h}\n")
+	p := startProcess(t, "--memcache", mc.Addr(), "--memcache-timeout", "2s", "--config", path)
+	if err := os.WriteFile(path, []byte("policies:\n  - {name: a, algorithm: token_bucket, limit: 7, period: 1s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.stderr.tail(), "config reload failed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refused reload; stderr:\n%s", p.stderr.tail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if logged := p.stderr.tail(); !strings.Contains(logged, "memcache keeps fixed windows only") {
+		t.Errorf("the refused reload does not say why:\n%s", logged)
+	}
+	if got := postCheck(t, p.URL, `{"policy":"a","key":"k"}`); got.Limit != "5" || got.Allowed == nil || !*got.Allowed {
+		t.Errorf("after the refused reload: %+v, want the running fixed window of 5", got)
 	}
 }
