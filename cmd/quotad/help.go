@@ -24,7 +24,7 @@ func usage(w io.Writer, all []setting) {
 Serves quotad.v1.QuotaService over Connect, gRPC, gRPC-Web and HTTP/JSON on one
 port (HTTP/1.1 and cleartext HTTP/2, or TLS with --tls-cert-file). With no
 flags it listens on %s with the embedded in-memory store; --redis makes
-Redis the authoritative store.
+Redis the authoritative store, --memcache memcached (fixed windows only).
 
 Usage:
   quotad [flags]

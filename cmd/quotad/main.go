@@ -2,7 +2,8 @@
 // gRPC-Web and HTTP/JSON on one port.
 //
 // With no flags it serves on :8080 with the embedded in-memory store; --redis
-// makes Redis the authoritative store. `quotad --help` lists every setting.
+// makes Redis the authoritative store, --memcache memcached (fixed windows
+// only). `quotad --help` lists every setting.
 //
 // `quotad check` asks a running quotad for one decision; `quotad check
 // --help` explains it. `quotad envoy-ratelimit` runs quotad configured by
