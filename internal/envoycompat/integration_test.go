@@ -115,13 +115,14 @@ func upstreamModes() map[string]func(t *testing.T) upstreamQuotad {
 			return q
 		},
 		// As upstream's TestMultiNodeMemcache: BACKEND_TYPE=memcache over
-		// two memcached servers, the keys spread between them.
+		// two memcached servers, the keys spread between them, with its
+		// MemcacheWithPrefix's key prefix and its idle connections.
 		"envoy-ratelimit on memcache": func(t *testing.T) upstreamQuotad {
 			root, dir := upstreamRules(t)
 			q := files(t, dir)
 			cmd := exec.Command(quotadtest.Binary(t), "envoy-ratelimit")
 			cmd.Env = []string{"USE_STATSD=false", "LOG_LEVEL=debug", "BACKEND_TYPE=memcache",
-				"MEMCACHE_HOST_PORT=" + memcachedtest.Start(t).Addr() + "," + memcachedtest.Start(t).Addr(), "MEMCACHE_MAX_IDLE_CONNS=100",
+				"MEMCACHE_HOST_PORT=" + memcachedtest.Start(t).Addr() + "," + memcachedtest.Start(t).Addr(), "MEMCACHE_MAX_IDLE_CONNS=100", "CACHE_KEY_PREFIX=prefix:",
 				"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "LOCAL_CACHE_SIZE_IN_BYTES=1000",
 				"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + freePort(t), "HOST=127.0.0.1", "PORT=" + freePort(t),
 				"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + freePort(t)}
