@@ -205,51 +205,96 @@ func storedCount(t *testing.T, r *redistest.Server, policy, key string) int64 {
 	return n
 }
 
+// bucketUsed reads the token bucket state of policy and key at Redis and
+// returns the units it has counted: its capacity less its tokens (a debt
+// below empty included).
+func bucketUsed(t *testing.T, r *redistest.Server, policy, key string, capacity int64) int64 {
+	t.Helper()
+	v, err := r.Do("GET", "{quotad:"+policy+":"+key+"}:tb3")
+	if err != nil {
+		t.Fatalf("GET the state of %s/%s: %v", policy, key, err)
+	}
+	f := strings.Fields(v)
+	if len(f) == 4 && strings.HasPrefix(f[0], "r") {
+		f = f[1:] // a fresh write's form: "r<ttl>", then "tokens r ts"
+	}
+	if len(f) != 3 {
+		t.Fatalf("the state of %s/%s is %q, want \"tokens r ts\"", policy, key, v)
+	}
+	tokens, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return capacity - tokens
+}
+
 // TestChargeIsNotAnsweredByARememberedDenial checks that a denial
-// the node remembers does not hide a charge: once a key's denial answers
-// plain checks locally, a charge still goes to Redis and is
-// counted there, and plain checks are still answered locally after it.
+// the node remembers does not hide a charge that matters: once a token
+// bucket's denial answers plain checks locally, a charge still goes to
+// Redis, where it deepens the debt, and plain checks are still answered
+// locally after it. A fixed window's denial with nothing remaining is
+// spent until its end, when its count starts over: a charge could only add
+// to a count no later check reads, so that denial answers it without Redis.
 func TestChargeIsNotAnsweredByARememberedDenial(t *testing.T) {
 	r := redistest.Start(t)
 	ctx := context.Background()
-	p := node.Policy{Name: "remembered", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 5, Period: algorithms.MaxPeriod}, Lease: node.LeaseOff}
-	store := &countingStore{Store: newRedisStore(t, r)}
-	n := newNode(t, store, node.Config{Policies: []node.Policy{p}})
-	for i := range 6 {
-		if res, err := n.Check(ctx, p, "k", 1); err != nil || res.Allowed != (i < 5) {
-			t.Fatalf("check %d of 5/year: %+v, %v", i, res, err)
-		}
-	}
-	// The denial reaches the cache asynchronously.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		res, err := n.Check(ctx, p, "k", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Source == node.SourceDeniedCache {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the denial was never remembered: %+v", res)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	before := store.Acquires.Load()
-	for i := range 3 {
-		res, err := n.CheckWith(ctx, p, "k", 1, charging)
-		if err != nil || res.Allowed || res.Source != node.SourceStore {
-			t.Fatalf("charge %d on a remembered denial: %+v, %v; want denied by the store", i, res, err)
-		}
-	}
-	if calls := store.Acquires.Load() - before; calls != 3 {
-		t.Fatalf("3 charges made %d store calls, want 3", calls)
-	}
-	if got := storedCount(t, r, p.Name, "k"); got != 5+3 {
-		t.Fatalf("Redis counts %d for the key, want 5 admitted + 3 charges of 1 = 8", got)
-	}
-	if res, err := n.Check(ctx, p, "k", 1); err != nil || res.Source != node.SourceDeniedCache {
-		t.Fatalf("a plain check after the charges: %+v, %v; want still answered by the remembered denial", res, err)
+	for _, a := range []algorithms.Algorithm{algorithms.TokenBucket, algorithms.FixedWindow} {
+		t.Run(a.String(), func(t *testing.T) {
+			p := node.Policy{Name: "remembered-" + a.String(), Limit: algorithms.Limit{Algorithm: a, Limit: 5, Period: algorithms.MaxPeriod}, Lease: node.LeaseOff}
+			store := &countingStore{Store: newRedisStore(t, r)}
+			n := newNode(t, store, node.Config{Policies: []node.Policy{p}})
+			for i := range 6 {
+				if res, err := n.Check(ctx, p, "k", 1); err != nil || res.Allowed != (i < 5) {
+					t.Fatalf("check %d of 5/year: %+v, %v", i, res, err)
+				}
+			}
+			// The denial reaches the cache asynchronously.
+			var denial node.Result
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				res, err := n.Check(ctx, p, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Source == node.SourceDeniedCache {
+					denial = res
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the denial was never remembered: %+v", res)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			before := store.Acquires.Load()
+			var last node.Result
+			for i := range 3 {
+				res, err := n.CheckWith(ctx, p, "k", 1, charging)
+				if err != nil || res.Allowed {
+					t.Fatalf("charge %d on a remembered denial: %+v, %v; want denied", i, res, err)
+				}
+				last = res
+			}
+			calls := store.Acquires.Load() - before
+			if a == algorithms.FixedWindow {
+				if calls != 0 || last.Source != node.SourceDeniedCache {
+					t.Fatalf("3 charges of a spent window made %d store calls (last %+v); want all answered by the remembered denial", calls, last)
+				}
+				if got := storedCount(t, r, p.Name, "k"); got != 5 {
+					t.Fatalf("Redis counts %d for the key, want the 5 admitted", got)
+				}
+				return
+			}
+			if calls != 3 || last.Source != node.SourceStore {
+				t.Fatalf("3 charges made %d store calls (last %+v), want 3, each denied by the store", calls, last)
+			}
+			// Each charge of 1 adds a token's refill to the wait.
+			if last.RetryAfter <= denial.RetryAfter {
+				t.Fatalf("the wait after 3 charges is %s, not beyond the %s before them: the debt was not recorded", last.RetryAfter, denial.RetryAfter)
+			}
+			if res, err := n.Check(ctx, p, "k", 1); err != nil || res.Source != node.SourceDeniedCache {
+				t.Fatalf("a plain check after the charges: %+v, %v; want still answered by the remembered denial", res, err)
+			}
+		})
 	}
 }
 
@@ -259,12 +304,13 @@ func TestChargeIsNotAnsweredByARememberedDenial(t *testing.T) {
 // rule: the cluster admits at most the limit in total (lease hits
 // included: a lease's units were counted when taken), and once the nodes
 // have given their unspent lease units back, Redis counts every unit
-// asked, admitted or not, exactly.
+// asked, admitted or not, exactly: a token bucket's debt, which a year's
+// refill does not touch during the test.
 func TestChargesOnLeasingNodesAdmitAtMostTheLimit(t *testing.T) {
 	r := redistest.Start(t)
 	const limit, nodes, workers, checks = 3000, 3, 4, 600
-	// A year's window: no window turns during the test.
-	p := node.Policy{Name: "leased", Limit: algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: limit, Period: algorithms.MaxPeriod}}
+	// Refilled over a year: not a whole token during the test.
+	p := node.Policy{Name: "leased", Limit: algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: limit, Period: algorithms.MaxPeriod}}
 	cfg := node.Config{Policies: []node.Policy{p}, Cluster: quotadtest.SizedCluster(nodes), Lease: node.LeaseConfig{MaxFraction: 0.3}}
 	ns := make([]*node.Node, nodes)
 	for i := range ns {
@@ -319,7 +365,7 @@ func TestChargesOnLeasingNodesAdmitAtMostTheLimit(t *testing.T) {
 	if admitted.Load() > limit {
 		t.Fatalf("the cluster admitted %d units, over the limit %d", admitted.Load(), limit)
 	}
-	if got := storedCount(t, r, p.Name, "hot"); got != asked.Load() {
+	if got := bucketUsed(t, r, p.Name, "hot", limit); got != asked.Load() {
 		t.Fatalf("Redis counts %d units, want every unit asked: %d", got, asked.Load())
 	}
 }

@@ -159,10 +159,14 @@ func (n *leasing) check(ctx context.Context, p Policy, key string, cost int64, o
 }
 
 // answerLocally answers a check of cost of k under lim without the store:
-// from l's grant (l may be nil: an untracked key), or, unless the check is
-// a charge, from a remembered denial. A grant's units were counted at the
-// store when it was taken, so spending them counts a charge; a remembered
-// denial would hide a charge from the store.
+// from l's grant (l may be nil: an untracked key), or from a remembered
+// denial. A grant's units were counted at the store when it was taken, so
+// spending them counts a charge. A remembered denial would hide a charge
+// from the store, so it answers one only when the charge cannot matter: a
+// fixed window denied with nothing remaining is spent until its end, when
+// its count starts over, so a charge could only add to a count that no
+// later check reads (envoyproxy/ratelimit's local cache answers such keys
+// alike).
 func (n *leasing) answerLocally(k leaseKey, l *lease, lim algorithms.Limit, cost, now int64, charge bool) (Result, bool) {
 	if l != nil {
 		if d, ok := n.take(l, lim, cost, now); ok {
@@ -170,10 +174,11 @@ func (n *leasing) answerLocally(k leaseKey, l *lease, lim algorithms.Limit, cost
 			return Result{Decision: d, Source: SourceLease}, true
 		}
 	}
-	if charge {
+	d, ok := n.denials.lookup(k, l, lim, cost, now)
+	if ok && charge && (lim.Algorithm != algorithms.FixedWindow || d.Remaining != 0) {
 		return Result{}, false
 	}
-	if d, ok := n.denials.lookup(k, l, lim, cost, now); ok {
+	if ok {
 		n.stats.deniedCacheHits.Add(1)
 		return Result{Decision: d, Source: SourceDeniedCache}, true
 	}

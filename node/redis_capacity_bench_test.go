@@ -80,7 +80,7 @@ type capacityWorkload struct {
 }
 
 var capacityWorkloads = []capacityWorkload{
-	{"hot", 1_000_000_000, func(round, _ int64, _ *rand.Rand, _ *rand.Zipf) string {
+	{"hot", algorithms.MaxSlidingLogLimit, func(round, _ int64, _ *rand.Rand, _ *rand.Zipf) string {
 		return "hot-" + strconv.FormatInt(round, 10)
 	}},
 	{"denied", 1, func(round, _ int64, _ *rand.Rand, _ *rand.Zipf) string {
