@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -54,7 +55,20 @@ var matrixScenarios = []matrixScenario{
 // matrixDomain is the Envoy domain of the matrix's rules.
 const matrixDomain = "quotabench"
 
-// matrixConfigYAML is the quotad config file every target is started with.
+// matrixConfigFor is the quotad config file every target is started with,
+// the cold scenario's policy under algorithm cold (-cold-algorithm).
+func matrixConfigFor(cold string) string {
+	limit := "4000000000"
+	if cold == "sliding_window_log" {
+		// A log keeps an entry per check: at most a million.
+		limit = "1000000"
+	}
+	return strings.Replace(matrixConfigYAML, "  - name: qb-cold\n    algorithm: token_bucket\n    limit: 4000000000\n",
+		"  - name: qb-cold\n    algorithm: "+cold+"\n    limit: "+limit+"\n", 1)
+}
+
+// matrixConfigYAML is the matrix's config file with the cold scenario's
+// policy a token bucket.
 const matrixConfigYAML = `# quotabench matrix: the policies and Envoy rules it checks.
 policies:
   - name: qb-hot
@@ -156,7 +170,7 @@ func (m *matrix) start(ctx context.Context) error {
 		return err
 	}
 	m.config = filepath.Join(m.tmp, "matrix.yaml")
-	if err := os.WriteFile(m.config, []byte(matrixConfigYAML), 0o644); err != nil {
+	if err := os.WriteFile(m.config, []byte(matrixConfigFor(m.cfg.ColdAlgorithm)), 0o644); err != nil {
 		return err
 	}
 	for i, t := range m.cfg.Targets {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quotad/quotad/algorithms"
 )
 
 // This file is quotabench matrix's flags: matrixConfig, parsed and
@@ -30,22 +32,24 @@ type matrixTarget struct {
 
 // matrixConfig is a matrix run, parsed and validated.
 type matrixConfig struct {
-	Targets     []matrixTarget
-	QuotadArgs  []string
-	PeerEnv     []string // extra KEY=VALUE for envoyproxy/ratelimit peers
-	RedisServer string   // binary to start; "" when Redis is given
-	Redis       string   // given Redis host:port
-	Scenarios   []matrixScenario
-	Vias        []string
-	Clients     []int
-	Duration    time.Duration
-	Warmup      time.Duration
-	MaxCalls    int64
-	Timeout     time.Duration
-	NKeys       int
-	Batch       int
-	Floors      bool
-	JSONPath    string
+	// ColdAlgorithm is the cold scenario's policy's algorithm.
+	ColdAlgorithm string
+	Targets       []matrixTarget
+	QuotadArgs    []string
+	PeerEnv       []string // extra KEY=VALUE for envoyproxy/ratelimit peers
+	RedisServer   string   // binary to start; "" when Redis is given
+	Redis         string   // given Redis host:port
+	Scenarios     []matrixScenario
+	Vias          []string
+	Clients       []int
+	Duration      time.Duration
+	Warmup        time.Duration
+	MaxCalls      int64
+	Timeout       time.Duration
+	NKeys         int
+	Batch         int
+	Floors        bool
+	JSONPath      string
 }
 
 // repeated is a flag that may be given several times.
@@ -78,6 +82,7 @@ func parseMatrixConfig(args []string, stdout io.Writer) (matrixConfig, bool, err
 	floors := fs.Bool("floors", true, "measure the gRPC and Redis floors")
 	jsonPath := fs.String("json", "", "also write the results to this `file` as JSON (for quotabench compare)")
 	printConfig := fs.Bool("print-config", false, "print the quotad config file the matrix uses and exit")
+	coldAlgorithm := fs.String("cold-algorithm", "token_bucket", "the `algorithm` of the cold scenario's policy: fixed_window, sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket or gcra")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			matrixUsage(fs, stdout)
@@ -85,14 +90,17 @@ func parseMatrixConfig(args []string, stdout io.Writer) (matrixConfig, bool, err
 		}
 		return matrixConfig{}, false, fmt.Errorf("%w (see quotabench matrix -help)", err)
 	}
+	if _, err := algorithms.ParseAlgorithm(*coldAlgorithm); err != nil || *coldAlgorithm == "concurrency" {
+		return matrixConfig{}, false, fmt.Errorf("-cold-algorithm: %q is not one of fixed_window, sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket, gcra", *coldAlgorithm)
+	}
 	if *printConfig {
-		_, err := io.WriteString(stdout, matrixConfigYAML)
+		_, err := io.WriteString(stdout, matrixConfigFor(*coldAlgorithm))
 		return matrixConfig{}, true, err
 	}
 	if fs.NArg() > 0 {
 		return matrixConfig{}, false, fmt.Errorf("unexpected argument %q (see quotabench matrix -help)", fs.Arg(0))
 	}
-	c := matrixConfig{QuotadArgs: quotadArgs, PeerEnv: ratelimitEnv, Duration: *duration, Warmup: *warmup, MaxCalls: *maxCalls,
+	c := matrixConfig{ColdAlgorithm: *coldAlgorithm, QuotadArgs: quotadArgs, PeerEnv: ratelimitEnv, Duration: *duration, Warmup: *warmup, MaxCalls: *maxCalls,
 		Timeout: *timeout, NKeys: *nkeys, Batch: *batch, Floors: *floors, JSONPath: *jsonPath}
 	names := map[string]bool{"grpc-floor": true, "redis-floor": true}
 	for _, q := range quotads {

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +167,45 @@ func TestKeyMemory(t *testing.T) {
 	m.note(other, now, 1000)
 	if m.holds("a", now) || !m.holds(other, now) {
 		t.Fatal("a key noted in a taken slot does not replace the one there")
+	}
+}
+
+// A node that checks keys another node wrote, which it cannot know hold
+// state, first tries fresh writes that write nothing; once more than half
+// of a window of them have, it sends such checks straight to the script
+// for a while: every check is still decided, and the wasted writes stop.
+func TestWarmKeysStopFreshWrites(t *testing.T) {
+	r := redistest.Start(t)
+	ctx := context.Background()
+	open := func() *Store {
+		s, err := New(ctx, Config{URL: r.URL(), Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	first, second := open(), open()
+	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Period: time.Hour}
+	const keys = 2 * freshGuardWindow
+	acquire := func(s *Store, i int) algorithms.Decision {
+		t.Helper()
+		d, _, err := s.Acquire(ctx, node.AcquireRequest{Base: "{warm:" + strconv.Itoa(i) + "}", Limit: l, Cost: 1, Want: 1})
+		if err != nil || !d.Allowed {
+			t.Fatalf("key %d: %+v, %v", i, d, err)
+		}
+		return d
+	}
+	for i := range keys {
+		acquire(first, i)
+	}
+	fresh0 := second.FreshWrites()
+	for i := range keys {
+		if d := acquire(second, i); d.Remaining != 8 {
+			t.Fatalf("key %d at the second node: %d remaining, want 8", i, d.Remaining)
+		}
+	}
+	if tried := second.FreshWrites() - fresh0; tried != freshGuardWindow {
+		t.Fatalf("the second node tried %d fresh writes on %d warm keys, want one window's worth, %d, and then none", tried, keys, freshGuardWindow)
 	}
 }

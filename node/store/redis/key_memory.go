@@ -27,9 +27,12 @@ type keyMemory struct {
 }
 
 const (
-	// keyMemorySlots is the table's size, a power of two: 512 KiB, about
-	// as many keys as a node checks in a few seconds of cold-key load.
-	keyMemorySlots = 1 << 16
+	// keyMemorySlots is the table's size, a power of two: 8 MiB, so that
+	// a node checking a hundred thousand keys again and again within their
+	// windows (keys that stay warm for an hour) still knows most of them
+	// (a slot shared 1 time in 20); beyond, freshGuard limits the cost of
+	// wrong guesses.
+	keyMemorySlots = 1 << 20
 	// untilBits hold a slot's time, in ms since the table's epoch (34
 	// years); the bits above hold its key's tag.
 	untilBits = 40

@@ -52,8 +52,10 @@ type Store struct {
 	bulkPipe    *pipeline
 	releasePipe *pipeline
 	// known remembers the keys seen holding state, for Acquire to choose
-	// between a fresh write and the script.
+	// between a fresh write and the script; fresh pauses fresh writes
+	// while most of them find state all the same.
 	known *keyMemory
+	fresh freshGuard
 	// live watches the clients' connections, to tell a late Redis from an
 	// overloaded node (liveness.go).
 	live *liveness
@@ -178,7 +180,7 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 	// A charge within the capacity decides a key with no state as a check
 	// does (it fits); one above it is denied and must go to the script to
 	// be recorded, and Fresh would not write it.
-	if (!r.Charge || cost <= l.Capacity()) && !s.known.holds(keys[0], start) && pipe.roomForTwo(timeout) {
+	if (!r.Charge || cost <= l.Capacity()) && !s.known.holds(keys[0], start) && s.fresh.allow(start) && pipe.roomForTwo(timeout) {
 		// A sliding log's lease, held until its end, is the script's to
 		// decide (algorithms.Fresh decides a plain check).
 		leaseOfLog := l.Algorithm == algorithms.SlidingWindowLog && want > cost && r.Hold > 0
@@ -192,6 +194,7 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 			if err != nil {
 				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 			}
+			s.fresh.record(wrote, start)
 			if wrote {
 				// As after a script reply (below): the state lives its TTL
 				// from about now, and a key checked again soon after is
@@ -214,6 +217,7 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 			if err != nil {
 				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 			}
+			s.fresh.record(wrote, start)
 			if wrote {
 				s.known.note(keys[0], time.Now(), fw.TTLMillis+knownMargin.Milliseconds())
 				markFreshWrite(span)
