@@ -59,8 +59,9 @@ const matrixDomain = "quotabench"
 // the cold scenario's policy under algorithm cold (-cold-algorithm).
 func matrixConfigFor(cold string) string {
 	limit := "4000000000"
-	if cold == "sliding_window_log" {
-		// A log keeps an entry per check: at most a million.
+	if cold == "sliding_window_log" || cold == "sliding_window_counter" {
+		// A log keeps an entry per check, and a counter's limit × period
+		// must stay exact: a million an hour for both.
 		limit = "1000000"
 	}
 	return strings.Replace(matrixConfigYAML, "  - name: qb-cold\n    algorithm: token_bucket\n    limit: 4000000000\n",

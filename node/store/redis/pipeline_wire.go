@@ -65,8 +65,11 @@ func (pc *pacer) woke() {
 // batch script and group share one call of it (up to
 // algorithms.MaxBatchChecks calls and algorithms.MaxBatchKeyBytes of keys
 // each, in queue order); a call left alone, or without a batch form, goes
-// as itself. A plain call closes every batch call open before it, so that
-// a script call queued after it, for its key, also runs after it.
+// as itself. A call for a key (a hash tag) that a plain call queued before
+// it writes starts new batch calls, after that plain call, so that it
+// also runs after it; calls of other keys still join the batches open
+// before the plain call (cold keys' fresh writes, interleaved with warm
+// keys' checks, would otherwise split every batch).
 func wireCalls(calls []*scriptCall) []*wireCall {
 	type groupKey struct {
 		batch *goredis.Script
@@ -74,11 +77,23 @@ func wireCalls(calls []*scriptCall) []*wireCall {
 	}
 	wire := make([]*wireCall, 0, len(calls))
 	var open map[groupKey]*wireCall
+	// written holds the hash tags of the plain calls sent since the open
+	// batch calls were opened.
+	var written map[string]struct{}
 	for _, c := range calls {
 		if c.plain != nil {
 			wire = append(wire, &wireCall{plain: c.plain, then: c.then, keys: c.keys, members: []*scriptCall{c}})
-			clear(open)
+			if len(open) > 0 {
+				if written == nil {
+					written = make(map[string]struct{})
+				}
+				written[hashTag(c.keys[0])] = struct{}{}
+			}
 			continue
+		}
+		if _, after := written[hashTag(c.keys[0])]; after {
+			clear(open)
+			clear(written)
 		}
 		if c.batch == nil {
 			wire = append(wire, &wireCall{script: c.script, keys: c.keys, args: c.args, members: []*scriptCall{c}})
