@@ -109,8 +109,14 @@ func ratelimitFails(t *testing.T, rules string, env ...string) string {
 // and returns the status.
 func (p *ratelimitProc) askJSON(t *testing.T) int {
 	t.Helper()
+	return p.askJSONFor(t, "account")
+}
+
+// askJSONFor is askJSON of the descriptor category=value.
+func (p *ratelimitProc) askJSONFor(t *testing.T, value string) int {
+	t.Helper()
 	res, err := http.Post(p.httpBase+"/json", "application/json",
-		strings.NewReader(`{"domain":"rl","descriptors":[{"entries":[{"key":"category","value":"account"}]}]}`))
+		strings.NewReader(`{"domain":"rl","descriptors":[{"entries":[{"key":"category","value":"`+value+`"}]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

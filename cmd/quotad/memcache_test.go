@@ -76,10 +76,12 @@ func TestMemcacheRefusesOtherAlgorithmsAtStart(t *testing.T) {
 // `quotad envoy-ratelimit` with BACKEND_TYPE=memcache: two instances on
 // one memcached admit the limit together, no more, and a memcached that is
 // down answers OK (quotad's failure mode, open by default) rather than an
-// error.
+// error; a key the node knows is over its limit stays denied meanwhile,
+// by its remembered denial.
 func TestEnvoyRatelimitOnMemcache(t *testing.T) {
 	mc := memcachedtest.Start(t)
-	rules := "domain: rl\ndescriptors:\n  - key: category\n    value: account\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
+	rules := "domain: rl\ndescriptors:\n  - key: category\n    value: account\n    rate_limit: {unit: hour, requests_per_unit: 3}\n" +
+		"  - key: category\n    value: billing\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
 	env := []string{"USE_STATSD=false", "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=" + mc.Addr(), "REDIS_URL=redis:6379"}
 	a, b := startRatelimit(t, rules, env...), startRatelimit(t, rules, env...)
 	if !a.stdout.contains("store: memcache " + mc.Addr()) {
@@ -97,8 +99,11 @@ func TestEnvoyRatelimitOnMemcache(t *testing.T) {
 		t.Fatalf("two instances answered %v, want %v: the limit of 3 once between them", statuses, want)
 	}
 	mc.Kill()
-	if got := a.askJSON(t); got != 200 {
+	if got := a.askJSONFor(t, "billing"); got != 200 {
 		t.Fatalf("with memcached down: %d, want 200 (the failure mode, open)", got)
+	}
+	if got := a.askJSON(t); got != 429 {
+		t.Fatalf("a key over its limit, with memcached down: %d, want 429 (its remembered denial)", got)
 	}
 }
 
