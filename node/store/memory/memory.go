@@ -90,6 +90,8 @@ type Store struct {
 	// keys has made room for it.
 	keys    atomic.Int64
 	refused atomic.Int64
+	// shares are the members' published demand (shares.go).
+	shares shareTable
 	// unregister stops the store's metrics (telemetry.go); nil without.
 	unregister func()
 	// sweepNow asks the sweeper for an early sweep (the store is full).

@@ -138,6 +138,9 @@ func (s *Store) loadScripts(ctx context.Context) error {
 			return fmt.Errorf("load scripts on %s (%s failed first): %w", s.describe, algorithms.Concurrency, err)
 		}
 	}
+	if err := shareScript.Load(ctx, s.client).Err(); err != nil {
+		return fmt.Errorf("load scripts on %s (the share script failed): %w", s.describe, err)
+	}
 	for _, sc := range s.reservations.all() {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
 			return fmt.Errorf("load scripts on %s (a reservation script failed first): %w", s.describe, err)
