@@ -16,6 +16,7 @@ import (
 
 	"github.com/quotad/quotad/algorithms"
 	"github.com/quotad/quotad/rpc/envoy"
+	"github.com/quotad/quotad/rpc/rlqs"
 )
 
 // Bounds and defaults of Config.
@@ -79,6 +80,11 @@ type Config struct {
 	// carry up to MaxBatch descriptors. nil, the default, leaves the service
 	// unserved, and then no later rules can serve it.
 	Envoy *envoy.Switch
+	// RLQS, when set, serves Envoy's rate limit quota service
+	// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService) on the
+	// gRPC front end, the one Envoy streams to; the caller runs its rounds
+	// (rlqs.Service.Run). nil, the default, leaves it unserved.
+	RLQS *rlqs.Service
 	// Telemetry is where the wire sends traces and metrics; the zero value
 	// sends none.
 	Telemetry Telemetry

@@ -13,9 +13,11 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/proto/envoy/service/rate_limit_quota/v3/ratelimitquotav3connect"
 	"github.com/quotad/quotad/proto/quotad/v1/quotadv1connect"
 	"github.com/quotad/quotad/rpc/console"
 	"github.com/quotad/quotad/rpc/envoy"
+	"github.com/quotad/quotad/rpc/rlqs"
 )
 
 // NewHandler returns the API of node n as one http.Handler:
@@ -112,8 +114,11 @@ func NewHandler(n *node.Node, cfg Config, log *slog.Logger) (*Handler, error) {
 		return nil, err
 	}
 	reflected := append([]string{quotadv1connect.QuotaServiceName, grpchealth.HealthV1ServiceName}, envoyServices...)
+	if cfg.RLQS != nil {
+		reflected = append(reflected, ratelimitquotav3connect.RateLimitQuotaServiceName)
+	}
 	handler := &Handler{
-		svc: svc, rls: rls, envoyRules: cfg.Envoy, health: h, reflected: reflected,
+		svc: svc, rls: rls, envoyRules: cfg.Envoy, rlqs: cfg.RLQS, health: h, reflected: reflected,
 		tel: tel, log: log, maxRequestBytes: cfg.MaxRequestBytes, admin: admin,
 	}
 	handler.version.Store(&cfg.ConfigVersion)
@@ -148,6 +153,9 @@ type Handler struct {
 	// decides by; both nil when it is not served.
 	rls        *envoy.Service
 	envoyRules *envoy.Switch
+	// rlqs is Envoy's rate limit quota service, gRPC only; nil when it is
+	// not served.
+	rlqs *rlqs.Service
 	// health and reflected (the services reflection lists) are shared too.
 	health          *Health
 	reflected       []string

@@ -317,6 +317,9 @@ func newGRPCServer(h *Handler, cfg ServerConfig) (*grpc.Server, error) {
 	if h.rls != nil {
 		g.RegisterService(f.rateLimitService(h.rls), nil)
 	}
+	if h.rlqs != nil {
+		g.RegisterService(f.rateLimitQuotaService(h.rlqs), nil)
+	}
 	healthv1.RegisterHealthServer(g, grpcHealth{h: h.health})
 	reflectionv1.RegisterServerReflectionServer(g, reflection.NewServerV1(reflection.ServerOptions{Services: serviceNames(h.reflected)}))
 	// The v1alpha service answers what v1 answers, for older tools.
