@@ -15,6 +15,7 @@ import (
 	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
 	"github.com/quotad/quotad/rpc/envoy"
+	"github.com/quotad/quotad/rpc/rlqs"
 )
 
 // config is everything quotad can be told, from defaults, then the config
@@ -87,6 +88,9 @@ type config struct {
 	// EnvoyHeaders adds envoyproxy/ratelimit's rate limit response
 	// headers to Envoy's answers (envoy.Config.ResponseHeaders).
 	EnvoyHeaders envoyHeadersConfig
+	// RLQS configures Envoy's rate limit quota service; without domains
+	// it is unserved.
+	RLQS rlqs.Config
 	// EnvoyXDS takes envoyproxy/ratelimit's rules from an xDS management
 	// server instead of EnvoyDir; its zero value takes none.
 	EnvoyXDS envoyXDSConfig
@@ -187,6 +191,9 @@ func (c config) validate() error {
 	}
 	if err := c.Telemetry.validate(); err != nil {
 		return err
+	}
+	if c.RLQS.Serves() && c.GRPCTransport == grpcTransportConnect {
+		return errors.New("rlqs: Envoy's rate limit quota service streams over the gRPC front end, which --grpc-transport=connect turns off; remove --grpc-transport=connect or the rlqs section's domains")
 	}
 	if err := c.TLS.validate(); err != nil {
 		return err

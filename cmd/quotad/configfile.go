@@ -27,6 +27,7 @@ import (
 type fileRules struct {
 	Policies     []filePolicy
 	EnvoyDomains []fileEnvoyDomain
+	RLQSDomains  []fileRLQSDomain
 }
 
 // fileLists are the file keys of fileRules' lists, in the order the file's
@@ -37,6 +38,7 @@ var fileLists = []struct {
 }{
 	{"policies", func(r *fileRules) any { return &r.Policies }},
 	{"envoy.domains", func(r *fileRules) any { return &r.EnvoyDomains }},
+	{"rlqs.domains", func(r *fileRules) any { return &r.RLQSDomains }},
 }
 
 // fileSection is a mapping of the config file: the top level, or a
@@ -211,6 +213,12 @@ func parseFileDoc(c *config, path string, raw []byte) (*yamlDoc, error) {
 		c.Envoy.Domains = envoyDomains(rules.EnvoyDomains)
 		if err := c.Envoy.Validate(c.Policies); err != nil {
 			return nil, d.fieldError("", err)
+		}
+	}
+	if _, ok := d.lines["rlqs"]; ok {
+		c.RLQS.Domains = rlqsDomains(rules.RLQSDomains)
+		if err := c.RLQS.Validate(c.Policies); err != nil {
+			return nil, d.fieldError("rlqs", err)
 		}
 	}
 	return d, nil

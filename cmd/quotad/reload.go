@@ -416,6 +416,8 @@ func fileKey(field string) string {
 		return "tracing, metrics"
 	case "TLS":
 		return "tls"
+	case "RLQS":
+		return "rlqs"
 	}
 	var b strings.Builder
 	for i, r := range field {

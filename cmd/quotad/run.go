@@ -15,6 +15,7 @@ import (
 	"github.com/quotad/quotad/node/store/memory"
 	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
+	"github.com/quotad/quotad/rpc/rlqs"
 )
 
 func parseLogLevel(s string) (slog.Level, error) {
@@ -133,6 +134,21 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	rpcCfg.Members.APIPort = cfg.Cluster.APIPort
+	// Envoy's rate limit quota service runs its rounds until shutdown
+	// begins; its streams end then, and Envoys open new ones elsewhere.
+	stopRLQS := func() {}
+	if cfg.RLQS.Serves() {
+		svc, err := rlqs.New(n, cfg.RLQS, cfg.Policies, log)
+		if err != nil {
+			return err
+		}
+		rpcCfg.RLQS = svc
+		rlqsCtx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); svc.Run(rlqsCtx) }()
+		stopRLQS = func() { cancel(); <-done }
+		defer stopRLQS()
+	}
 	handler, err := rpc.NewHandler(n, rpcCfg, log)
 	if err != nil {
 		return err
@@ -192,6 +208,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	started := time.Now()
 	log.Info("shutting down: draining", "timeout", cfg.ShutdownTimeout)
 	health.Drain()
+	stopRLQS()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/quotad/quotad/node/store/redis"
 	"github.com/quotad/quotad/rpc"
 	"github.com/quotad/quotad/rpc/envoy"
+	"github.com/quotad/quotad/rpc/rlqs"
 )
 
 // This file is the settings table: every setting quotad has, declared
@@ -266,6 +267,10 @@ func settings() []setting {
 			v: text(func(c *config) *string { return &c.EnvoyXDS.TLSServerName })},
 		{flag: "envoy-xds-retry-interval", file: "envoy.xds_retry_interval", arg: "duration", zeroMeans: "3s", help: "wait before dialing the xDS management server again after its stream ended (with jitter of up to half of it)",
 			v: duration(func(c *config) *time.Duration { return &c.EnvoyXDS.RetryInterval })},
+		{flag: "rlqs-assignment-interval", file: "rlqs.assignment_interval", arg: "duration", zeroMeans: show(rlqs.DefaultAssignmentInterval), help: "length of a round of Envoy's rate limit quota service: every member divides each limit among the Envoys once a round, at its multiples since the Unix epoch; whole seconds",
+			v: duration(func(c *config) *time.Duration { return &c.RLQS.AssignmentInterval })},
+		{flag: "rlqs-abandon-after", file: "rlqs.abandon_after", arg: "duration", zeroMeans: show(rlqs.DefaultAbandonAfter), help: "abandon an Envoy's rate limit quota bucket that reported no requests for this long (Envoy makes it again on its next request)",
+			v: duration(func(c *config) *time.Duration { return &c.RLQS.AbandonAfter })},
 		{flag: "envoy-response-headers", file: "envoy.response_headers", help: "add envoyproxy/ratelimit's rate limit headers (limit, remaining, seconds to reset of the descriptor closest to its limit) to Envoy's answers, for Envoy to send downstream (LIMIT_RESPONSE_HEADERS_ENABLED)",
 			v: boolean(func(c *config) *bool { return &c.EnvoyHeaders.Enabled })},
 		{flag: "envoy-response-header-names", file: "envoy.response_header_names", arg: "limit,remaining,reset", unset: "RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset", help: "names of the three headers of --envoy-response-headers",
