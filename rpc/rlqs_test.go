@@ -99,3 +99,184 @@ func TestRLQSOneEnvoyGetsATokenBucketWithinThePolicysRate(t *testing.T) {
 		t.Fatalf("assigned %v a second, over the policy's 20", f.Rate)
 	}
 }
+
+// TestRLQSTenEnvoysOnThreeNodesShareTheLimitFairly runs 10 simulated
+// Envoys on three nodes sharing one redis-server, one bucket id whose
+// policy allows 100 a second: one Envoy asks 80 a second, the nine others
+// 8 each (152 in all). Over several rounds the Envoys together admit at
+// most the limit plus the stated bound, at least 95 % of it, each within
+// 10 % of its max-min fair share; a new Envoy gets a share within three
+// rounds, and the share of an Envoy that goes away returns to the others.
+func TestRLQSTenEnvoysOnThreeNodesShareTheLimitFairly(t *testing.T) {
+	r := redistest.Start(t)
+	const rate = 100.0
+	p := rlqsPolicy(t, "shared", int64(rate))
+	cfg := rlqs.Config{AssignmentInterval: time.Second, AbandonAfter: time.Minute, Domains: []rlqs.Domain{{
+		Name:    "edge",
+		Buckets: []rlqs.Rule{{Bucket: map[string]string{"name": "*"}, Target: rlqs.Target{Policy: p.Name}}},
+	}}}
+	var members []*rlqsMember
+	for range 3 {
+		members = append(members, startRLQSMember(t, r, cfg, p))
+	}
+	id := map[string]string{"name": "shared"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type client struct {
+		e      *rlqssim.Envoy
+		m      *rlqsMember
+		load   *rlqssim.Load
+		demand float64
+		ctx    context.Context
+		stop   context.CancelFunc
+	}
+	var envoys []*client
+	start := func(i int, demand float64) *client {
+		m := members[i%len(members)]
+		e := rlqssim.New(m.conn, rlqssim.Config{Domain: "edge", ReportingInterval: time.Second})
+		cctx, stop := context.WithCancel(ctx)
+		c := &client{e: e, m: m, demand: demand, ctx: cctx, stop: stop}
+		c.load = rlqssim.Drive(cctx, e, id, demand)
+		return c
+	}
+	for i := range 10 {
+		demand := 8.0
+		if i == 0 {
+			demand = 80
+		}
+		envoys = append(envoys, start(i, demand))
+	}
+	defer func() {
+		for _, c := range envoys {
+			c.stop()
+			c.load.Wait()
+			c.e.Close()
+		}
+	}()
+	// Warm up: every Envoy holds a token bucket, then three rounds more.
+	eventually(t, 30*time.Second, "every Envoy holds a token bucket", func() bool {
+		for _, c := range envoys {
+			if c.e.Bucket(id).Rate == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	waitRounds(t, members[0], 3)
+
+	type snap struct {
+		allowed, offered, bursts uint64
+		tokens                   float64
+		started                  int
+	}
+	take := func() ([]snap, time.Time) {
+		out := make([]snap, len(envoys))
+		for i, c := range envoys {
+			f := c.e.Bucket(id)
+			offered, _ := c.load.Counts()
+			out[i] = snap{allowed: f.Allowed, offered: offered, bursts: f.BurstTokens, tokens: f.Tokens, started: f.Started}
+		}
+		return out, time.Now()
+	}
+	rounds0 := members[0].svc.Status().Rounds
+	calls0 := storeCalls(members)
+	before, t0 := take()
+	waitRounds(t, members[0], 8)
+	after, t1 := take()
+	rounds := members[0].svc.Status().Rounds - rounds0
+	calls := storeCalls(members) - calls0
+	d := t1.Sub(t0).Seconds()
+
+	var admitted, held, bursts float64
+	var offered []float64
+	var churn int
+	for i := range envoys {
+		admitted += float64(after[i].allowed - before[i].allowed)
+		held += before[i].tokens
+		bursts += float64(after[i].bursts - before[i].bursts)
+		offered = append(offered, float64(after[i].offered-before[i].offered)/d)
+		churn += after[i].started - before[i].started
+	}
+	// The bound (docs/guarantees.md): the rate over the time, the tokens
+	// the Envoys held when it began, every new bucket's full burst, and
+	// the rate over the delivery skew of a round's assignments (0.1 s).
+	bound := rate*d + held + bursts + rate*0.1
+	t.Logf("%.2f s, %d rounds: admitted %.0f, limit × time %.0f, bound %.0f (held %.0f, bursts %.0f); %.1f %% used", d, rounds, admitted, rate*d, bound, held, bursts, 100*admitted/(rate*d))
+	t.Logf("store calls %d: %.3f per Envoy per round; new token buckets %.3f per Envoy per round", calls, float64(calls)/float64(rounds)/float64(len(envoys)), float64(churn)/float64(rounds)/float64(len(envoys)))
+	if admitted > bound {
+		t.Errorf("admitted %.0f in %.2f s, over the bound %.0f", admitted, d, bound)
+	}
+	if admitted < 0.95*rate*d {
+		t.Errorf("admitted %.0f in %.2f s, under 95 %% of the limit's %.0f", admitted, d, rate*d)
+	}
+	level := fairLevel(offered, rate)
+	for i := range envoys {
+		fair := min(offered[i], level)
+		got := float64(after[i].allowed-before[i].allowed) / d
+		t.Logf("envoy %d: offered %.1f/s, admitted %.2f/s, fair %.2f/s", i, offered[i], got, fair)
+		if math.Abs(got-fair) > 0.1*fair {
+			t.Errorf("envoy %d admitted %.2f a second, more than 10 %% from its fair share %.2f", i, got, fair)
+		}
+	}
+
+	// A new Envoy gets a share within three rounds of its first request.
+	newcomer := start(10, 8)
+	envoys = append(envoys, newcomer)
+	joined := members[1].svc.Status().Rounds
+	eventually(t, 30*time.Second, "the new Envoy holds a token bucket", func() bool { return newcomer.e.Bucket(id).Rate > 0 })
+	if waited := members[1].svc.Status().Rounds - joined; waited > 3 {
+		t.Errorf("the new Envoy waited %d rounds for a share", waited)
+	}
+	t.Logf("the new Envoy's first token bucket came %s after its first request", newcomer.e.Bucket(id).FirstShare)
+
+	// A small Envoy goes away: the big one's share grows by about its 8.
+	bigBefore := envoys[0].e.Bucket(id).Rate
+	gone := envoys[1]
+	gone.stop()
+	gone.load.Wait()
+	gone.e.Close()
+	left := members[0].svc.Status().Rounds
+	eventually(t, 30*time.Second, "the big Envoy's share grows by the one that left", func() bool {
+		return envoys[0].e.Bucket(id).Rate >= bigBefore+0.8*8
+	})
+	if waited := members[0].svc.Status().Rounds - left; waited > 4 {
+		t.Errorf("the share of the Envoy that left came back after %d rounds", waited)
+	}
+	t.Logf("the big Envoy's share: %.1f → %.1f a second", bigBefore, envoys[0].e.Bucket(id).Rate)
+}
+
+// waitRounds returns once m ran n more rounds.
+func waitRounds(t *testing.T, m *rlqsMember, n uint64) {
+	t.Helper()
+	from := m.svc.Status().Rounds
+	eventually(t, time.Duration(n)*10*time.Second, "rounds run", func() bool { return m.svc.Status().Rounds >= from+n })
+}
+
+// storeCalls counts the store calls the members' rounds made.
+func storeCalls(ms []*rlqsMember) uint64 {
+	var n uint64
+	for _, m := range ms {
+		s := m.svc.Status()
+		n += s.Exchanges + s.Charges
+	}
+	return n
+}
+
+// fairLevel is the max-min fair level of capacity over demands, computed
+// here on its own rather than with the package's code.
+func fairLevel(demands []float64, capacity float64) float64 {
+	lo, hi := 0.0, capacity
+	for range 100 {
+		mid := (lo + hi) / 2
+		var sum float64
+		for _, d := range demands {
+			sum += min(d, mid)
+		}
+		if sum > capacity {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return lo
+}

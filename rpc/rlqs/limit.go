@@ -38,10 +38,12 @@ type limit struct {
 	// spare is what this member may still hand to buckets that arrive
 	// before the next round, in units a second.
 	spare float64
-	// owed is what buckets that arrived mid-round were given (their
-	// burst and their rate until the round ends), in units, charged with
-	// the next round's assignments.
-	owed float64
+	// used is what the limit's buckets reported allowed since the last
+	// round's charge, in units.
+	used uint64
+	// debt is what the last charge found the key owing below empty, in
+	// units; the next round divides that much less.
+	debt float64
 	// Figures of the last round, for metrics and /status.
 	level    float64
 	assigned float64

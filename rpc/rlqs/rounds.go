@@ -1,8 +1,10 @@
 package rlqs
 
 import (
+	"cmp"
 	"context"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/quotad/quotad/node"
@@ -14,11 +16,17 @@ import (
 // before, charges what it assigns at the authority, and renews every
 // bucket's assignment.
 
-// hysteresis is how far a bucket's share may move before its token
-// bucket is replaced: within it the Envoy keeps the bucket it has (and
-// no new burst), as long as the member's buckets together stay within
-// the member's share.
+// hysteresis is how far a bucket's share may move, as a fraction of it,
+// before its token bucket is replaced: within it the Envoy keeps the
+// bucket it has (and gets no new burst), as long as the member's buckets
+// together stay within their shares.
 const hysteresis = 0.10
+
+// demandWeight is the weight of a round's usage in a bucket's demand,
+// an exponentially weighted mean over rounds: a report counts whole
+// requests over whole seconds, so one round's count of a steady rate
+// jumps by a request either way.
+const demandWeight = 0.5
 
 // exchangeTimeout bounds one limit's share exchange and charge.
 const exchangeTimeout = 2 * time.Second
@@ -28,8 +36,10 @@ func roundStart(t time.Time, interval time.Duration) time.Time {
 	return t.Truncate(interval)
 }
 
-// Run runs the rounds until ctx is done. Run it once per Service.
+// Run runs the rounds until ctx is done, then ends every stream. Run it
+// once per Service.
 func (s *Service) Run(ctx context.Context) {
+	defer close(s.stopped)
 	t := s.cfg.AssignmentInterval
 	for {
 		next := roundStart(s.now(), t).Add(t)
@@ -60,7 +70,12 @@ func (s *Service) round(ctx context.Context, r int64) {
 	for st := range s.streams {
 		for _, b := range st.buckets {
 			if b.seconds > 0 {
-				b.demand = float64(b.requests) / float64(b.seconds)
+				d := float64(b.requests) / float64(b.seconds)
+				if math.IsInf(b.demand, 1) {
+					b.demand = d
+				} else {
+					b.demand = demandWeight*d + (1-demandWeight)*b.demand
+				}
 				b.requests, b.seconds = 0, 0
 			}
 			if !b.idleSince.IsZero() && now.Sub(b.idleSince) >= s.cfg.AbandonAfter {
@@ -88,7 +103,8 @@ func (s *Service) round(ctx context.Context, r int64) {
 }
 
 // divide runs a round for one limit: the exchange, the division, the
-// charge, the assignments.
+// assignments, then the charge of what the limit's buckets reported
+// allowed since the last round.
 func (s *Service) divide(ctx context.Context, r int64, w roundWork, ttl time.Duration) {
 	l := w.l
 	t := s.cfg.AssignmentInterval
@@ -99,6 +115,8 @@ func (s *Service) divide(ctx context.Context, r int64, w roundWork, ttl time.Dur
 	vectors, err := s.node.ShareDemand(cctx, l.policy, l.id.key, s.member, r, w.vector, 2*t+time.Second)
 	s.mu.Lock()
 	s.stats.exchanges++
+	used := l.used
+	l.used = 0
 	if err != nil {
 		// Without the others' demand nothing is assigned: the buckets'
 		// assignments lapse into the Envoys' expired_assignment_behavior
@@ -107,27 +125,33 @@ func (s *Service) divide(ctx context.Context, r int64, w roundWork, ttl time.Dur
 		s.stats.exchangeFailures++
 		s.mu.Unlock()
 		s.log.WarnContext(ctx, "rlqs: share exchange failed; assignments of the limit are not renewed this round", "policy", l.policy.Name, "key", l.id.key, "err", err)
+		s.charge(cctx, l, used)
 		return
 	}
 	var all []float64
 	for _, v := range vectors {
 		all = append(all, parseVector(v)...)
 	}
-	level := waterLevel(all, l.rate)
+	// A debt the last charge found is paid back over this round: the
+	// members divide that much less. Each member may see a different
+	// debt; each dividing less than the others never adds up to more
+	// than the rate.
+	capacity := max(l.rate-l.debt/t.Seconds(), 0)
+	level := waterLevel(all, capacity)
 	_, inSet := vectors[s.member]
 	spare := 0.0
 	if inSet && len(vectors) > 0 {
-		spare = max(l.rate-handedOut(all, level), 0) / float64(len(vectors))
+		spare = max(capacity-handedOut(all, level), 0) / float64(len(vectors))
 	}
 	// Shares: min(demand, level) for the buckets divided this round;
 	// buckets that arrived since share this member's spare.
 	share := map[*bucket]float64{}
-	var fresh []*bucket
 	for i, b := range l.published {
 		if !b.gone {
 			share[b] = min(l.publishedDemand[i], level)
 		}
 	}
+	var fresh []*bucket
 	for b := range l.buckets {
 		if _, ok := share[b]; !ok {
 			fresh = append(fresh, b)
@@ -141,108 +165,80 @@ func (s *Service) divide(ctx context.Context, r int64, w roundWork, ttl time.Dur
 		spare -= each * float64(len(fresh))
 	}
 	l.spare = spare
-	configs := s.keepOrReplace(share)
-	var rate, cost float64
-	for b, c := range configs {
-		rate += c.rate()
-		if c != b.assigned && !c.none() {
-			cost += float64(c.maxTokens)
-		}
-	}
-	cost += rate*t.Seconds() + l.owed
-	l.owed = 0
 	l.level, l.members = level, len(vectors)
-	l.promote()
-	p := l.policy
-	s.mu.Unlock()
-
-	denied, wait := s.charge(cctx, p, l.id.key, l.rate, cost)
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l.inDebt = denied
 	l.assigned = 0
-	for b, c := range configs {
-		if b.gone {
-			continue
-		}
-		bttl := ttl
-		if denied {
-			c = bucketConfig{}
-			bttl = max(ttl, wait.Truncate(time.Second)+time.Second)
-		}
+	for b, c := range s.keepOrReplace(share) {
 		b.assigned = c
 		l.assigned += c.rate()
-		b.stream.push(b.assignment(c.strategy(), bttl))
+		b.stream.push(b.assignment(c.strategy(), ttl))
 	}
-	if denied {
-		l.spare = 0
-	}
+	l.promote()
+	s.mu.Unlock()
+	s.charge(cctx, l, used)
 }
 
 // keepOrReplace chooses each bucket's token bucket for its share: the
-// bucket it has when the share moved less than hysteresis above it, or
-// below it while the buckets of the limit on this member stay within
-// their shares in all; else the bucket of the share. The caller holds
+// bucket the Envoy holds when the share moved by at most hysteresis of
+// it either way, else the bucket of the share; buckets kept above their
+// shares are replaced, the furthest above first, until the member's
+// buckets together hold at most their shares in all. The caller holds
 // s.mu.
 func (s *Service) keepOrReplace(share map[*bucket]float64) map[*bucket]bucketConfig {
 	out := make(map[*bucket]bucketConfig, len(share))
-	var total, chosen float64
-	var lower []*bucket
+	var room float64
+	var above []*bucket
 	for b, want := range share {
-		total += want
+		room += want
 		have := b.assigned.rate()
-		switch {
-		case !b.assigned.none() && have <= want && want <= have*(1+hysteresis):
+		if !b.assigned.none() && math.Abs(have-want) <= hysteresis*want {
 			out[b] = b.assigned
-		default:
-			out[b] = bucketFor(want)
-			if !b.assigned.none() && have > want && have <= want*(1+hysteresis) {
-				lower = append(lower, b)
+			if have > want {
+				above = append(above, b)
 			}
+		} else {
+			out[b] = bucketFor(want)
 		}
-		chosen += out[b].rate()
+		room -= out[b].rate()
 	}
-	slack := total - chosen
-	for _, b := range lower {
-		if more := b.assigned.rate() - out[b].rate(); more <= slack {
-			slack -= more
-			out[b] = b.assigned
+	slices.SortFunc(above, func(a, b *bucket) int {
+		return cmp.Compare(b.assigned.rate()-share[b], a.assigned.rate()-share[a])
+	})
+	for _, b := range above {
+		if room >= 0 {
+			break
 		}
+		c := bucketFor(share[b])
+		room += out[b].rate() - c.rate()
+		out[b] = c
 	}
 	return out
 }
 
-// charge counts cost units (rounded up) at the authority, into debt if
-// they do not fit, and reports whether the limit was in debt before
-// them, and how long until that debt is paid. Each round charges the
-// round ahead, so a key is below empty after a charge as a matter of
-// course; it was in debt before only when earlier rounds (or other
-// checks of the key) took more than the refill paid back.
-func (s *Service) charge(ctx context.Context, p node.Policy, key string, rate, cost float64) (bool, time.Duration) {
-	units := int64(math.Ceil(cost - 1e-9))
-	if units <= 0 {
-		return false, 0
+// charge counts used units, what the limit's buckets on this member
+// reported allowed, at the authority, into debt when they do not fit, and
+// keeps in l.debt what the key owes beyond empty after them: the units
+// the Envoys admitted beyond the limit (their buckets' bursts, above all),
+// which the next round's division pays back.
+func (s *Service) charge(ctx context.Context, l *limit, used uint64) {
+	p := l.policy
+	units := int64(min(used, uint64(p.Limit.MaxCharge())))
+	debt := 0.0
+	if units > 0 {
+		res, err := s.node.CheckWith(ctx, p, l.id.key, units, node.CheckOptions{Charge: true})
+		if err != nil {
+			s.log.WarnContext(ctx, "rlqs: charge failed; the units are not counted", "policy", p.Name, "key", l.id.key, "err", err)
+		} else if !res.Allowed {
+			// ResetAfter is the wait until the key is whole again, so it
+			// owes ResetAfter × rate − capacity below empty. A unit of
+			// slack covers the milliseconds ResetAfter is rounded to.
+			debt = max(res.ResetAfter.Seconds()*l.rate-float64(p.Limit.Capacity())-1, 0)
+		}
 	}
-	units = min(units, p.Limit.MaxCharge())
-	res, err := s.node.CheckWith(ctx, p, key, units, node.CheckOptions{Charge: true})
 	s.mu.Lock()
-	s.stats.charges++
-	s.mu.Unlock()
-	if err != nil {
-		s.log.WarnContext(ctx, "rlqs: charge failed; the round's assignments stand", "policy", p.Name, "key", key, "err", err)
-		return false, 0
+	defer s.mu.Unlock()
+	if units > 0 {
+		s.stats.charges++
 	}
-	if res.Allowed {
-		return false, 0
-	}
-	// ResetAfter is the wait until the key is whole again: what it owes
-	// after the charge is ResetAfter × rate − capacity, and before the
-	// charge that less the units. A unit of slack covers the
-	// milliseconds ResetAfter is rounded to.
-	owedBefore := res.ResetAfter.Seconds()*rate - float64(p.Limit.Capacity()) - float64(units)
-	if owedBefore <= 1 {
-		return false, 0
-	}
-	return true, time.Duration(owedBefore / rate * float64(time.Second))
+	l.debt = debt
+	l.inDebt = debt > 0
 }

@@ -49,6 +49,9 @@ type Service struct {
 	log    *slog.Logger
 	now    func() time.Time
 
+	// stopped is closed when Run returns: every stream ends then.
+	stopped chan struct{}
+
 	mu      sync.Mutex
 	streams map[*stream]struct{}
 	limits  map[limitID]*limit
@@ -73,11 +76,12 @@ func New(n *node.Node, cfg Config, policies []node.Policy, log *slog.Logger) (*S
 		member: rand.Text(),
 		log:    log, now: time.Now,
 		streams: map[*stream]struct{}{}, limits: map[limitID]*limit{},
+		stopped: make(chan struct{}),
 	}, nil
 }
 
-// Serve runs one Envoy's stream until it ends: the Envoy closed it
-// (nil), ctx or the stream's context ended, a report was refused, or a
+// Serve runs one Envoy's stream until it ends: the Envoy closed it or
+// Run returned (nil), ctx or the stream's context ended, a report was refused, or a
 // send failed (that error). The Envoy's buckets go with it: their shares
 // return to the others from the round after next.
 func (s *Service) Serve(ctx context.Context, wire Stream) error {
@@ -108,6 +112,8 @@ func (s *Service) Serve(ctx context.Context, wire Stream) error {
 			return ctx.Err()
 		case <-wire.Context().Done():
 			return wire.Context().Err()
+		case <-s.stopped:
+			return nil
 		case err := <-received:
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -168,10 +174,13 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) error
 			to, _ := s.rules.match(st.domain, id)
 			b = newBucket(st, id, name, to, now)
 			st.buckets[name] = b
-			s.subscribe(b, now)
+			s.subscribe(b)
 		}
 		n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 		b.allowed += u.GetNumRequestsAllowed()
+		if b.lim != nil {
+			b.lim.used += u.GetNumRequestsAllowed()
+		}
 		b.denied += u.GetNumRequestsDenied()
 		if secs := u.GetTimeElapsed().GetSeconds(); secs > 0 {
 			b.requests += n
@@ -190,7 +199,7 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) error
 // action's blanket rule, or for a limit a share of what this member
 // still has spare this round (DENY_ALL when it has none: the bucket's
 // share comes from the rounds). The caller holds s.mu.
-func (s *Service) subscribe(b *bucket, now time.Time) {
+func (s *Service) subscribe(b *bucket) {
 	ttl := ttlFor(s.cfg.AssignmentInterval)
 	if !b.to.limited {
 		b.stream.push(b.assignment(blanket(b.to.allow), ttl))
@@ -207,8 +216,6 @@ func (s *Service) subscribe(b *bucket, now time.Time) {
 	c := bucketFor(l.spare / 2)
 	if !c.none() {
 		l.spare -= c.rate()
-		left := roundStart(now, s.cfg.AssignmentInterval).Add(s.cfg.AssignmentInterval).Sub(now)
-		l.owed += c.rate()*left.Seconds() + float64(c.maxTokens)
 		b.assigned = c
 	}
 	b.stream.push(b.assignment(c.strategy(), ttl))
