@@ -280,3 +280,39 @@ func fairLevel(demands []float64, capacity float64) float64 {
 	}
 	return lo
 }
+
+// A bucket that reports no requests for abandon_after is abandoned: the
+// Envoy removes it, and its next request makes it again. A stream that
+// breaks is opened again at the Envoy's next report, and its buckets are
+// served on the new one; the member forgets the old.
+func TestRLQSAbandonsIdleBucketsAndServesAStreamThatCameBack(t *testing.T) {
+	r := redistest.Start(t)
+	p := rlqsPolicy(t, "per-client", 20)
+	cfg := rlqs.Config{AssignmentInterval: time.Second, AbandonAfter: 2 * time.Second, Domains: []rlqs.Domain{{
+		Name:    "edge",
+		Buckets: []rlqs.Rule{{Bucket: map[string]string{"name": "*"}, Target: rlqs.Target{Policy: p.Name}}},
+	}}}
+	m := startRLQSMember(t, r, cfg, p)
+	e := rlqssim.New(m.conn, rlqssim.Config{Domain: "edge", ReportingInterval: time.Second})
+	defer e.Close()
+	idle, busy := map[string]string{"name": "idle"}, map[string]string{"name": "busy"}
+	ctx, cancel := context.WithCancel(context.Background())
+	load := rlqssim.Drive(ctx, e, busy, 10)
+	defer func() { cancel(); load.Wait() }()
+	e.Request(idle)
+	eventually(t, 20*time.Second, "the idle bucket is abandoned", func() bool { return !e.Bucket(idle).Exists })
+	if !e.Bucket(busy).Exists {
+		t.Fatal("the busy bucket was abandoned too")
+	}
+	if a := m.svc.Status().Abandoned; a != 1 {
+		t.Fatalf("abandoned %d buckets, want 1", a)
+	}
+	e.Request(idle)
+	eventually(t, 20*time.Second, "the idle bucket, made again, is served", func() bool { return e.Bucket(idle).Assigned })
+
+	e.BreakStream()
+	eventually(t, 20*time.Second, "a second stream serves the busy bucket", func() bool {
+		s := m.svc.Status()
+		return e.Streams() == 2 && s.Streams == 1 && s.StreamsOpened == 2 && e.Bucket(busy).Rate > 0
+	})
+}

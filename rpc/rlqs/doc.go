@@ -12,10 +12,10 @@
 // reads every member's demand of the round before; all members so compute
 // the same max-min fair level (fair.go), and each gives its own buckets
 // min(demand, level), so that the rates assigned to all Envoys add up to
-// at most the policy's rate. What a member assigns is charged at the
-// authority (node.CheckOptions.Charge): an Envoy may spend a new token
-// bucket's full burst at once, and a limit in debt is answered DENY_ALL
-// until it is paid.
+// at most the policy's rate. What the buckets reported allowed is charged
+// at the authority (node.CheckOptions.Charge), so that other checks of
+// the key see it; a debt the charge finds (Envoy starts every new token
+// bucket full) is paid back by the next round dividing that much less.
 //
 // Files, bottom up: config.go (the rules' format), match.go (a bucket to
 // its rule), fair.go (the water level), bucket.go (a rate as Envoy's token

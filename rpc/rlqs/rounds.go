@@ -204,7 +204,7 @@ func (s *Service) keepOrReplace(share map[*bucket]float64) map[*bucket]bucketCon
 		return cmp.Compare(b.assigned.rate()-share[b], a.assigned.rate()-share[a])
 	})
 	for _, b := range above {
-		if room >= 0 {
+		if room >= -1e-9 {
 			break
 		}
 		c := bucketFor(share[b])
