@@ -2,7 +2,9 @@ package rpc
 
 import (
 	"context"
+	"encoding/json"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ type rlqsMember struct {
 	node *node.Node
 	svc  *rlqs.Service
 	conn *grpc.ClientConn
+	url  string
 }
 
 // startRLQSMember starts a node on r serving cfg's rules, its rounds
@@ -34,7 +37,7 @@ func startRLQSMember(t *testing.T, r *redistest.Server, cfg rlqs.Config, policie
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	svc, err := rlqs.New(n, cfg, policies, nil)
+	svc, err := rlqs.New(n, cfg, policies, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +55,7 @@ func startRLQSMember(t *testing.T, r *redistest.Server, cfg rlqs.Config, policie
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &rlqsMember{node: n, svc: svc, conn: conn}
+	return &rlqsMember{node: n, svc: svc, conn: conn, url: url}
 }
 
 // rlqsPolicy is a token bucket policy of rate units a second.
@@ -97,6 +100,25 @@ func TestRLQSOneEnvoyGetsATokenBucketWithinThePolicysRate(t *testing.T) {
 	})
 	if f := e.Bucket(id); f.Rate > 20 || math.IsNaN(f.Rate) {
 		t.Fatalf("assigned %v a second, over the policy's 20", f.Rate)
+	}
+	// GET /status has the stream and the limit, its key hashed.
+	res, err := http.Get(m.url + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var st struct {
+		RLQS *rlqs.Status `json:"rlqs"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.RLQS == nil || st.RLQS.Streams != 1 || len(st.RLQS.Limits) != 1 {
+		t.Fatalf("/status rlqs = %+v, want one stream and one limit", st.RLQS)
+	}
+	l := st.RLQS.Limits[0]
+	if l.Policy != "per-client" || !strings.HasPrefix(l.Key, "sha256:") || l.Assigned <= 0 || l.Assigned > 20 || l.Buckets != 1 || l.Denied == 0 {
+		t.Fatalf("/status rlqs limit = %+v, want per-client, a hashed key, (0, 20] assigned, one bucket, denials reported", l)
 	}
 }
 

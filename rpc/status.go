@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/rpc/rlqs"
 	"github.com/quotad/quotad/topkeys"
 )
 
@@ -38,6 +39,10 @@ type statusJSON struct {
 	// bound, which no top_denied shows.
 	TopDeniedUntracked uint64       `json:"top_denied_untracked"`
 	Policies           []policyJSON `json:"policies"`
+	// RLQS is Envoy's rate limit quota service on this node, when it is
+	// served: its streams, rounds and store calls, and each limit its
+	// Envoys share (keys shown as in top_denied).
+	RLQS *rlqs.Status `json:"rlqs,omitempty"`
 	// History is the last minutes of this node's rates, only with
 	// ?history=1.
 	History *historyJSON `json:"history,omitempty"`
@@ -242,6 +247,15 @@ func status(n *node.Node, cfg Config, started time.Time) statusJSON {
 			}
 		}
 		out.Policies = append(out.Policies, p)
+	}
+	if cfg.RLQS != nil {
+		rs := cfg.RLQS.Status()
+		if !cfg.ShowKeys {
+			for i := range rs.Limits {
+				rs.Limits[i].Key = hashKey(rs.Limits[i].Key)
+			}
+		}
+		out.RLQS = &rs
 	}
 	return out
 }

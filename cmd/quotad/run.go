@@ -138,7 +138,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	// begins; its streams end then, and Envoys open new ones elsewhere.
 	stopRLQS := func() {}
 	if cfg.RLQS.Serves() {
-		svc, err := rlqs.New(n, cfg.RLQS, cfg.Policies, log)
+		svc, err := rlqs.New(n, cfg.RLQS, cfg.Policies, tel.meter, log)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,8 @@ package envoycompat
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -43,8 +45,8 @@ rlqs:
 `
 
 // startRLQSQuotad runs a quotad binary on r with rlqsConfig and returns
-// a gRPC connection to it.
-func startRLQSQuotad(t *testing.T, r *redistest.Server) *grpc.ClientConn {
+// a gRPC connection to it, and its host:port.
+func startRLQSQuotad(t *testing.T, r *redistest.Server) (*grpc.ClientConn, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "quotad.yaml")
 	if err := os.WriteFile(path, []byte(rlqsConfig), 0o600); err != nil {
@@ -56,7 +58,7 @@ func startRLQSQuotad(t *testing.T, r *redistest.Server) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn
+	return conn, addr
 }
 
 // go-control-plane's generated client streams Envoy's reports to a quotad
@@ -65,7 +67,7 @@ func startRLQSQuotad(t *testing.T, r *redistest.Server) *grpc.ClientConn {
 // 20 a second, alive two whole seconds, and the next rounds send the very
 // same token bucket again (so Envoy keeps its bucket).
 func TestRLQSStreamGetsATokenBucketFromABuiltQuotad(t *testing.T) {
-	conn := startRLQSQuotad(t, redistest.Start(t))
+	conn, addr := startRLQSQuotad(t, redistest.Start(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
@@ -132,12 +134,37 @@ func TestRLQSStreamGetsATokenBucketFromABuiltQuotad(t *testing.T) {
 	if !proto.Equal(buckets[1], buckets[2]) {
 		t.Errorf("steady demand, yet the token bucket changed from %v to %v: Envoy would start a new full bucket", buckets[1], buckets[2])
 	}
+	// The rule's figures in /metrics: the requests reported (the first
+	// report's one allowed, then 20 allowed and 30 denied a second), the
+	// rate assigned, the stream.
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := string(body)
+	rule := []string{"quotad_rlqs_domain=edge", "quotad_rlqs_rule=per-client"}
+	allowed := metric(m, "quotad_rlqs_requests_total", append(rule, "quotad_rlqs_outcome=allowed")...)
+	denied := metric(m, "quotad_rlqs_requests_total", append(rule, "quotad_rlqs_outcome=denied")...)
+	if allowed < 21 || denied < 30 || (allowed-1)/20 != denied/30 {
+		t.Errorf("quotad_rlqs_requests_total: allowed %g, denied %g; want 1 + 20 and 30 per report sent", allowed, denied)
+	}
+	if v := metric(m, "quotad_rlqs_assigned_rate_per_second", rule...); v <= 0 || v > 20 {
+		t.Errorf("quotad_rlqs_assigned_rate_per_second = %g, want (0, 20]", v)
+	}
+	if v := metric(m, "quotad_rlqs_streams"); v != 1 {
+		t.Errorf("quotad_rlqs_streams = %g, want 1", v)
+	}
 }
 
 // A report naming a domain no rule configures ends the stream with
 // NotFound, naming the domains that are configured.
 func TestRLQSUnknownDomainEndsTheStreamSayingWhichDomainsExist(t *testing.T) {
-	conn := startRLQSQuotad(t, redistest.Start(t))
+	conn, _ := startRLQSQuotad(t, redistest.Start(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)

@@ -23,6 +23,7 @@ type limitID struct {
 // it.
 type limit struct {
 	id     limitID
+	domain string
 	policy node.Policy
 	// rate is the policy's rate, in units a second.
 	rate    float64
@@ -51,9 +52,9 @@ type limit struct {
 	inDebt   bool
 }
 
-func newLimit(id limitID, p node.Policy) *limit {
+func newLimit(id limitID, domain string, p node.Policy) *limit {
 	a, b := p.Limit.Rate()
-	return &limit{id: id, policy: p, rate: float64(a) * 1000 / float64(b), buckets: map[*bucket]struct{}{}, level: math.Inf(1)}
+	return &limit{id: id, domain: domain, policy: p, rate: float64(a) * 1000 / float64(b), buckets: map[*bucket]struct{}{}, level: math.Inf(1)}
 }
 
 // snapshot fixes the vector this member publishes this round: its

@@ -40,6 +40,7 @@ func roundStart(t time.Time, interval time.Duration) time.Time {
 // once per Service.
 func (s *Service) Run(ctx context.Context) {
 	defer close(s.stopped)
+	defer func() { _ = s.unregister() }()
 	t := s.cfg.AssignmentInterval
 	for {
 		next := roundStart(s.now(), t).Add(t)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/quotad/quotad/node"
 	rlqsv3 "github.com/quotad/quotad/proto/envoy/service/rate_limit_quota/v3"
 )
@@ -52,23 +54,29 @@ type Service struct {
 	// stopped is closed when Run returns: every stream ends then.
 	stopped chan struct{}
 
+	// unregister ends the metrics' registration; Run calls it.
+	unregister func() error
+
 	mu      sync.Mutex
 	streams map[*stream]struct{}
 	limits  map[limitID]*limit
 	stats   stats
+	// figures are what each rule's buckets reported, in all.
+	figures map[ruleID]*ruleFigures
 }
 
 // New returns the service for the rules of cfg, which must pass
 // cfg.Validate(policies); policies are the node's. It serves nothing
-// until Run runs the rounds. log may be nil.
-func New(n *node.Node, cfg Config, policies []node.Policy, log *slog.Logger) (*Service, error) {
+// until Run runs the rounds. Its metrics go to mp until Run returns (nil:
+// none); log may be nil.
+func New(n *node.Node, cfg Config, policies []node.Policy, mp metric.MeterProvider, log *slog.Logger) (*Service, error) {
 	if err := cfg.Validate(policies); err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{
+	s := &Service{
 		node: n, cfg: cfg.WithDefaults(), rules: compile(cfg, policies),
 		// The member's name in the published demand: a new one per
 		// process, so that a restarted member is not taken for the one
@@ -77,7 +85,17 @@ func New(n *node.Node, cfg Config, policies []node.Policy, log *slog.Logger) (*S
 		log:    log, now: time.Now,
 		streams: map[*stream]struct{}{}, limits: map[limitID]*limit{},
 		stopped: make(chan struct{}),
-	}, nil
+		figures: map[ruleID]*ruleFigures{},
+	}
+	s.unregister = func() error { return nil }
+	if mp != nil {
+		unregister, err := s.instrument(mp)
+		if err != nil {
+			return nil, err
+		}
+		s.unregister = unregister
+	}
+	return s, nil
 }
 
 // Serve runs one Envoy's stream until it ends: the Envoy closed it or
@@ -177,6 +195,13 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) error
 			s.subscribe(b)
 		}
 		n := u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
+		f := s.figures[ruleID{st.domain, b.to.rule}]
+		if f == nil {
+			f = &ruleFigures{}
+			s.figures[ruleID{st.domain, b.to.rule}] = f
+		}
+		f.allowed += u.GetNumRequestsAllowed()
+		f.denied += u.GetNumRequestsDenied()
 		b.allowed += u.GetNumRequestsAllowed()
 		if b.lim != nil {
 			b.lim.used += u.GetNumRequestsAllowed()
@@ -208,7 +233,7 @@ func (s *Service) subscribe(b *bucket) {
 	id := limitID{b.to.policy.Name, b.name}
 	l, ok := s.limits[id]
 	if !ok {
-		l = newLimit(id, b.to.policy)
+		l = newLimit(id, b.stream.domain, b.to.policy)
 		s.limits[id] = l
 	}
 	b.lim = l
