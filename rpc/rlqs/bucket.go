@@ -21,7 +21,7 @@ const maxFillSeconds = 10
 
 // burstSeconds and minBurst size a bucket's max_tokens (bucketFor).
 const (
-	burstSeconds = 0.25
+	burstSeconds = 0.1
 	minBurst     = 2
 )
 
@@ -37,7 +37,7 @@ type bucketConfig struct {
 // a second) that Envoy can enforce: tokens_per_fill over a fill interval
 // of 1 to maxFillSeconds whole seconds, the shortest of the best; the
 // zero bucketConfig when rate is below one token per maxFillSeconds. Its
-// max_tokens is a quarter second's worth, at least minBurst: Envoy
+// max_tokens is a tenth of a second's worth, at least minBurst: Envoy
 // starts every new bucket full, so each new bucket may admit its
 // max_tokens at once, beyond its rate; a small burst keeps that small,
 // and enough to absorb requests arriving a little early.

@@ -33,3 +33,20 @@ func handedOut(demands []float64, level float64) float64 {
 	}
 	return sum
 }
+
+// levelStep is the ratio between the levels levelOnGrid rounds to.
+const levelStep = 1.05
+
+// levelOnGrid rounds a finite level down to a power of levelStep, so
+// that a level that jitters from round to round (as demands measured in
+// whole requests do) gives the buckets it caps the same share, and Envoy
+// keeps their token buckets. Every member rounds the same level the same
+// way, and a lower level hands out less, so the shares still add up to at
+// most the capacity; what the rounding keeps back (less than 5 % of the
+// capped shares) goes to new buckets. +Inf and 0 stay as they are. Pure.
+func levelOnGrid(level float64) float64 {
+	if math.IsInf(level, 1) || !(level > 0) {
+		return level
+	}
+	return math.Pow(levelStep, math.Floor(math.Log(level)/math.Log(levelStep)+1e-9))
+}

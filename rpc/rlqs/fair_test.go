@@ -55,11 +55,11 @@ func TestBucketForIsTheHighestRateNotAboveTheShare(t *testing.T) {
 		tokens        uint32
 		fill, maxToks int64
 	}{
-		{28, 28, 1, 7},
+		{28, 28, 1, 3},
 		{7.9, 79, 10, 2},
 		{2.5, 5, 2, 2},
 		{0.1, 1, 10, 2},
-		{1000, 1000, 1, 250},
+		{1000, 1000, 1, 100},
 	} {
 		c := bucketFor(tc.rate)
 		if c.tokensPerFill != tc.tokens || c.fillSeconds != tc.fill || int64(c.maxTokens) != tc.maxToks {
@@ -74,5 +74,20 @@ func TestBucketForIsTheHighestRateNotAboveTheShare(t *testing.T) {
 	}
 	if c := bucketFor(math.NaN()); !c.none() {
 		t.Errorf("NaN: %+v, want no bucket", c)
+	}
+}
+
+func TestLevelOnGridRoundsDownByLessThanAStep(t *testing.T) {
+	for _, l := range []float64{0.3, 1, 7.99, 28, 28.4, 27.6, 1e6} {
+		g := levelOnGrid(l)
+		if g > l || g < l/levelStep {
+			t.Errorf("levelOnGrid(%v) = %v, want in (%v, %v]", l, g, l/levelStep, l)
+		}
+	}
+	if a, b := levelOnGrid(27.9), levelOnGrid(28.3); a != b {
+		t.Errorf("levels 27.9 and 28.3 round to %v and %v, want one step", a, b)
+	}
+	if g := levelOnGrid(math.Inf(1)); !math.IsInf(g, 1) {
+		t.Errorf("+Inf rounds to %v", g)
 	}
 }

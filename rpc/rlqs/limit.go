@@ -43,8 +43,12 @@ type limit struct {
 	// round's charge, in units.
 	used uint64
 	// debt is what the last charge found the key owing below empty, in
-	// units; the next round divides that much less.
+	// units, beyond a reporting interval of the rate; the next round
+	// divides that much less.
 	debt float64
+	// reportSeconds is the longest time_elapsed a periodic report of the
+	// limit's buckets counted, in whole seconds.
+	reportSeconds int64
 	// Figures of the last round, for metrics and /status.
 	level    float64
 	assigned float64

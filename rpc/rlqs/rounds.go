@@ -138,7 +138,7 @@ func (s *Service) divide(ctx context.Context, r int64, w roundWork, ttl time.Dur
 	// debt; each dividing less than the others never adds up to more
 	// than the rate.
 	capacity := max(l.rate-l.debt/t.Seconds(), 0)
-	level := waterLevel(all, capacity)
+	level := levelOnGrid(waterLevel(all, capacity))
 	_, inSet := vectors[s.member]
 	spare := 0.0
 	if inSet && len(vectors) > 0 {
@@ -240,6 +240,10 @@ func (s *Service) charge(ctx context.Context, l *limit, used uint64) {
 	if units > 0 {
 		s.stats.charges++
 	}
+	// A report's usage is charged in the round it arrives in, so one round
+	// may charge a reporting interval's worth more than it refilled, and
+	// the next that much less: only a debt beyond that is the Envoys'.
+	debt = max(debt-l.rate*float64(l.reportSeconds), 0)
 	l.debt = debt
 	l.inDebt = debt > 0
 }

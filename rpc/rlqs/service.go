@@ -210,6 +210,9 @@ func (s *Service) report(st *stream, r *rlqsv3.RateLimitQuotaUsageReports) error
 		if secs := u.GetTimeElapsed().GetSeconds(); secs > 0 {
 			b.requests += n
 			b.seconds += secs
+			if b.lim != nil {
+				b.lim.reportSeconds = max(b.lim.reportSeconds, secs)
+			}
 		}
 		if n > 0 {
 			b.idleSince = time.Time{}
