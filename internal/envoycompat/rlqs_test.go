@@ -246,3 +246,88 @@ func TestRLQSFilterConfigInTheDocIsEnvoys(t *testing.T) {
 		t.Errorf("no_assignment_behavior %v, expired_assignment_behavior %v: want both set", settings.GetNoAssignmentBehavior(), settings.GetExpiredAssignmentBehavior())
 	}
 }
+
+// Two quotad binaries sharing one redis-server, each streamed to by one
+// go-control-plane client reporting the same bucket id at 50 a second:
+// once both are served, the token buckets they assign add up to at most
+// the policy's 20 a second, and each gets a share.
+func TestRLQSTwoBuiltQuotadsDivideOneLimit(t *testing.T) {
+	r := redistest.Start(t)
+	var streams []rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id := &rlqsv3.BucketId{Bucket: map[string]string{"name": "shared"}}
+	usage := func(elapsed time.Duration, allowed, denied uint64) *rlqsv3.RateLimitQuotaUsageReports {
+		return &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: id, TimeElapsed: durationpb.New(elapsed), NumRequestsAllowed: allowed, NumRequestsDenied: denied,
+		}}}
+	}
+	for range 2 {
+		conn, _ := startRLQSQuotad(t, r)
+		s, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(usage(0, 0, 1)); err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, s)
+	}
+	// The latest token bucket rate each stream holds, a second apart.
+	rates := make([]chan float64, len(streams))
+	for i, s := range streams {
+		rates[i] = make(chan float64, 100)
+		go func() {
+			for {
+				m, err := s.Recv()
+				if err != nil {
+					close(rates[i])
+					return
+				}
+				for _, a := range m.GetBucketAction() {
+					tb := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+					rate := 0.0
+					if tb != nil {
+						rate = float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
+					}
+					rates[i] <- rate
+				}
+			}
+		}()
+		go func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					if s.Send(usage(time.Second, 0, 50)) != nil {
+						return
+					}
+				}
+			}
+		}()
+	}
+	latest := make([]float64, len(streams))
+	for served := 0; served < 4; {
+		for i := range rates {
+			select {
+			case r, ok := <-rates[i]:
+				if !ok {
+					t.Fatalf("stream %d ended", i)
+				}
+				latest[i] = r
+			case <-ctx.Done():
+				t.Fatal("no assignments within 60 s")
+			}
+		}
+		if latest[0]+latest[1] > 20+1e-9 {
+			t.Fatalf("the two quotads assign %.2f and %.2f a second, over the policy's 20 together", latest[0], latest[1])
+		}
+		if latest[0] > 0 && latest[1] > 0 {
+			served++
+		}
+	}
+	t.Logf("shares: %.2f and %.2f a second", latest[0], latest[1])
+}
