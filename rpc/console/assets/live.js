@@ -154,6 +154,27 @@
     body.replaceChildren(...rows);
   }
 
+  // renderRLQS shows Envoy's rate limit quota service on this node, when
+  // it serves it (the node scope only: the cluster's sum leaves it out).
+  function renderRLQS(st) {
+    const q = st.rlqs;
+    $('rlqs-panel').hidden = !q;
+    if (!q) return;
+    $('rlqs-legend').textContent = q.streams + ' Envoy stream' + (q.streams === 1 ? '' : 's') + ' · ' + q.rounds + ' rounds';
+    const rows = q.limits.map((l) => el('tr', { 'data-rlqs-policy': l.policy },
+      el('td', { class: 'name', text: l.policy }),
+      el('td', { class: 'key', text: l.key }),
+      el('td', { class: 'num', text: fmtNum(l.rate) }),
+      el('td', { class: 'num', text: l.level === null ? '–' : fmtNum(l.level) }),
+      el('td', { class: 'num rlqs-assigned', text: fmtNum(l.assigned) + (l.in_debt ? ' (in debt)' : '') }),
+      el('td', { class: 'num', text: String(l.buckets) }),
+      el('td', { class: 'num', text: String(l.members) }),
+      el('td', { class: 'num', text: String(l.allowed) }),
+      el('td', { class: 'num', text: String(l.denied) })));
+    if (!rows.length) rows.push(el('tr', { class: 'empty' }, el('td', { colspan: '9', text: 'No Envoy bucket yet.' })));
+    $('rlqs').tBodies[0].replaceChildren(...rows);
+  }
+
   const SHOWN_KEYS = 10;
   const expanded = new Set(); // policies whose whole top list is open
 
@@ -322,6 +343,7 @@
     renderTiles(st, r);
     renderPolicies(st, r);
     renderTopKeys(st);
+    renderRLQS(st);
     renderMembers(st, r);
     last = st;
     drawChart();
