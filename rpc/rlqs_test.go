@@ -251,8 +251,10 @@ func TestRLQSTenEnvoysOnThreeNodesShareTheLimitFairly(t *testing.T) {
 	}
 	t.Logf("the new Envoy's first token bucket came %s after its first request", newcomer.e.Bucket(id).FirstShare)
 
-	// A small Envoy goes away: its 8 return to the big one, whose fair
-	// share is then what the nine small ones left of the rate (28).
+	// With the new Envoy settled (ten small ones, the big one's fair share
+	// 20), a small Envoy goes away: its 8 return to the big one, whose
+	// fair share is then what the nine small ones left of the rate (28).
+	waitRounds(t, members[0], 3)
 	bigBefore := envoys[0].e.Bucket(id).Rate
 	gone := envoys[1]
 	gone.stop()
