@@ -108,7 +108,11 @@ func TestBoundedGzipReaderYields(t *testing.T) {
 		}
 	}
 	<-done
-	if got := ranAt.Load(); got < 0 || got > gzipYieldEvery+int64(len(buf)) {
-		t.Errorf("the other goroutine ran after %d of %d bytes were inflated, want by %d", got, size, gzipYieldEvery+int64(len(buf)))
+	// The first yield lets it run, unless goroutines of tests running
+	// beside this one (the package's servers) are queued before it: then
+	// a later yield does. Without yields it runs only once the whole
+	// message is inflated.
+	if got := ranAt.Load(); got < 0 || got >= size {
+		t.Errorf("the other goroutine ran after %d of %d bytes were inflated, want while they were (a yield every %d)", got, size, gzipYieldEvery)
 	}
 }
