@@ -156,7 +156,7 @@ func (n *Node) Settle(ctx context.Context, p Policy, key, id string, actual int6
 		return algorithms.Settlement{}, err
 	}
 	if id == "" || len(id) > MaxReservationIDLen {
-		return algorithms.Settlement{}, fmt.Errorf("reservation id: %w: %d bytes (want 1 to %d)", ErrInvalidReservation, len(id), MaxReservationIDLen)
+		return algorithms.Settlement{}, fmt.Errorf("reservation_id: %w: %d bytes (want 1 to %d)", ErrInvalidReservation, len(id), MaxReservationIDLen)
 	}
 	if p.Limit.Algorithm == algorithms.Concurrency {
 		return algorithms.Settlement{}, fmt.Errorf("policy %s: %w", p.Name, ErrConcurrencyReservation)

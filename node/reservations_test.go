@@ -97,7 +97,7 @@ func TestReservationsRefuseWhatTheyCannotMean(t *testing.T) {
 		"a lifetime of 25 hours":     {node.ErrInvalidReservation, "lifetime", func() error { _, _, err := n.Reserve(ctx, fw, "k", 1, 25*time.Hour); return err }},
 		"an estimate over the limit": {algorithms.ErrInvalidCost, "cost", func() error { _, _, err := n.Reserve(ctx, fw, "k", 11, 0); return err }},
 		"a concurrency limit":        {node.ErrConcurrencyReservation, "concurrency", func() error { _, _, err := n.Reserve(ctx, cc, "k", 1, 0); return err }},
-		"an empty id":                {node.ErrInvalidReservation, "reservation id", func() error { _, err := n.Settle(ctx, fw, "k", "", 1); return err }},
+		"an empty id":                {node.ErrInvalidReservation, "reservation_id", func() error { _, err := n.Settle(ctx, fw, "k", "", 1); return err }},
 		"an actual past MaxCharge": {algorithms.ErrInvalidCost, "actual", func() error {
 			_, err := n.Settle(ctx, fw, "k", "x", fw.Limit.MaxCharge()+1)
 			return err
