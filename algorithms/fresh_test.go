@@ -170,7 +170,6 @@ func TestFreshWriteRejectsMalformedValues(t *testing.T) {
 		{algorithms.TokenBucket, "r100 1 2", time.Minute}, // two fields of three
 		{algorithms.TokenBucket, "r 1 2 3", time.Minute},  // no TTL
 		{algorithms.GCRA, "rx 1 2", time.Minute},          // a TTL that is no number
-		{algorithms.FixedWindow, "r100 1", time.Minute},   // one field of two
 		{algorithms.SlidingWindowCounter, "r100 1 2", time.Minute},
 		{algorithms.LeakyBucket, "r100 1 2 3", 0}, // no expire time to read the write's time from
 	} {
@@ -198,7 +197,7 @@ func TestFreshWindowWriteMatchesTheScript(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
 	seed := seedFor(t)
-	for _, a := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindowCounter} {
+	for _, a := range []algorithms.Algorithm{algorithms.SlidingWindowCounter} {
 		t.Run(a.String(), func(t *testing.T) {
 			check := redis.NewScript(algorithms.CheckScript(a))
 			release := redis.NewScript(algorithms.ReleaseScript(a))

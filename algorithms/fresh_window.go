@@ -2,8 +2,8 @@ package algorithms
 
 import "strconv"
 
-// FreshWindowWrite is the fresh form of a window algorithm's state (the
-// fixed window and the sliding window counter): what a check of a key that
+// FreshWindowWrite is the fresh form of the sliding window counter's
+// state: what a check of a key that
 // holds no state writes with plain commands instead of a script, as
 // FreshWrite does for the buckets and GCRA. A window's state needs its
 // window's start, which depends on Redis's clock at the write; the node
@@ -33,8 +33,8 @@ type FreshWindowWrite struct {
 
 // FreshWindow returns the fresh write of a check of cost (a lease would
 // like want) on a key of window limit l that holds no state, and true; or
-// false when the check must go to the script: l is not a fixed window or
-// a sliding window counter, or the check writes nothing (cost 0, or a cost
+// false when the check must go to the script: l is not a sliding window
+// counter, or the check writes nothing (cost 0, or a cost
 // above the limit, denied even on a fresh state). l and cost must be valid
 // (Limit.Validate, Limit.ValidateCost) and want ≥ cost.
 func FreshWindow(l Limit, cost, want int64) (FreshWindowWrite, bool) {
@@ -46,12 +46,6 @@ func FreshWindow(l Limit, cost, want int64) (FreshWindowWrite, bool) {
 	v := make([]byte, 0, 40)
 	v = append(v, 'r')
 	switch l.Algorithm {
-	case FixedWindow:
-		// "w n": the window ends at most a period after the write.
-		w.TTLMillis = l.PeriodMillis()
-		v = strconv.AppendInt(v, w.TTLMillis, 10)
-		v = append(v, " 0 "...)
-		v = strconv.AppendInt(v, g, 10)
 	case SlidingWindowCounter:
 		// "w cur prev": cur counts until the end of the next window.
 		w.TTLMillis = 2 * l.PeriodMillis()
@@ -68,18 +62,14 @@ func FreshWindow(l Limit, cost, want int64) (FreshWindowWrite, bool) {
 // Redis's time setMs: the check script's on a missing key at that time
 // (the Go model's, which the scripts follow).
 func (w FreshWindowWrite) Outcome(setMs int64) (Decision, Grant) {
-	var s State
-	switch w.l.Algorithm {
-	case FixedWindow:
-		s = &FixedWindowState{}
-	default:
-		s = &SlidingCounterState{}
-	}
+	var s SlidingCounterState
 	return s.Acquire(w.l, setMs, w.cost, w.want, 0)
 }
 
 // HasFreshWindowForm reports whether FreshWindow can write a state of
-// algorithm a: the fixed window and the sliding window counter.
+// algorithm a: the sliding window counter. (The fixed window's counts are
+// plain integers, which a node far from a window's edge writes with plain
+// commands whether the key is fresh or not: WindowIncrement.)
 func HasFreshWindowForm(a Algorithm) bool {
-	return a == FixedWindow || a == SlidingWindowCounter
+	return a == SlidingWindowCounter
 }

@@ -39,7 +39,7 @@ var (
 		GCRA:                 "scripts/release_gcra.lua",
 	}
 	keySuffixes = map[Algorithm][]string{
-		FixedWindow:          {":fw3"},
+		FixedWindow:          {":fw4"},
 		SlidingWindowLog:     {":sl3", ":slm3"},
 		SlidingWindowCounter: {":sc3"},
 		TokenBucket:          {":tb3"},
@@ -53,7 +53,7 @@ var (
 	// malformed): no script reads them, but a
 	// reset deletes them too, so that an older node still running beside
 	// this one in a rolling upgrade sees the reset as well.
-	legacySuffixes = []string{":fw", ":sl", ":slm", ":sc", ":tb", ":lb", ":gc", ":tb2", ":lb2", ":gc2", ":fw2", ":sc2", ":sl2", ":slm2"}
+	legacySuffixes = []string{":fw", ":sl", ":slm", ":sc", ":tb", ":lb", ":gc", ":tb2", ":lb2", ":gc2", ":fw2", ":sc2", ":sl2", ":slm2", ":fw3"}
 )
 
 // CheckScript returns the Lua source of algorithm a's check script, which

@@ -1,0 +1,117 @@
+package algorithms_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotad/quotad/algorithms"
+)
+
+// TestWindowIncrementMatchesTheModel drives one fixed window key through a
+// random mix of plain commands (WindowIncrement: INCRBY and PEXPIREAT ...
+// NX, or GET, then the give-back's DECRBY) and check script calls, each at
+// its own now within one window of Redis's clock, and requires every
+// outcome to be the Go model's: plain checks, leases, charges and costs of
+// 0, on cold keys and warm ones, decide exactly as the script does on the
+// count both share.
+func TestWindowIncrementMatchesTheModel(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	seed := seedFor(t)
+	rng := rand.New(rand.NewPCG(seed, 7000))
+	check := redis.NewScript(algorithms.CheckScript(algorithms.FixedWindow))
+	var plain, scripts, givenBack int
+	for n := range 40 {
+		// A period whose current window has a minute left at least, so
+		// that every step's now is in it and its keys live through the
+		// sequence.
+		p := time.Hour
+		for now := time.Now().UnixMilli(); p.Milliseconds()-now%p.Milliseconds() < time.Minute.Milliseconds(); now = time.Now().UnixMilli() {
+			p *= 2
+		}
+		l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1 + rng.Int64N(40), Period: p}
+		pm := l.PeriodMillis()
+		base := fmt.Sprintf("{test:plain:%d:%d}", seed, n)
+		prefix := algorithms.Keys(algorithms.FixedWindow, base)[0]
+		st := algorithms.NewState(algorithms.FixedWindow)
+		now := time.Now().UnixMilli()
+		w := now - now%pm
+		for step := range 60 {
+			nowMs := now + int64(step)
+			cost := rng.Int64N(l.Limit/2 + 2)
+			want := cost + rng.Int64N(4)
+			charge := rng.IntN(4) == 0
+			where := fmt.Sprintf("seed %d, sequence %d, %+v, step %d: cost %d, want %d, charge %v", seed, n, l, step, cost, want, charge)
+			var d algorithms.Decision
+			var g algorithms.Grant
+			if charge {
+				d, g = st.Charge(l, nowMs, cost, want, 0)
+			} else {
+				d, g = st.Acquire(l, nowMs, cost, want, 0)
+			}
+			var gotD algorithms.Decision
+			var gotG algorithms.Grant
+			if wi, ok := algorithms.FixedWindowIncrement(l, prefix, w, cost, want, charge); ok && rng.IntN(3) > 0 {
+				plain++
+				first, then := wi.Commands()
+				var count int64
+				var err error
+				if then == nil {
+					count, err = rdb.Do(ctx, first...).Int64()
+					if err == redis.Nil {
+						count, err = 0, nil
+					}
+				} else {
+					count, err = rdb.Do(ctx, first...).Int64()
+					if err == nil {
+						err = rdb.Do(ctx, then...).Err()
+					}
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				var back int64
+				gotD, gotG, back = wi.Outcome(count, nowMs)
+				if back > 0 {
+					givenBack++
+					first, then := wi.GiveBack(back)
+					if err := rdb.Do(ctx, first...).Err(); err != nil {
+						t.Fatal(err)
+					}
+					if err := rdb.Do(ctx, then...).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else {
+				scripts++
+				args := algorithms.AcquireArgs(l, cost, want, 0, nowMs)
+				if charge {
+					args = algorithms.ChargeArgs(l, cost, want, 0, nowMs)
+				}
+				reply, err := check.Run(ctx, rdb, algorithms.ScriptKeys(l, base, nowMs), args...).Result()
+				if err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				if gotD, gotG, err = algorithms.DecodeAcquireReply(reply); err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+			}
+			if gotD != d || gotG != g {
+				t.Fatalf("%s:\n model %+v %+v\n redis %+v %+v", where, d, g, gotD, gotG)
+			}
+		}
+		ttl, err := rdb.PTTL(ctx, algorithms.WindowKey(prefix, pm, w)).Result()
+		if err == nil && (ttl <= 0 || ttl > time.Duration(w+pm-now)*time.Millisecond+time.Second) {
+			t.Fatalf("sequence %d: the window's key has TTL %v, want the rest of the window", n, ttl)
+		}
+	}
+	if plain == 0 || scripts == 0 || givenBack == 0 {
+		t.Fatalf("%d plain checks, %d script calls, %d give-backs: the sequences missed a path", plain, scripts, givenBack)
+	}
+	requireTTLs(t, rdb)
+}
