@@ -184,23 +184,12 @@ func TestChargesOfEveryAlgorithmRecordADebt(t *testing.T) {
 }
 
 // storedCount reads a configured fixed-window policy's count for key at
-// the authority: the "w n" state under quotad's default key prefix.
+// the authority: the newest window's, under quotad's default key prefix.
 func storedCount(t *testing.T, r *redistest.Server, policy, key string) int64 {
 	t.Helper()
-	v, err := r.Do("GET", "{quotad:"+policy+":"+key+"}:fw3")
+	n, err := r.FixedWindowCount("{quotad:" + policy + ":" + key + "}:fw4")
 	if err != nil {
-		t.Fatalf("GET the state of %s/%s: %v", policy, key, err)
-	}
-	f := strings.Fields(v)
-	if len(f) == 3 && strings.HasPrefix(f[0], "r") {
-		f = f[1:] // a fresh write's form: "r<ttl>", then "w n" with w relative
-	}
-	if len(f) != 2 {
-		t.Fatalf("the state of %s/%s is %q, want \"w n\"", policy, key, v)
-	}
-	n, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the count of %s/%s: %v", policy, key, err)
 	}
 	return n
 }

@@ -12,8 +12,9 @@ import (
 // the family:
 //
 //	{P:N:K}              the family of key K under policy or namespace N
-//	{P:N:K}:fw3          a configured policy's state (one suffix per algorithm)
-//	{P:N:K}/L/T/C:fw3    an inline limit's state: L units per T ms, capacity C
+//	{P:N:K}:tb3          a configured policy's state (one suffix per algorithm;
+//	                     a fixed window's are one key per window, :fw4:T:S)
+//	{P:N:K}/L/T/C:tb3    an inline limit's state: L units per T ms, capacity C
 //	{P}:state            the state marker (the Redis store's Epoch)
 //
 // P is the key prefix with '%', ':' and '}' percent-encoded, N the name

@@ -187,8 +187,8 @@ func TestRedisClusterAlgorithms(t *testing.T) {
 					t.Fatalf("slot %d is on master %d, want %d", slot, owner, master)
 				}
 				mastersUsed[owner] = true
-				if got, err := c.Master(owner).Do("EXISTS", algorithms.Keys(a, base)[0]); err != nil || got != "1" {
-					t.Fatalf("master %d: EXISTS %s = %q, %v: the state is not where the slot says", owner, algorithms.Keys(a, base)[0], got, err)
+				if got, err := c.Master(owner).HoldsState(algorithms.Keys(a, base)[0]); err != nil || !got {
+					t.Fatalf("master %d: no state for %s (%v, %v): the state is not where the slot says", owner, algorithms.Keys(a, base)[0], got, err)
 				}
 			})
 		}
@@ -213,8 +213,8 @@ func TestRedisClusterAlgorithms(t *testing.T) {
 		family := "{quotad:" + p.Name + ":%7Dk" + strconv.Itoa(i) + "}"
 		slot := c.Slot(family)
 		owner := c.Owner(slot)
-		if got, err := c.Master(owner).Do("EXISTS", algorithms.Keys(p.Limit.Algorithm, family)[0]); err != nil || got != "1" {
-			t.Fatalf("key %q: no state at %s on master %d (%q, %v)", key, family, owner, got, err)
+		if got, err := c.Master(owner).HoldsState(algorithms.Keys(p.Limit.Algorithm, family)[0]); err != nil || !got {
+			t.Fatalf("key %q: no state at %s on master %d (%v, %v)", key, family, owner, got, err)
 		}
 		slots[slot], owners[owner] = true, true
 		oldSlots[c.Slot(keyBase(p.Name, key))] = true

@@ -106,9 +106,11 @@ func TestSingleKeyFixedWindowIsExact(t *testing.T) {
 }
 
 // On Redis, with cold keys (no leases) and nothing denied (no denied
-// cache), every fixed-window check is decided by one fresh write, no
-// script: a SET ... NX and a PEXPIRETIME (algorithms.FreshWindow), which
-// the report counts by command, as Redis does.
+// cache), every fixed-window check far from its window's edge is plain
+// commands, no script: an INCRBY and a PEXPIREAT ... NX
+// (algorithms.WindowIncrement; the INCRBY alone for a key the node saw
+// counting in this window), which the report counts by command, as Redis
+// does.
 func TestRedisCallsPerCheck(t *testing.T) {
 	r := redistest.Start(t)
 	store, err := redis.New(context.Background(), redis.Config{URL: r.URL(), Timeout: 2 * time.Second})
@@ -134,10 +136,12 @@ func TestRedisCallsPerCheck(t *testing.T) {
 	if rr == nil {
 		t.Fatal("no redis figures in the report")
 	}
-	if rr.ByCommand["set"] != n || rr.ByCommand["pexpiretime"] != n || rr.Scripts != 0 || rr.ScriptsPerCheck != 0 {
-		t.Fatalf("by command %v, %d scripts (%.3f per check); want a SET and a PEXPIRETIME per check and no script", rr.ByCommand, rr.Scripts, rr.ScriptsPerCheck)
+	// A key drawn twice (about one run in twelve) is known to have its
+	// TTL the second time: its INCRBY goes alone.
+	if rr.ByCommand["incrby"] != n || rr.ByCommand["pexpireat"] > n || rr.ByCommand["pexpireat"] < n-10 || rr.Scripts != 0 || rr.ScriptsPerCheck != 0 {
+		t.Fatalf("by command %v, %d scripts (%.3f per check); want an INCRBY and a PEXPIREAT per check and no script", rr.ByCommand, rr.Scripts, rr.ScriptsPerCheck)
 	}
-	if rr.CommandsPerCheck < 2 || rr.CommandsPerCheck > 2.05 {
+	if rr.CommandsPerCheck < 1.97 || rr.CommandsPerCheck > 2.05 {
 		t.Fatalf("%.3f commands per check, want 2", rr.CommandsPerCheck)
 	}
 	// quotabench subtracts its own INFO calls; what remains is quotad's

@@ -56,6 +56,10 @@ type Store struct {
 	// while most of them find state all the same.
 	known *keyMemory
 	fresh freshGuard
+	// clock estimates Redis's clock for the fixed window's plain
+	// commands (windows.go), sampled every clockSampleEvery until stop.
+	clock *redisClock
+	stop  chan struct{}
 	// live watches the clients' connections, to tell a late Redis from an
 	// overloaded node (liveness.go).
 	live *liveness
@@ -91,6 +95,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		reservations: newReservationScripts(),
 		known:        newKeyMemory(),
 		live:         newLiveness(),
+		clock:        newRedisClock(),
+		stop:         make(chan struct{}),
 	}
 	// Before the first command, so that every connection is watched.
 	s.live.watch(client)
@@ -118,7 +124,28 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	s.bulkPipe = newPipeline(releases, client, s.live, cfg.Timeout, cfg.netTimeout(), cfg.BatchWindow, s.loadScripts)
 	s.bulkPipe.wakeChunk = bulkWakeChunk
 	s.releasePipe = newPipeline(releases, nil, s.live, cfg.Timeout, cfg.netTimeout(), 0, s.loadScripts)
+	// Two samples that agree make an estimate to use (redisClock).
+	for range 2 {
+		_ = s.clock.sample(ctx, s.client)
+	}
+	go s.sampleClock()
 	return s, nil
+}
+
+// sampleClock renews the estimate of Redis's clock until the store closes.
+func (s *Store) sampleClock() {
+	tick := time.NewTicker(clockSampleEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.netTimeout())
+			_ = s.clock.sample(ctx, s.client)
+			cancel()
+		}
+	}
 }
 
 // loadScripts loads every script into Redis's script cache: on Redis
@@ -154,12 +181,15 @@ func (s *Store) loadScripts(ctx context.Context) error {
 // came (its deadline passed, or ctx ended) and whose reply comes later
 // hands what it took to r.Late, if any.
 //
+// A fixed window's check far from the window's edge is plain commands
+// on the window's own key, whatever it holds (acquireWindow, windows.go).
+//
 // A check of a key this node does not remember holding state, whose
 // algorithm can write a fresh state without the script
 // (algorithms.Fresh), first tries that: one plain SET ... NX, which
-// costs Redis less than half of what the script call does; a window's
-// (algorithms.FreshWindow) also asks PEXPIRETIME in the same round trip,
-// for the write's time. Only if the key
+// costs Redis less than half of what the script call does; a sliding
+// window counter's (algorithms.FreshWindow) also asks PEXPIRETIME in the
+// same round trip, for the write's time. Only if the key
 // holds state after all does the check go to the script, within what is
 // left of the same timeout. A wrong guess costs the check a second round
 // trip, so the SET is tried only while round trips are short enough for
@@ -176,10 +206,22 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 	if r.Bulk {
 		pipe = s.bulkPipe
 	}
-	keys := algorithms.Keys(l.Algorithm, r.Base)
+	keys := algorithms.ScriptKeys(l, r.Base, s.clock.nowMs())
 	late := r.Late
 	start := time.Now()
 	timeout := s.cfg.Timeout
+	if l.Algorithm == algorithms.FixedWindow {
+		d, g, handled, err := s.acquireWindow(ctx, pipe, r, algorithms.Keys(l.Algorithm, r.Base)[0], timeout, span)
+		if err != nil {
+			return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
+		}
+		if handled {
+			return d, g, nil
+		}
+		if timeout -= time.Since(start); timeout <= 0 {
+			return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, pipe.missed())
+		}
+	}
 	// A charge within the capacity decides a key with no state as a check
 	// does (it fits); one above it is denied and must go to the script to
 	// be recorded, and Fresh would not write it.
@@ -342,7 +384,7 @@ func (s *Store) giveBack(ctx context.Context, base string, l algorithms.Limit, u
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(max(time.Until(d), s.cfg.Timeout), s.cfg.netTimeout())
 	}
-	reply, err := s.releasePipe.run(ctx, timeout, sc, nil, algorithms.Keys(l.Algorithm, base), algorithms.ReleaseArgs(l, units, g, 0), nil)
+	reply, err := s.releasePipe.run(ctx, timeout, sc, nil, algorithms.ReleaseKeys(l, base, g), algorithms.ReleaseArgs(l, units, g, 0), nil)
 	if err != nil {
 		return 0, fmt.Errorf("redis release %s: %w", l.Algorithm, err)
 	}
@@ -368,8 +410,9 @@ func (s *Store) ScriptCalls() int64 {
 	return s.checkPipe.scripts.Load() + s.bulkPipe.scripts.Load() + s.releasePipe.scripts.Load()
 }
 
-// FreshWrites reports how many plain SETs of a fresh state
-// (algorithms.Fresh) the store sent, whether or not they wrote.
+// FreshWrites reports how many plain calls instead of a script the store
+// sent: SETs of a fresh state (algorithms.Fresh), whether or not they
+// wrote, and fixed window checks (algorithms.WindowIncrement).
 func (s *Store) FreshWrites() int64 {
 	return s.checkPipe.plain.Load() + s.bulkPipe.plain.Load()
 }
@@ -392,6 +435,7 @@ func (s *Store) Describe() string { return s.describe }
 func (s *Store) Close() error {
 	var err error
 	s.closed.Do(func() {
+		close(s.stop)
 		s.checkPipe.close()
 		s.bulkPipe.close()
 		s.releasePipe.close()

@@ -47,7 +47,7 @@ func (s *Store) Reserve(ctx context.Context, base string, l algorithms.Limit, co
 	if sc == nil {
 		return algorithms.Decision{}, fmt.Errorf("redis reserve: %w %d", algorithms.ErrUnknownAlgorithm, int(l.Algorithm))
 	}
-	keys := append(algorithms.Keys(l.Algorithm, base), algorithms.ReservationKey(base, id))
+	keys := append(algorithms.ScriptKeys(l, base, s.clock.nowMs()), algorithms.ReservationKey(base, id))
 	reply, err := s.checkPipe.run(ctx, s.cfg.Timeout, sc, nil, keys, algorithms.ReserveArgs(l, cost, lifetime, 0), nil)
 	if err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis reserve %s: %w", l.Algorithm, err)
@@ -70,7 +70,7 @@ func (s *Store) Settle(ctx context.Context, base string, l algorithms.Limit, id 
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(max(time.Until(d), s.cfg.Timeout), s.cfg.netTimeout())
 	}
-	keys := append(algorithms.Keys(l.Algorithm, base), algorithms.ReservationKey(base, id))
+	keys := append(algorithms.ScriptKeys(l, base, s.clock.nowMs()), algorithms.ReservationKey(base, id))
 	reply, err := s.checkPipe.run(ctx, timeout, sc, nil, keys, algorithms.SettleArgs(l, actual, 0), nil)
 	if err != nil {
 		return algorithms.Settlement{}, fmt.Errorf("redis settle %s: %w", l.Algorithm, err)

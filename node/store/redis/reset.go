@@ -24,6 +24,45 @@ func (s *Store) Reset(ctx context.Context, base string) error {
 	return nil
 }
 
+// ResetLimit implements node.LimitResetter: Reset, and for a fixed window
+// the keys of its windows that may count now (algorithms.WindowKey): the
+// window Redis's clock is in, the one before it (a check the node decided
+// just before the turn) and the one after it (the clock may turn during
+// the reset), read from TIME on the primary that serves base. A window
+// has no key that lists it, so only those are found; any earlier window
+// has ended and counts nothing.
+func (s *Store) ResetLimit(ctx context.Context, base string, l algorithms.Limit) error {
+	if l.Algorithm != algorithms.FixedWindow {
+		return s.Reset(ctx, base)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	var primary goredis.Cmdable = s.client
+	if cc, ok := s.client.(*goredis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, base)
+		if err != nil {
+			return fmt.Errorf("redis reset: find the primary of %s: %w", base, err)
+		}
+		primary = c
+	}
+	now, err := primary.Time(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("redis reset: read the clock: %w", err)
+	}
+	p := l.PeriodMillis()
+	ms := now.UnixMilli()
+	w := ms - ms%p
+	keys := algorithms.AllKeys(base)
+	prefix := algorithms.Keys(algorithms.FixedWindow, base)[0]
+	for _, start := range []int64{w - p, w, w + p} {
+		keys = append(keys, algorithms.WindowKey(prefix, p, start))
+	}
+	if err := s.client.Del(ctx, keys...).Err(); err != nil && !errors.Is(err, goredis.Nil) {
+		return fmt.Errorf("redis reset: %w", err)
+	}
+	return nil
+}
+
 // ResetInline implements node.Store. Nothing records which inline limits a key
 // was checked with (a record would be a second key in every check script,
 // and a script whose keys a slot migration has split between two primaries

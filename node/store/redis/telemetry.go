@@ -124,10 +124,18 @@ const freshOperation = "SET"
 // markFreshWrite renames a store call's span, if it has one, for a check
 // a fresh write decided: it made no script call. The metrics keep one
 // operation name for every call.
-func markFreshWrite(span trace.Span) {
+func markFreshWrite(span trace.Span) { markPlain(span, freshOperation) }
+
+// windowOperation is the command of a fixed window check made with plain
+// commands (windows.go): INCRBY, or GET for a cost of 0.
+const windowOperation = "INCRBY"
+
+// markPlain renames a store call's span, if it has one, for a check that
+// plain commands decided, op the first of them.
+func markPlain(span trace.Span, op string) {
 	if span != nil {
-		span.SetName(freshOperation)
-		span.SetAttributes(semconv.DBOperationName(freshOperation))
+		span.SetName(op)
+		span.SetAttributes(semconv.DBOperationName(op))
 	}
 }
 
