@@ -79,7 +79,6 @@ func containsPrefix(list []string, prefix string) bool {
 	return false
 }
 
-
 // Any client could send another period for an inline
 // key and restart its window. Now an inline limit's state is bound to the
 // limit: for every algorithm, on a real redis-server and on the memory
