@@ -115,13 +115,14 @@ func TestDifferentialWindowClockBackwards(t *testing.T) {
 }
 
 // expires reports whether keys expire in a sequence of algorithm a in mode
-// ("keep", "expire", "limit changes" or "clock backwards"). A fixed
-// window's model forgets each window once the clock reaches its end, when
-// Redis expires the window's key: with a clock that steps back into an
-// earlier window, its keys must expire as in production for the two to
-// agree (docs/algorithms.md, "Clock going backwards").
+// ("keep", "expire", "limit changes" or "clock backwards"). A window
+// algorithm's model forgets each window when Redis expires the window's
+// key (the fixed window at its end, the sliding counter a period later):
+// with a clock that steps back into an earlier window, its keys must
+// expire as in production for the two to agree (docs/algorithms.md,
+// "Clock going backwards").
 func expires(a algorithms.Algorithm, mode string) bool {
-	return mode == "expire" || (mode == "clock backwards" && a == algorithms.FixedWindow)
+	return mode == "expire" || (mode == "clock backwards" && algorithms.HasWindowKeys(a))
 }
 
 // TestDifferentialLimitChanges is TestDifferential with keys whose limit
@@ -280,7 +281,7 @@ func TestDifferentialWindowExamples(t *testing.T) {
 				want[j] = o
 			}
 			for _, expire := range []bool{false, true} {
-				if !expire && ex.Limit.Algorithm == algorithms.FixedWindow && clockGoesBack(steps) {
+				if !expire && algorithms.HasWindowKeys(ex.Limit.Algorithm) && clockGoesBack(steps) {
 					continue // see expires
 				}
 				base := fmt.Sprintf("{test:example:%d:%v}", i, expire)
@@ -368,8 +369,8 @@ func TestDifferentialTTL(t *testing.T) {
 						t.Fatalf("%+v, check %d: %v", l, i, err)
 					}
 					stateKeys := keys
-					if a == algorithms.FixedWindow {
-						// The window's own key, under the prefix.
+					if algorithms.HasWindowKeys(a) {
+						// The windows' own keys, under the prefix.
 						if stateKeys, err = rdb.Keys(ctx, keys[0]+":*").Result(); err != nil {
 							t.Fatal(err)
 						}

@@ -1,9 +1,6 @@
 package algorithms
 
-import (
-	"strconv"
-	"time"
-)
+import "time"
 
 // FixedWindowState is one key's fixed window: the units spent in each
 // window that has not ended yet. Windows are aligned to multiples of the
@@ -21,12 +18,7 @@ import (
 type FixedWindowState struct {
 	// windows are the counts of the windows not ended at the newest time
 	// seen: one, unless the clock went back or the period changed.
-	windows []fixedWindow
-}
-
-// fixedWindow is the count of the window of period p that starts at w.
-type fixedWindow struct {
-	p, w, used int64
+	windows windowCounts
 }
 
 // Check implements State. It writes only when it admits a positive cost.
@@ -39,32 +31,9 @@ func (s *FixedWindowState) Check(l Limit, nowMs, cost int64) Decision {
 // in it so far, after forgetting the windows that have ended (their keys
 // have expired).
 func (s *FixedWindowState) window(p, nowMs int64) (w, used int64) {
-	kept := s.windows[:0]
-	for _, fw := range s.windows {
-		if fw.w+fw.p > nowMs {
-			kept = append(kept, fw)
-		}
-	}
-	clear(s.windows[len(kept):])
-	s.windows = kept
+	s.windows.forget(nowMs, 1)
 	w = nowMs - nowMs%p
-	for _, fw := range s.windows {
-		if fw.p == p && fw.w == w {
-			return w, fw.used
-		}
-	}
-	return w, 0
-}
-
-// set records used as the count of the window of period p starting at w.
-func (s *FixedWindowState) set(p, w, used int64) {
-	for i := range s.windows {
-		if s.windows[i].p == p && s.windows[i].w == w {
-			s.windows[i].used = used
-			return
-		}
-	}
-	s.windows = append(s.windows, fixedWindow{p: p, w: w, used: used})
+	return w, s.windows.get(p, w)
 }
 
 // Acquire implements State. Granted units must be spent within the window
@@ -85,7 +54,7 @@ func (s *FixedWindowState) acquire(l Limit, nowMs, cost, want int64, charge bool
 	w, used := s.window(p, nowMs)
 	d, g, after := fixedWindowDecide(l, w, used, nowMs, cost, want, charge)
 	if after != used {
-		s.set(p, w, after)
+		s.windows.set(p, w, after)
 	}
 	return d, g
 }
@@ -136,47 +105,6 @@ func (s *FixedWindowState) Release(l Limit, nowMs, units int64, g Grant) int64 {
 		return 0
 	}
 	returned := min(u, used)
-	s.set(p, w, used-returned)
+	s.windows.set(p, w, used-returned)
 	return returned
-}
-
-// WindowKey is the Redis key of the window of period periodMs starting at
-// startMs, for a window algorithm whose key prefix is prefix (Keys: the
-// prefix is in the limit's hash tag, so every window is in its slot):
-// "prefix:period:start".
-func WindowKey(prefix string, periodMs, startMs int64) string {
-	b := make([]byte, 0, len(prefix)+32)
-	b = append(b, prefix...)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, periodMs, 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, startMs, 10)
-	return string(b)
-}
-
-// ScriptKeys returns the KEYS of a check script call of limit l stored
-// under base, made at about nowMs on Redis's clock: Keys, except for a
-// fixed window, whose state is one key per window: the key of the window
-// of nowMs. Redis Cluster routes a script by the keys it names (while a
-// slot moves, to where they are), so a fixed window's check names the
-// window it will most likely count in; near an edge the script counts in
-// the window of its own clock, the one beside it, in the same slot.
-func ScriptKeys(l Limit, base string, nowMs int64) []string {
-	keys := Keys(l.Algorithm, base)
-	if l.Algorithm == FixedWindow {
-		p := l.PeriodMillis()
-		keys[0] = WindowKey(keys[0], p, nowMs-nowMs%p)
-	}
-	return keys
-}
-
-// ReleaseKeys returns the KEYS of a release script call giving back units
-// of grant g of limit l stored under base: Keys, except for a fixed
-// window: the key of the grant's window, the only one it can go back to.
-func ReleaseKeys(l Limit, base string, g Grant) []string {
-	keys := Keys(l.Algorithm, base)
-	if l.Algorithm == FixedWindow {
-		keys[0] = WindowKey(keys[0], l.PeriodMillis(), g.Ref)
-	}
-	return keys
 }

@@ -32,7 +32,7 @@ type FreshWrite struct {
 // check must go to the script: l's algorithm keeps no state that can be
 // written without knowing the time (the token bucket, the leaky bucket,
 // GCRA and the sliding log have one; windows must be aligned to the clock,
-// see FreshWindow), or the check writes nothing (cost 0, or a cost above
+// see WindowIncrement), or the check writes nothing (cost 0, or a cost above
 // the capacity, denied even on a fresh state). l and cost must be valid
 // (Limit.Validate, Limit.ValidateCost) and want ≥ cost.
 //
@@ -98,7 +98,7 @@ func Fresh(l Limit, cost, want int64) (FreshWrite, bool) {
 // HasFreshForm reports whether Fresh can write a state of algorithm a:
 // the token bucket, the leaky bucket, GCRA and the sliding log, whose
 // states hold a time only as the last write's or an entry's (windows must
-// be aligned to the clock: FreshWindow).
+// be aligned to the clock: WindowIncrement).
 func HasFreshForm(a Algorithm) bool {
 	return a == TokenBucket || a == LeakyBucket || a == GCRA || a == SlidingWindowLog
 }

@@ -170,8 +170,7 @@ func TestFreshWriteRejectsMalformedValues(t *testing.T) {
 		{algorithms.TokenBucket, "r100 1 2", time.Minute}, // two fields of three
 		{algorithms.TokenBucket, "r 1 2 3", time.Minute},  // no TTL
 		{algorithms.GCRA, "rx 1 2", time.Minute},          // a TTL that is no number
-		{algorithms.SlidingWindowCounter, "r100 1 2", time.Minute},
-		{algorithms.LeakyBucket, "r100 1 2 3", 0}, // no expire time to read the write's time from
+		{algorithms.LeakyBucket, "r100 1 2 3", 0},         // no expire time to read the write's time from
 	} {
 		key := algorithms.Keys(c.a, "{fresh:bad}")[0]
 		if err := rdb.Set(ctx, key, c.value, c.ttl).Err(); err != nil {
@@ -185,84 +184,6 @@ func TestFreshWriteRejectsMalformedValues(t *testing.T) {
 		if err := rdb.Del(ctx, key).Err(); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// TestFreshWindowWriteMatchesTheScript requires that a window's fresh
-// write (FreshWindow: SET ... NX, then PEXPIRETIME for the write's time)
-// decides what the check script decides on a missing key at the write's
-// time, and that the state it writes decides every later check and
-// release exactly as the state the script would have written then.
-func TestFreshWindowWriteMatchesTheScript(t *testing.T) {
-	rdb := startRedis(t)
-	ctx := context.Background()
-	seed := seedFor(t)
-	for _, a := range []algorithms.Algorithm{algorithms.SlidingWindowCounter} {
-		t.Run(a.String(), func(t *testing.T) {
-			check := redis.NewScript(algorithms.CheckScript(a))
-			release := redis.NewScript(algorithms.ReleaseScript(a))
-			rng := rand.New(rand.NewPCG(seed, uint64(a)))
-			compared := 0
-			for n := range 300 {
-				l := diffLimit(rng, a)
-				cost := diffCost(rng, l.Capacity())
-				want := cost + rng.Int64N(max(1, l.Capacity()))
-				where := fmt.Sprintf("seed %d, case %d, %+v, cost %d, want %d", seed, n, l, cost, want)
-				w, ok := algorithms.FreshWindow(l, cost, want)
-				if wantOK := cost > 0 && cost <= l.Limit; ok != wantOK {
-					t.Fatalf("%s: FreshWindow ok %v, want %v", where, ok, wantOK)
-				}
-				// The states compared must outlive this test's few ms on
-				// Redis's clock.
-				if !ok || l.PeriodMillis() < 10_000 {
-					continue
-				}
-				compared++
-				fresh := algorithms.Keys(a, fmt.Sprintf("{freshw:%d:%d}f", seed, n))
-				before := redisNowMs(t, rdb)
-				if reply, err := rdb.Do(ctx, "SET", fresh[0], w.Value, "PX", w.TTLMillis, "NX").Result(); reply != "OK" || err != nil {
-					t.Fatalf("%s: SET NX on a missing key: %v, %v", where, reply, err)
-				}
-				expireMs, err := rdb.Do(ctx, "PEXPIRETIME", fresh[0]).Int64()
-				if err != nil {
-					t.Fatalf("%s: PEXPIRETIME: %v", where, err)
-				}
-				writtenMs := expireMs - w.TTLMillis
-				if after := redisNowMs(t, rdb); writtenMs < before || writtenMs > after {
-					t.Fatalf("%s: the fresh write's time reads as %d, outside Redis TIME %d..%d around the SET", where, writtenMs, before, after)
-				}
-				d, g := w.Outcome(writtenMs)
-				scripted := algorithms.Keys(a, fmt.Sprintf("{freshw:%d:%d}s", seed, n))
-				sd, sg, err := algorithms.DecodeAcquireReply(check.Run(ctx, rdb, scripted, algorithms.AcquireArgs(l, cost, want, 0, writtenMs)...).Val())
-				if err != nil || sd != d || sg != g {
-					t.Fatalf("%s: the fresh write decides %+v %+v, the script %+v %+v (%v)", where, d, g, sd, sg, err)
-				}
-				at := writtenMs
-				for step := range 4 {
-					at += diffJump(rng, l.PeriodMillis(), at, d)
-					sc, args := check, []any(nil)
-					if (step+n)%2 == 1 {
-						sc = release
-						args = algorithms.ReleaseArgs(l, 1+rng.Int64N(g.Units), g, at)
-					} else {
-						c := diffCost(rng, l.Capacity())
-						args = algorithms.AcquireArgs(l, c, max(c, want), 0, at)
-					}
-					fromFresh, err1 := sc.Run(ctx, rdb, fresh, args...).Slice()
-					fromScript, err2 := sc.Run(ctx, rdb, scripted, args...).Slice()
-					if err1 != nil || err2 != nil {
-						t.Fatalf("%s, step %d at +%d ms: %v / %v", where, step, at-writtenMs, err1, err2)
-					}
-					if fmt.Sprint(fromFresh) != fmt.Sprint(fromScript) {
-						t.Fatalf("%s, step %d at +%d ms: the fresh write's state replied %v, the script's %v", where, step, at-writtenMs, fromFresh, fromScript)
-					}
-				}
-			}
-			if compared < 20 {
-				t.Fatalf("only %d cases lived long enough to compare", compared)
-			}
-			t.Logf("%d cases compared", compared)
-		})
 	}
 }
 

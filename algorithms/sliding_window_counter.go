@@ -2,20 +2,22 @@ package algorithms
 
 import "time"
 
-// SlidingCounterState is one key's sliding window counter: the units spent
-// in the current aligned window and in the one before it. The previous
-// window's count is weighted by how much of it still overlaps the rolling
-// period. The zero value is a fresh state (nothing spent). Like every
-// State, it is not safe for concurrent use.
+// SlidingCounterState is one key's sliding window counter: the units
+// spent in each aligned window, of which a check reads the current one and
+// the one before it, weighted by how much of it still overlaps the rolling
+// period. Each window keeps its own count, named by its period and its
+// start as its Redis key is (WindowKey); a window's count is forgotten a
+// period after its end, as its key expires then. The zero value is a fresh
+// state (nothing spent). Like every State, it is not safe for concurrent
+// use.
 //
 // It mirrors scripts/sliding_window_counter.lua and
-// scripts/release_sliding_window_counter.lua (STRING base:sc3,
-// "w cur prev"); the rules are docs/algorithms.md, "Sliding window counter" and
-// "Leases".
+// scripts/release_sliding_window_counter.lua (one integer STRING per
+// window) and the plain commands a node sends far from a window's edge
+// (WindowIncrement); the rules are docs/algorithms.md, "Sliding window
+// counter" and "Leases".
 type SlidingCounterState struct {
-	w    int64 // start of the window cur counts, ms since the Unix epoch
-	cur  int64 // units spent in window w
-	prev int64 // units spent in window w - period
+	windows windowCounts
 }
 
 // Check implements State. It writes only when it admits a positive cost.
@@ -40,25 +42,30 @@ func (s *SlidingCounterState) Charge(l Limit, nowMs, cost, want, holdMs int64) (
 
 // acquire is Acquire, or Charge when charge.
 func (s *SlidingCounterState) acquire(l Limit, nowMs, cost, want int64, charge bool) (Decision, Grant) {
+	p := l.PeriodMillis()
+	s.windows.forget(nowMs, 2)
+	w := nowMs - nowMs%p
+	cur, prev := s.windows.get(p, w), s.windows.get(p, w-p)
+	d, g, after := slidingCounterDecide(l, w, cur, prev, nowMs, cost, want, charge)
+	if after != cur {
+		s.windows.set(p, w, after)
+	}
+	return d, g
+}
+
+// slidingCounterDecide is the sliding counter's decision for a check at
+// nowMs in the window starting at w, whose count is cur and the previous
+// window's prev (each clamped to [0, MaxCharge]: a count plain commands
+// wrote may lie outside), and the window's count after it: what the
+// script and the model decide, and what the plain commands' outcome is
+// computed with (WindowIncrement).
+func slidingCounterDecide(l Limit, w, cur, prev, nowMs, cost, want int64, charge bool) (Decision, Grant, int64) {
 	lim, p, most := l.Limit, l.PeriodMillis(), l.MaxCharge()
 	c := max(cost, 1)
-
-	// The stored window, aligned to this limit's period: a no-op unless the
-	// key's period changed. A clock that went backwards stays in the newest
-	// window written, so it can never reopen (and spend again) an earlier one.
-	sw := s.w - s.w%p
-	w := max(nowMs-nowMs%p, sw)
-	var cur, prev int64
-	switch w {
-	case sw:
-		cur, prev = s.cur, s.prev
-	case sw + p:
-		prev = s.cur
-	}
 	// Counts above the limit are a charge's debt, or were spent under a
 	// larger limit (the key's limit changed); capping them at MaxCharge
 	// keeps prev × period within MaxExact.
-	cur, prev = min(cur, most), min(prev, most)
+	cur, prev = min(max(cur, 0), most), min(max(prev, 0), most)
 
 	// The previous window's share, rounded up so the estimate errs strict.
 	// prev × (p - e) ≤ MaxCharge × period ≤ MaxExact.
@@ -70,11 +77,9 @@ func (s *SlidingCounterState) acquire(l Limit, nowMs, cost, want int64, charge b
 	if allowed && cost > 0 {
 		g = Grant{Units: grantSize(cost, want, lim-pw-cur), UseWithin: time.Duration(w+p-nowMs) * time.Millisecond, Ref: w}
 		cur += g.Units
-		s.w, s.cur, s.prev = w, cur, prev
 	}
 	if !allowed && charge && cost > 0 {
 		cur = min(cur+cost, most)
-		s.w, s.cur, s.prev = w, cur, prev
 	}
 
 	d := Decision{Allowed: allowed, Limit: lim, Remaining: max(0, lim-pw-cur)}
@@ -103,7 +108,7 @@ func (s *SlidingCounterState) acquire(l Limit, nowMs, cost, want int64, charge b
 			d.RetryAfter = time.Duration(w+p+max(0, p-k)-nowMs) * time.Millisecond
 		}
 	}
-	return d, g
+	return d, g, cur
 }
 
 // Release implements State: units go back only to the window they were
@@ -113,12 +118,13 @@ func (s *SlidingCounterState) acquire(l Limit, nowMs, cost, want int64, charge b
 func (s *SlidingCounterState) Release(l Limit, nowMs, units int64, g Grant) int64 {
 	p := l.PeriodMillis()
 	u := releaseUnits(l, units, g)
-	sw := s.w - s.w%p
-	w := max(nowMs-nowMs%p, sw)
-	if u <= 0 || w != sw || w != g.Ref || s.cur <= 0 {
+	s.windows.forget(nowMs, 2)
+	w := nowMs - nowMs%p
+	cur := s.windows.get(p, w)
+	if u <= 0 || w != g.Ref || cur <= 0 {
 		return 0
 	}
-	returned := min(u, s.cur)
-	s.cur -= returned
+	returned := min(u, cur)
+	s.windows.set(p, w, cur-returned)
 	return returned
 }

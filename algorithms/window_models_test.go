@@ -170,16 +170,16 @@ var WindowExamples = func() []WindowExample {
 			},
 		},
 		{
-			Name:  "sliding counter: a clock that went back stays in the newest window",
+			Name:  "sliding counter: each window keeps its own count, also when the clock goes back",
 			Limit: sc10,
 			Steps: []ExampleStep{
 				{t0 + 1500, 4, windowAllowed(10, 6, 1500)},
-				// Still window t0+1000 (e clamps to 0): 4 + 7 > 10; next
-				// window k = floor(3 × 1000/4) = 750, at t0 + 2250.
-				{t0 + 900, 7, windowDenied(10, 6, 2100, 1350)},
-				{t0 + 900, 6, windowAllowed(10, 0, 2100)},
-				// prev 10 weighs ceil(10 × 750/1000) = 8; room 3, k = 300.
-				{t0 + 2250, 7, windowDenied(10, 2, 750, 450)},
+				// Back in window t0, which nothing was spent in.
+				{t0 + 900, 7, windowAllowed(10, 3, 1100)},
+				// Window t0+1000 is as it was, with window t0's 7 before it,
+				// weighing ceil(7 × 500/1000) = 4: 4 + 4 + 3 > 10; room 3,
+				// k = floor(3 × 1000/7) = 428.
+				{t0 + 1500, 3, windowDenied(10, 2, 1500, 72)},
 			},
 		},
 	}
@@ -445,6 +445,7 @@ func cloneWindowState(s State) State {
 		return &c
 	case *SlidingCounterState:
 		c := *s
+		c.windows = slices.Clone(s.windows)
 		return &c
 	case *SlidingLogState:
 		c := *s

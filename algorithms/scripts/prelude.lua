@@ -109,19 +109,19 @@ local function check_state(key, n, decide, tf)
   return reply
 end
 
--- window_key is the key of the fixed window of period p that starts at w,
--- where any_window is the key of one of its windows or their prefix,
--- base:fw4 (algorithms.WindowKey: base:fw4:p:w). The prefix is up to the
--- last ":fw4": a window's key has only digits after it.
+-- window_key is the key of the window of period p that starts at w, of a
+-- window algorithm (the fixed window, the sliding counter) where
+-- any_window is the key of one of its windows or their prefix, base:fw4 or
+-- base:sc4 (algorithms.WindowKey: prefix:p:w). A prefix ends in the
+-- algorithm's suffix, never in ":<digits>:<digits>".
 local function window_key(any_window, p, w)
-  local prefix = string.match(any_window, '^(.*:fw4)')
-  if not prefix then error('not a fixed window key: ' .. any_window) end
+  local prefix = string.match(any_window, '^(.*):%d+:%-?%d+$') or any_window
   return prefix .. ':' .. int(p) .. ':' .. int(w)
 end
 
 -- window_count returns the integer count a window's key holds (0 if it is
--- missing): the fixed window's STRING, which plain INCRBY and DECRBY write
--- too. A value of another shape is an error.
+-- missing): a window algorithm's STRING, which plain INCRBY and DECRBY
+-- write too. A value of another shape is an error.
 local function window_count(key)
   local v = redis.call('GET', key)
   if not v then return 0 end

@@ -3,16 +3,14 @@
 -- shared with the Go model (SlidingCounterState.Release), are
 -- docs/algorithms.md, "Leases".
 --
--- KEYS[1]  base:sc3  STRING "w cur prev": w = current window start ms, cur =
---          units spent in window w, prev = units spent in window w - period
---          (prelude: load, save; or its fresh form, parse)
+-- KEYS[1]  the key of the grant's window (ReleaseKeys), or the windows'
+--          prefix (see sliding_window_counter.lua)
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" = Redis TIME),
 --          ref (the grant's window start), granted
 -- Reply    {returned}
 --
--- Never creates the key and sets no TTL: SET KEEPTTL keeps the one the check set.
+-- Never creates the key and sets no TTL: DECRBY keeps the one the check set.
 
-local key = KEYS[1]
 local period = tonumber(ARGV[2])
 -- Never more than the grant took, nor than any grant can hold.
 local units = math.min(tonumber(ARGV[4]), tonumber(ARGV[9]), tonumber(ARGV[3]))
@@ -20,18 +18,14 @@ local now = now_ms(ARGV[7])
 local ref = tonumber(ARGV[8])
 
 if units <= 0 then return {0} end
-local found, raw_w, cur, prev = load(key, 3, 1)
--- A missing key counts nothing already.
-if not found then return {0} end
--- The current window as the check computes it.
-local stored_w = raw_w - raw_w % period
-local w = math.max(now - now % period, stored_w)
 -- Once the grant's window has ended its units count as the previous
 -- window's, which spending them there would have made them too.
-if w ~= ref or w ~= stored_w then return {0} end
+local w = now - now % period
+if w ~= ref then return {0} end
+local key = window_key(KEYS[1], period, w)
 -- The stored count, not the one a check reads capped under a smaller limit:
 -- reducing the capped one could read looser than the count without them.
-local returned = math.min(units, cur)
+local returned = math.min(units, window_count(key))
 if returned <= 0 then return {0} end
-save(key, raw_w, cur - returned, prev)
+redis.call('DECRBY', key, int(returned))
 return {returned}
