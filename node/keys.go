@@ -13,7 +13,7 @@ import (
 //
 //	{P:N:K}              the family of key K under policy or namespace N
 //	{P:N:K}:tb3          a configured policy's state (one suffix per algorithm;
-//	                     a fixed window's are one key per window, :fw4:T:S)
+//	                     the window algorithms' one key per window, :fw4:T:S)
 //	{P:N:K}/L/T/C:tb3    an inline limit's state: L units per T ms, capacity C
 //	{P}:state            the state marker (the Redis store's Epoch)
 //

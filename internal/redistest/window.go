@@ -36,11 +36,11 @@ func (s *Server) FixedWindowCount(prefix string) (int64, error) {
 }
 
 // HoldsState reports whether s holds the state of an algorithm whose first
-// key (algorithms.Keys) is key: that key, or for a fixed window (key ends
-// in ":fw4", the prefix of its windows' keys) the key of one of its
-// windows.
+// key (algorithms.Keys) is key: that key, or for a window algorithm (key
+// ends in ":fw4" or ":sc4", the prefix of its windows' keys) the key of
+// one of its windows.
 func (s *Server) HoldsState(key string) (bool, error) {
-	if strings.HasSuffix(key, ":fw4") {
+	if strings.HasSuffix(key, ":fw4") || strings.HasSuffix(key, ":sc4") {
 		keys, err := s.DoList("KEYS", key+":*")
 		return len(keys) > 0, err
 	}

@@ -20,10 +20,9 @@ import (
 // next check of that key, remembered, goes to the script, which reads the
 // state the SET wrote. A node that does not remember a key another node
 // wrote tries the SET, finds the state and goes to the script: the two
-// nodes' checks share one count, under every algorithm but the fixed
-// window, whose checks are plain commands whatever its keys hold. The
-// sliding window counter learns the write's time in the same round trip
-// (PEXPIRETIME); the sliding log writes its one entry into its meta key.
+// nodes' checks share one count, under every algorithm but the window
+// algorithms, whose checks are plain commands whatever their keys hold.
+// The sliding log writes its one entry into its meta key.
 func TestColdKeysAreWrittenWithoutTheScript(t *testing.T) {
 	r := redistest.Start(t)
 	ctx := context.Background()
@@ -57,7 +56,7 @@ func TestColdKeysAreWrittenWithoutTheScript(t *testing.T) {
 	}
 
 	for _, a := range algorithms.Algorithms() {
-		if a == algorithms.FixedWindow {
+		if algorithms.HasWindowKeys(a) {
 			continue // plain commands whatever the key holds (windows_test.go)
 		}
 		l := algorithms.Limit{Algorithm: a, Limit: 10, Period: time.Hour}
@@ -125,7 +124,7 @@ func TestFreshWritesOnlyWhereTwoRoundTripsFit(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	for _, a := range []algorithms.Algorithm{algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA, algorithms.SlidingWindowCounter} {
+	for _, a := range []algorithms.Algorithm{algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA} {
 		l := algorithms.Limit{Algorithm: a, Limit: 10, Period: time.Hour}
 		start := time.Now()
 		fresh, scripts := acquire(far, l, "{far}")
@@ -189,7 +188,7 @@ func TestWarmKeysStopFreshWrites(t *testing.T) {
 		return s
 	}
 	first, second := open(), open()
-	l := algorithms.Limit{Algorithm: algorithms.SlidingWindowCounter, Limit: 10, Period: time.Hour}
+	l := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Period: time.Hour}
 	const keys = 2 * freshGuardWindow
 	acquire := func(s *Store, i int) algorithms.Decision {
 		t.Helper()

@@ -94,10 +94,11 @@ type scriptCall struct {
 	keys  []string
 	args  []any
 	// plain, if not nil, is the call instead of a script: a command and
-	// its arguments, whose only key is keys[0]. then, if not nil, is a
-	// second command on that key sent right after it, in the same round
-	// trip; the call's reply is then both replies (runPlainThen).
-	plain, then []any
+	// its arguments, whose only key is keys[0]. then are more commands
+	// sent right after it, in the same round trip, in order; the call's
+	// reply is then every command's (runPlainThen).
+	plain []any
+	then  [][]any
 	// gap is the time since the call queued before this one, -1 if none
 	// or if the pipeline never waits.
 	gap   time.Duration
@@ -281,11 +282,11 @@ func (p *pipeline) runPlain(ctx context.Context, timeout time.Duration, late fun
 	return p.call(c, timeout)
 }
 
-// runPlainThen is runPlain of cmd followed by then, a second command on the
-// same key, in the same round trip and in that order. Its reply is
-// []any{cmd's reply, then's reply}, where a nil reply (goredis.Nil) is
-// nil; another error of either command is the call's error.
-func (p *pipeline) runPlainThen(ctx context.Context, timeout time.Duration, late func(reply any), key string, cmd, then []any) (any, error) {
+// runPlainThen is runPlain of cmd followed by the commands then, on keys
+// of key's slot, in the same round trip and in that order. Its reply is
+// []any{cmd's reply, then's replies...}, where a nil reply (goredis.Nil)
+// is nil; another error of any command is the call's error.
+func (p *pipeline) runPlainThen(ctx context.Context, timeout time.Duration, late func(reply any), key string, cmd []any, then ...[]any) (any, error) {
 	c := &scriptCall{ctx: ctx, deadline: time.Now().Add(timeout), keys: []string{key}, plain: cmd, then: then, late: late, done: make(chan struct{})}
 	return p.call(c, timeout)
 }
@@ -431,8 +432,9 @@ func (p *pipeline) send(batch []*scriptCall) bool {
 	cmds := p.exec(ctx, wire, func(s commander, w *wireCall) *goredis.Cmd {
 		if w.plain != nil {
 			first := s.Do(ctx, w.plain...)
-			if w.then != nil {
-				w.thenCmd = s.Do(ctx, w.then...)
+			w.thenCmds = w.thenCmds[:0]
+			for _, c := range w.then {
+				w.thenCmds = append(w.thenCmds, s.Do(ctx, c...))
 			}
 			return first
 		}

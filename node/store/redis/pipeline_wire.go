@@ -19,13 +19,13 @@ import (
 type wireCall struct {
 	script *goredis.Script
 	plain  []any
-	// then and thenCmd are a plain call's second command (runPlainThen)
-	// and, once sent, its outcome.
-	then    []any
-	thenCmd *goredis.Cmd
-	keys    []string
-	args    []any
-	members []*scriptCall
+	// then and thenCmds are a plain call's further commands
+	// (runPlainThen) and, once sent, their outcomes.
+	then     [][]any
+	thenCmds []*goredis.Cmd
+	keys     []string
+	args     []any
+	members  []*scriptCall
 	// keyBytes is the length of the members' keys, together.
 	keyBytes int
 }
@@ -145,8 +145,8 @@ func (w *wireCall) deliver(cmd *goredis.Cmd, pace *pacer) {
 	if len(w.members) == 1 {
 		c := w.members[0]
 		c.reply, c.err = cmd.Val(), cmd.Err()
-		if w.thenCmd != nil {
-			c.reply, c.err = bothReplies(cmd, w.thenCmd)
+		if len(w.thenCmds) > 0 {
+			c.reply, c.err = allReplies(append([]*goredis.Cmd{cmd}, w.thenCmds...))
 		}
 		c.finish()
 		pace.woke()
@@ -173,12 +173,12 @@ func (w *wireCall) deliver(cmd *goredis.Cmd, pace *pacer) {
 	}
 }
 
-// bothReplies is the reply of a plain call with a second command
-// (runPlainThen): both replies, a nil reply as nil, or the first error
+// allReplies is the reply of a plain call with further commands
+// (runPlainThen): every reply, a nil reply as nil, or the first error
 // that is not goredis.Nil.
-func bothReplies(first, then *goredis.Cmd) (any, error) {
-	reply := make([]any, 2)
-	for i, c := range []*goredis.Cmd{first, then} {
+func allReplies(cmds []*goredis.Cmd) (any, error) {
+	reply := make([]any, len(cmds))
+	for i, c := range cmds {
 		switch err := c.Err(); {
 		case errors.Is(err, goredis.Nil):
 		case err != nil:

@@ -181,15 +181,14 @@ func (s *Store) loadScripts(ctx context.Context) error {
 // came (its deadline passed, or ctx ended) and whose reply comes later
 // hands what it took to r.Late, if any.
 //
-// A fixed window's check far from the window's edge is plain commands
-// on the window's own key, whatever it holds (acquireWindow, windows.go).
+// A window algorithm's check far from the window's edge is plain
+// commands on the window's own keys, whatever they hold (acquireWindow,
+// windows.go).
 //
 // A check of a key this node does not remember holding state, whose
 // algorithm can write a fresh state without the script
 // (algorithms.Fresh), first tries that: one plain SET ... NX, which
-// costs Redis less than half of what the script call does; a sliding
-// window counter's (algorithms.FreshWindow) also asks PEXPIRETIME in the
-// same round trip, for the write's time. Only if the key
+// costs Redis less than half of what the script call does. Only if the key
 // holds state after all does the check go to the script, within what is
 // left of the same timeout. A wrong guess costs the check a second round
 // trip, so the SET is tried only while round trips are short enough for
@@ -210,7 +209,7 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 	late := r.Late
 	start := time.Now()
 	timeout := s.cfg.Timeout
-	if l.Algorithm == algorithms.FixedWindow {
+	if algorithms.HasWindowKeys(l.Algorithm) {
 		d, g, handled, err := s.acquireWindow(ctx, pipe, r, algorithms.Keys(l.Algorithm, r.Base)[0], timeout, span)
 		if err != nil {
 			return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
@@ -256,22 +255,6 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, pipe.missed())
 			}
 		}
-		if fw, ok := algorithms.FreshWindow(l, cost, want); ok {
-			s.known.note(keys[0], start, fw.TTLMillis)
-			d, g, wrote, err := s.writeFreshWindow(ctx, pipe, keys[0], fw, late)
-			if err != nil {
-				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
-			}
-			s.fresh.record(wrote, start)
-			if wrote {
-				s.known.note(keys[0], time.Now(), fw.TTLMillis+knownMargin.Milliseconds())
-				markFreshWrite(span)
-				return d, g, nil
-			}
-			if timeout -= time.Since(start); timeout <= 0 {
-				return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, pipe.missed())
-			}
-		}
 	}
 	var lateReply func(any)
 	if late != nil {
@@ -293,7 +276,7 @@ func (s *Store) acquire(ctx context.Context, r node.AcquireRequest, span trace.S
 	if err != nil {
 		return algorithms.Decision{}, algorithms.Grant{}, fmt.Errorf("redis check %s: %w", l.Algorithm, err)
 	}
-	if algorithms.HasFreshForm(l.Algorithm) || algorithms.HasFreshWindowForm(l.Algorithm) {
+	if algorithms.HasFreshForm(l.Algorithm) {
 		// Each of these algorithms keeps its key until it would read as
 		// fresh again: reset_after from now. A key checked again soon after
 		// that is likely hot, its TTL kept alive by checks elsewhere or by
@@ -330,43 +313,6 @@ func (s *Store) writeFresh(ctx context.Context, pipe *pipeline, key string, fw a
 		return false, fmt.Errorf("%w: SET NX replied %v", algorithms.ErrBadReply, reply)
 	}
 	return true, nil
-}
-
-// writeFreshWindow sends fw's SET ... PX ... NX for key and, in the same
-// round trip, PEXPIRETIME key, and reports whether the SET wrote (the key
-// held nothing) and, if so, the check's outcome at the write's time on
-// Redis's clock: the expire time less fw's TTL. late, if not nil, is given
-// the grant if the reply comes after the caller left and says it wrote.
-func (s *Store) writeFreshWindow(ctx context.Context, pipe *pipeline, key string, fw algorithms.FreshWindowWrite, late func(algorithms.Grant)) (algorithms.Decision, algorithms.Grant, bool, error) {
-	outcome := func(reply any) (algorithms.Decision, algorithms.Grant, bool, error) {
-		both, _ := reply.([]any)
-		if len(both) != 2 {
-			return algorithms.Decision{}, algorithms.Grant{}, false, fmt.Errorf("%w: SET NX and PEXPIRETIME replied %v", algorithms.ErrBadReply, reply)
-		}
-		if both[0] == nil {
-			return algorithms.Decision{}, algorithms.Grant{}, false, nil
-		}
-		expireMs, ok := both[1].(int64)
-		if both[0] != "OK" || !ok || expireMs < fw.TTLMillis {
-			return algorithms.Decision{}, algorithms.Grant{}, false, fmt.Errorf("%w: SET NX and PEXPIRETIME replied %v", algorithms.ErrBadReply, reply)
-		}
-		d, g := fw.Outcome(expireMs - fw.TTLMillis)
-		return d, g, true, nil
-	}
-	var lateReply func(any)
-	if late != nil {
-		lateReply = func(reply any) {
-			if _, g, wrote, err := outcome(reply); wrote && err == nil && g.Units > 0 {
-				late(g)
-			}
-		}
-	}
-	reply, err := pipe.runPlainThen(ctx, s.cfg.Timeout, lateReply, key,
-		[]any{"set", key, fw.Value, "px", fw.TTLMillis, "nx"}, []any{"pexpiretime", key})
-	if err != nil {
-		return algorithms.Decision{}, algorithms.Grant{}, false, err
-	}
-	return outcome(reply)
 }
 
 // giveBack is Release (telemetry.go) without its telemetry. It waits for

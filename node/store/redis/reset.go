@@ -24,15 +24,16 @@ func (s *Store) Reset(ctx context.Context, base string) error {
 	return nil
 }
 
-// ResetLimit implements node.LimitResetter: Reset, and for a fixed window
-// the keys of its windows that may count now (algorithms.WindowKey): the
-// window Redis's clock is in, the one before it (a check the node decided
+// ResetLimit implements node.LimitResetter: Reset, and for a window
+// algorithm the keys of its windows that may count now
+// (algorithms.WindowKey): the window Redis's clock is in, the one before
+// it (the sliding counter's previous window; a check the node decided
 // just before the turn) and the one after it (the clock may turn during
 // the reset), read from TIME on the primary that serves base. A window
 // has no key that lists it, so only those are found; any earlier window
 // has ended and counts nothing.
 func (s *Store) ResetLimit(ctx context.Context, base string, l algorithms.Limit) error {
-	if l.Algorithm != algorithms.FixedWindow {
+	if !algorithms.HasWindowKeys(l.Algorithm) {
 		return s.Reset(ctx, base)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -53,7 +54,7 @@ func (s *Store) ResetLimit(ctx context.Context, base string, l algorithms.Limit)
 	ms := now.UnixMilli()
 	w := ms - ms%p
 	keys := algorithms.AllKeys(base)
-	prefix := algorithms.Keys(algorithms.FixedWindow, base)[0]
+	prefix := algorithms.Keys(l.Algorithm, base)[0]
 	for _, start := range []int64{w - p, w, w + p} {
 		keys = append(keys, algorithms.WindowKey(prefix, p, start))
 	}

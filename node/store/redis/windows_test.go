@@ -150,12 +150,18 @@ func TestFixedWindowNearItsEdgeGoesToTheScript(t *testing.T) {
 	}
 }
 
-// Three nodes check one key of a short fixed window from many goroutines
-// for several windows, so that checks land near the edges (the script)
-// and far from them (plain commands), leases and denials among them: no
-// window ever grants more than its limit, and what Redis counts for each
-// window is what was granted in it.
+// Three nodes check one key of a short fixed window (and of a sliding
+// counter) from many goroutines for several windows, so that checks land
+// near the edges (the script) and far from them (plain commands), leases
+// and denials among them: no window ever grants more than its limit, and
+// what Redis counts for each window is what was granted in it.
 func TestFixedWindowPlainAndScriptChecksNeverOverTheLimit(t *testing.T) {
+	for _, a := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindowCounter} {
+		t.Run(a.String(), func(t *testing.T) { testWindowChecksNeverOver(t, a) })
+	}
+}
+
+func testWindowChecksNeverOver(t *testing.T, a algorithms.Algorithm) {
 	r := redistest.Start(t)
 	ctx := context.Background()
 	var nodes []*Store
@@ -167,7 +173,7 @@ func TestFixedWindowPlainAndScriptChecksNeverOverTheLimit(t *testing.T) {
 		defer s.Close()
 		nodes = append(nodes, s)
 	}
-	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 50, Period: 250 * time.Millisecond}
+	l := algorithms.Limit{Algorithm: a, Limit: 50, Period: 250 * time.Millisecond}
 	var mu sync.Mutex
 	granted := map[int64]int64{}
 	var wg sync.WaitGroup
@@ -200,7 +206,7 @@ func TestFixedWindowPlainAndScriptChecksNeverOverTheLimit(t *testing.T) {
 	}
 	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 	defer rdb.Close()
-	prefix := algorithms.Keys(algorithms.FixedWindow, "{race}")[0]
+	prefix := algorithms.Keys(a, "{race}")[0]
 	for w, n := range granted {
 		if n > l.Limit {
 			t.Errorf("window %d granted %d, limit %d", w, n, l.Limit)
@@ -258,5 +264,46 @@ func TestRedisClockStepStopsTheEstimate(t *testing.T) {
 	c.accept(1_000_000+int64(time.Second/time.Microsecond), 1_000_100+int64(time.Second/time.Microsecond), now+3)
 	if _, _, ok := c.bounds(0); !ok {
 		t.Fatal("two samples agree again: no estimate")
+	}
+}
+
+// A sliding window counter's checks far from the window's edge are plain
+// commands too: the previous window's GET, the INCRBY of the window's own
+// key; the count is shared between nodes and the key lives until the end
+// of the next window.
+func TestSlidingCounterChecksWithoutTheScript(t *testing.T) {
+	r := redistest.Start(t)
+	ctx := context.Background()
+	var nodes []*Store
+	for range 2 {
+		s, err := New(ctx, Config{URL: r.URL(), Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		nodes = append(nodes, s)
+	}
+	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
+	defer rdb.Close()
+	p := farFromTheEdge()
+	l := algorithms.Limit{Algorithm: algorithms.SlidingWindowCounter, Limit: 10, Period: p}
+	pm := p.Milliseconds()
+	w := time.Now().UnixMilli() / pm * pm
+	key := algorithms.WindowKey(algorithms.Keys(l.Algorithm, "{sc}")[0], pm, w)
+	for i := range 6 {
+		d, _, err := nodes[i%2].Acquire(ctx, node.AcquireRequest{Base: "{sc}", Limit: l, Cost: 1, Want: 1})
+		if err != nil || !d.Allowed || d.Remaining != int64(9-i) {
+			t.Fatalf("check %d: %+v %v, want allowed with %d remaining", i, d, err, 9-i)
+		}
+	}
+	if n, err := rdb.Get(ctx, key).Int64(); err != nil || n != 6 {
+		t.Fatalf("the window counts %d (%v), want 6", n, err)
+	}
+	ttl, err := rdb.PTTL(ctx, key).Result()
+	if left := time.Duration(w+2*pm-time.Now().UnixMilli()) * time.Millisecond; err != nil || ttl <= left-p || ttl > left+time.Second {
+		t.Fatalf("TTL of %s: %v (%v), want the rest of the window and the next, %v", key, ttl, err, left)
+	}
+	if scripts := nodes[0].ScriptCalls() + nodes[1].ScriptCalls(); scripts != 0 {
+		t.Fatalf("%d script calls, want none", scripts)
 	}
 }
