@@ -26,15 +26,7 @@ import (
 func TestColdKeysAreWrittenWithoutTheScript(t *testing.T) {
 	r := redistest.Start(t)
 	ctx := context.Background()
-	open := func() *Store {
-		s, err := New(ctx, Config{URL: r.URL(), Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	first, second := open(), open()
+	first, second := openStore(t, r, time.Second), openStore(t, r, time.Second)
 	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 
@@ -179,15 +171,7 @@ func TestKeyMemory(t *testing.T) {
 func TestWarmKeysStopFreshWrites(t *testing.T) {
 	r := redistest.Start(t)
 	ctx := context.Background()
-	open := func() *Store {
-		s, err := New(ctx, Config{URL: r.URL(), Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	first, second := open(), open()
+	first, second := openStore(t, r, time.Second), openStore(t, r, time.Second)
 	l := algorithms.Limit{Algorithm: algorithms.TokenBucket, Limit: 10, Period: time.Hour}
 	const keys = 2 * freshGuardWindow
 	acquire := func(s *Store, i int) algorithms.Decision {

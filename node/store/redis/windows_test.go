@@ -13,6 +13,18 @@ import (
 	"github.com/quotad/quotad/node"
 )
 
+// openStore returns a store on r whose calls time out after timeout,
+// closed when the test ends.
+func openStore(t *testing.T, r *redistest.Server, timeout time.Duration) *Store {
+	t.Helper()
+	s, err := New(context.Background(), Config{URL: r.URL(), Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // farFromTheEdge returns a period whose current window, on the machine's
 // clock (the test's Redis runs on it), has at least a minute before and
 // after now: the checks of the test then stay in one window.
@@ -35,15 +47,7 @@ func farFromTheEdge() time.Duration {
 func TestFixedWindowChecksWithoutTheScript(t *testing.T) {
 	r := redistest.Start(t)
 	ctx := context.Background()
-	open := func() *Store {
-		s, err := New(ctx, Config{URL: r.URL(), Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	nodes := []*Store{open(), open()}
+	nodes := []*Store{openStore(t, r, time.Second), openStore(t, r, time.Second)}
 	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 
@@ -134,11 +138,7 @@ func TestFixedWindowChecksWithoutTheScript(t *testing.T) {
 func TestFixedWindowNearItsEdgeGoesToTheScript(t *testing.T) {
 	r := redistest.Start(t)
 	ctx := context.Background()
-	s, err := New(ctx, Config{URL: r.URL(), Timeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, r, 50*time.Millisecond)
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 1000, Period: 20 * time.Millisecond}
 	for i := range 50 {
 		if _, _, err := s.Acquire(ctx, node.AcquireRequest{Base: "{edge}", Limit: l, Cost: 1, Want: 1}); err != nil {
@@ -155,7 +155,7 @@ func TestFixedWindowNearItsEdgeGoesToTheScript(t *testing.T) {
 // near the edges (the script) and far from them (plain commands), leases
 // and denials among them: no window ever grants more than its limit, and
 // what Redis counts for each window is what was granted in it.
-func TestFixedWindowPlainAndScriptChecksNeverOverTheLimit(t *testing.T) {
+func TestWindowPlainAndScriptChecksNeverOverTheLimit(t *testing.T) {
 	for _, a := range []algorithms.Algorithm{algorithms.FixedWindow, algorithms.SlidingWindowCounter} {
 		t.Run(a.String(), func(t *testing.T) { testWindowChecksNeverOver(t, a) })
 	}
@@ -166,12 +166,7 @@ func testWindowChecksNeverOver(t *testing.T, a algorithms.Algorithm) {
 	ctx := context.Background()
 	var nodes []*Store
 	for range 3 {
-		s, err := New(ctx, Config{URL: r.URL(), Timeout: 20 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		nodes = append(nodes, s)
+		nodes = append(nodes, openStore(t, r, 20*time.Millisecond))
 	}
 	l := algorithms.Limit{Algorithm: a, Limit: 50, Period: 250 * time.Millisecond}
 	var mu sync.Mutex
@@ -224,11 +219,7 @@ func testWindowChecksNeverOver(t *testing.T, a algorithms.Algorithm) {
 func TestRedisClockBoundsHoldTIME(t *testing.T) {
 	r := redistest.Start(t)
 	ctx := context.Background()
-	s, err := New(ctx, Config{URL: r.URL(), Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, r, time.Second)
 	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 	defer rdb.Close()
 	for i := range 200 {
@@ -274,15 +265,7 @@ func TestRedisClockStepStopsTheEstimate(t *testing.T) {
 func TestSlidingCounterChecksWithoutTheScript(t *testing.T) {
 	r := redistest.Start(t)
 	ctx := context.Background()
-	var nodes []*Store
-	for range 2 {
-		s, err := New(ctx, Config{URL: r.URL(), Timeout: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		nodes = append(nodes, s)
-	}
+	nodes := []*Store{openStore(t, r, time.Second), openStore(t, r, time.Second)}
 	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 	defer rdb.Close()
 	p := farFromTheEdge()
