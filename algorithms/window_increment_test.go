@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/quotadtest"
 )
 
 // TestWindowIncrementMatchesTheModel drives one key of each window
@@ -34,14 +35,11 @@ func testWindowIncrement(t *testing.T, a algorithms.Algorithm) {
 	rng := rand.New(rand.NewPCG(seed, 7000+uint64(a)))
 	check := redis.NewScript(algorithms.CheckScript(a))
 	var plain, scripts, givenBack int
+	// Every step's now is in the current hour, and its keys live through
+	// the sequences.
+	p := time.Hour
+	quotadtest.AwayFromWindowEnd(t, p, 10*time.Second)
 	for n := range 40 {
-		// A period whose current window has a minute left at least, so
-		// that every step's now is in it and its keys live through the
-		// sequence.
-		p := time.Hour
-		for now := time.Now().UnixMilli(); p.Milliseconds()-now%p.Milliseconds() < time.Minute.Milliseconds(); now = time.Now().UnixMilli() {
-			p *= 2
-		}
 		l := algorithms.Limit{Algorithm: a, Limit: 1 + rng.Int64N(40), Period: p}
 		pm := l.PeriodMillis()
 		base := fmt.Sprintf("{test:plain:%d:%d}", seed, n)

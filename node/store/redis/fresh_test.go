@@ -30,7 +30,7 @@ func TestColdKeysAreWrittenWithoutTheScript(t *testing.T) {
 	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 
-	calls := func(s *Store) (fresh, scripts int64) { return s.FreshWrites(), s.ScriptCalls() }
+	calls := func(s *Store) (fresh, scripts int64) { return s.PlainCalls(), s.ScriptCalls() }
 	acquire := func(s *Store, l algorithms.Limit, wantFresh, wantScripts, wantRemaining int64) {
 		t.Helper()
 		fresh0, scripts0 := calls(s)
@@ -86,12 +86,12 @@ func TestFreshWritesOnlyWhereTwoRoundTripsFit(t *testing.T) {
 	}
 	acquire := func(s *Store, l algorithms.Limit, key string) (fresh, scripts int64) {
 		t.Helper()
-		fresh0, scripts0 := s.FreshWrites(), s.ScriptCalls()
+		fresh0, scripts0 := s.PlainCalls(), s.ScriptCalls()
 		d, _, err := s.Acquire(ctx, node.AcquireRequest{Base: key, Limit: l, Cost: 1, Want: 1})
 		if err != nil || !d.Allowed {
 			t.Fatalf("%s %s: %+v, %v", l.Algorithm, key, d, err)
 		}
-		return s.FreshWrites() - fresh0, s.ScriptCalls() - scripts0
+		return s.PlainCalls() - fresh0, s.ScriptCalls() - scripts0
 	}
 
 	// A high rate: one unit's state lives 4ms.
@@ -185,13 +185,13 @@ func TestWarmKeysStopFreshWrites(t *testing.T) {
 	for i := range keys {
 		acquire(first, i)
 	}
-	fresh0 := second.FreshWrites()
+	fresh0 := second.PlainCalls()
 	for i := range keys {
 		if d := acquire(second, i); d.Remaining != 8 {
 			t.Fatalf("key %d at the second node: %d remaining, want 8", i, d.Remaining)
 		}
 	}
-	if tried := second.FreshWrites() - fresh0; tried != freshGuardWindow {
+	if tried := second.PlainCalls() - fresh0; tried != freshGuardWindow {
 		t.Fatalf("the second node tried %d fresh writes on %d warm keys, want one window's worth, %d, and then none", tried, keys, freshGuardWindow)
 	}
 }

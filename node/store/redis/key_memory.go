@@ -14,6 +14,9 @@ import (
 // and the check goes to the script, one round trip later; a check sent to
 // the script for a key that expired is decided as the script decides
 // any. A guess wrong one way costs a round trip, the other way Redis CPU.
+// The window algorithms' plain checks (windows.go) use it the same way for
+// a window's key (which has its TTL once seen counting) and for a previous
+// window read empty.
 //
 // It is a fixed table of keyMemorySlots words, each a key hash's top bits
 // and a time, written and read with atomics: no lock, no allocation, and a

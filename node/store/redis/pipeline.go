@@ -218,7 +218,7 @@ type pipeline struct {
 	wakeChunk int
 
 	// scripts counts the EVALSHAs sent (Store.ScriptCalls), plain the
-	// plain commands (Store.FreshWrites), roundTrips the pipelines that
+	// plain commands (Store.PlainCalls), roundTrips the pipelines that
 	// carried them (Store.RoundTrips), waited the batches that waited for
 	// company.
 	scripts, plain, roundTrips, waited atomic.Int64

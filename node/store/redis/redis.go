@@ -356,10 +356,11 @@ func (s *Store) ScriptCalls() int64 {
 	return s.checkPipe.scripts.Load() + s.bulkPipe.scripts.Load() + s.releasePipe.scripts.Load()
 }
 
-// FreshWrites reports how many plain calls instead of a script the store
-// sent: SETs of a fresh state (algorithms.Fresh), whether or not they
-// wrote, and fixed window checks (algorithms.WindowIncrement).
-func (s *Store) FreshWrites() int64 {
+// PlainCalls reports how many checks the store sent as plain commands
+// instead of a script: SETs of a fresh state (algorithms.Fresh), whether
+// or not they wrote, and the window algorithms' checks
+// (algorithms.WindowIncrement).
+func (s *Store) PlainCalls() int64 {
 	return s.checkPipe.plain.Load() + s.bulkPipe.plain.Load()
 }
 

@@ -126,8 +126,8 @@ const freshOperation = "SET"
 // operation name for every call.
 func markFreshWrite(span trace.Span) { markPlain(span, freshOperation) }
 
-// windowOperation is the command of a fixed window check made with plain
-// commands (windows.go): INCRBY, or GET for a cost of 0.
+// windowOperation is the command of a window algorithm's check made with
+// plain commands (windows.go); one of cost 0 is a GET.
 const windowOperation = "INCRBY"
 
 // markPlain renames a store call's span, if it has one, for a check that

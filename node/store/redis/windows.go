@@ -133,7 +133,11 @@ func (s *Store) acquireWindow(ctx context.Context, pipe *pipeline, r node.Acquir
 		// that goes back.
 		s.giveBackWindow(wi, giveBack)
 	}
-	markPlain(span, windowOperation)
+	op := windowOperation
+	if wi.By == 0 {
+		op = "GET"
+	}
+	markPlain(span, op)
 	return d, g, true, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/quotad/quotad/algorithms"
+	"github.com/quotad/quotad/internal/quotadtest"
 	"github.com/quotad/quotad/internal/redistest"
 	"github.com/quotad/quotad/node"
 )
@@ -25,18 +26,6 @@ func openStore(t *testing.T, r *redistest.Server, timeout time.Duration) *Store 
 	return s
 }
 
-// farFromTheEdge returns a period whose current window, on the machine's
-// clock (the test's Redis runs on it), has at least a minute before and
-// after now: the checks of the test then stay in one window.
-func farFromTheEdge() time.Duration {
-	for p := time.Hour; ; p *= 2 {
-		at := time.Now().UnixMilli() % p.Milliseconds()
-		if at > time.Minute.Milliseconds() && p.Milliseconds()-at > time.Minute.Milliseconds() {
-			return p
-		}
-	}
-}
-
 // A fixed window's checks far from the window's edge are plain commands on
 // the window's own key, at every node, for a cold key and a warm one alike:
 // the count is shared, a cost of 0 only reads, a charge stays counted over
@@ -51,7 +40,8 @@ func TestFixedWindowChecksWithoutTheScript(t *testing.T) {
 	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 
-	p := farFromTheEdge()
+	p := time.Hour
+	quotadtest.AwayFromWindowEnd(t, p, 10*time.Second)
 	l := algorithms.Limit{Algorithm: algorithms.FixedWindow, Limit: 10, Period: p}
 	pm := p.Milliseconds()
 	w := time.Now().UnixMilli() / pm * pm
@@ -145,8 +135,8 @@ func TestFixedWindowNearItsEdgeGoesToTheScript(t *testing.T) {
 			t.Fatalf("check %d: %v", i, err)
 		}
 	}
-	if s.FreshWrites() != 0 || s.ScriptCalls() == 0 {
-		t.Fatalf("%d plain calls and %d script calls, want the script alone", s.FreshWrites(), s.ScriptCalls())
+	if s.PlainCalls() != 0 || s.ScriptCalls() == 0 {
+		t.Fatalf("%d plain calls and %d script calls, want the script alone", s.PlainCalls(), s.ScriptCalls())
 	}
 }
 
@@ -193,7 +183,7 @@ func testWindowChecksNeverOver(t *testing.T, a algorithms.Algorithm) {
 	wg.Wait()
 	var plain, scripts int64
 	for _, s := range nodes {
-		plain += s.FreshWrites()
+		plain += s.PlainCalls()
 		scripts += s.ScriptCalls()
 	}
 	if plain == 0 || scripts == 0 {
@@ -268,7 +258,8 @@ func TestSlidingCounterChecksWithoutTheScript(t *testing.T) {
 	nodes := []*Store{openStore(t, r, time.Second), openStore(t, r, time.Second)}
 	rdb := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 	defer rdb.Close()
-	p := farFromTheEdge()
+	p := time.Hour
+	quotadtest.AwayFromWindowEnd(t, p, 10*time.Second)
 	l := algorithms.Limit{Algorithm: algorithms.SlidingWindowCounter, Limit: 10, Period: p}
 	pm := p.Milliseconds()
 	w := time.Now().UnixMilli() / pm * pm
