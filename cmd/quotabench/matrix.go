@@ -9,13 +9,16 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/quotad/quotad/algorithms"
 )
 
 // quotabench matrix: the standard measurement of what a check costs. Every
 // scenario runs at every client count over every transport, against every
 // target, back to back, after the same warm-up; the gRPC floor (a bare
 // grpc-go server) and the Redis floor (INCRBY+PEXPIRE pipelined straight to
-// the same Redis) are measured in the same run, next to the rows they are
+// the same Redis; for a sliding log, the sorted-set floor too) are measured
+// in the same run, next to the rows they are
 // the floor of, so that ratios hold on a machine whose load changes.
 
 // Bounds of the matrix's flags: every run ends by itself.
@@ -216,15 +219,28 @@ type cell struct {
 	sc      matrixScenario
 	via     string
 	clients int
-	// exactly one of: a gRPC server (floor or target), or the Redis floor.
+	// exactly one of: a gRPC server (floor or target), or a Redis floor
+	// sending op.
 	srv        *server
 	redisFloor bool
+	op         floorOp
 	// pacedAfter, on a Redis floor, names the target whose cell runs just
 	// before it: the floor then sends at that cell's checks/s (rate, set
 	// when the cell runs) instead of as fast as it can.
 	pacedAfter string
 	rate       float64
 }
+
+// logFloorName and logScriptFloorName are the sorted-set floors' target
+// names: a sliding log kept as the common recipe keeps it
+// (ZREMRANGEBYSCORE, ZADD, ZCARD and PEXPIRE), pipelined (logOp: what the
+// commands alone cost) and in one script call (logScriptOp: the same made
+// exact). They are measured flat out beside the counter's floor when the
+// cold scenario's algorithm is the sliding log.
+const (
+	logFloorName       = "log-floor"
+	logScriptFloorName = "log-script-floor"
+)
 
 // pacedFloorPrefix starts the name of a Redis floor paced at a target's
 // rate: "redis-floor@after".
@@ -242,6 +258,10 @@ func (m *matrix) plan() []cell {
 				}
 				if m.cfg.Floors && sc.floor == "redis" && vi == 0 {
 					cells = append(cells, cell{sc: sc, via: via, clients: c, redisFloor: true})
+					if m.cfg.ColdAlgorithm == algorithms.SlidingWindowLog.String() {
+						cells = append(cells, cell{sc: sc, via: via, clients: c, redisFloor: true, op: logOp},
+							cell{sc: sc, via: via, clients: c, redisFloor: true, op: logScriptOp})
+					}
 				}
 				for i, t := range m.targets {
 					if m.cfg.Targets[i].Kind == peerRatelimit && via != viaRLS {
@@ -304,6 +324,10 @@ func (m *matrix) measure(ctx context.Context, c cell) cellResult {
 	switch {
 	case c.srv != nil:
 		name = c.srv.name
+	case c.op == logOp:
+		name = logFloorName
+	case c.op == logScriptOp:
+		name = logScriptFloorName
 	case c.pacedAfter != "":
 		name = pacedFloorPrefix + c.pacedAfter
 	}
@@ -311,7 +335,7 @@ func (m *matrix) measure(ctx context.Context, c cell) cellResult {
 	prefix := fmt.Sprintf("%s-%s-%d-%s-", c.sc.name, c.via, c.clients, name)
 	load := func(d time.Duration) callOutcome {
 		if c.redisFloor {
-			return runRedisFloor(ctx, m.redis.client, "qb-floor-"+prefix, m.cfg.NKeys, c.clients, c.rate, d, m.cfg.MaxCalls)
+			return runRedisFloor(ctx, m.redis.client, c.op, "qb-floor-"+prefix, m.cfg.NKeys, c.clients, c.rate, d, m.cfg.MaxCalls)
 		}
 		return runCalls(ctx, c.srv.conn, m.workload(c, prefix), c.clients, d, m.cfg.MaxCalls, m.cfg.Timeout)
 	}

@@ -102,7 +102,7 @@ func parseMatrixConfig(args []string, stdout io.Writer) (matrixConfig, bool, err
 	}
 	c := matrixConfig{ColdAlgorithm: *coldAlgorithm, QuotadArgs: quotadArgs, PeerEnv: ratelimitEnv, Duration: *duration, Warmup: *warmup, MaxCalls: *maxCalls,
 		Timeout: *timeout, NKeys: *nkeys, Batch: *batch, Floors: *floors, JSONPath: *jsonPath}
-	names := map[string]bool{"grpc-floor": true, "redis-floor": true}
+	names := map[string]bool{"grpc-floor": true, "redis-floor": true, logFloorName: true, logScriptFloorName: true}
 	for _, q := range quotads {
 		name, bin, ok := strings.Cut(q, "=")
 		if !ok {

@@ -251,16 +251,36 @@ func runCalls(ctx context.Context, conn *grpc.ClientConn, w workload, clients in
 	return o
 }
 
+// floorOp is what a Redis floor sends per operation.
+type floorOp int
+
+const (
+	// counterOp is INCRBY and PEXPIRE in one pipeline: envoyproxy/ratelimit's
+	// counter.
+	counterOp floorOp = iota
+	// logOp is the sorted-set sliding log's four commands in one pipeline
+	// (redisbench.Client.LogAppend): what its commands alone cost.
+	logOp
+	// logScriptOp is the same log made exact in one script call
+	// (redisbench.Client.LogCheck): the least an exact sorted-set log
+	// costs, one check per call.
+	logScriptOp
+)
+
+// logFloorLimit is the scripted log floor's limit: the cold scenario's, so
+// that its checks are all allowed, as the cold scenario's are.
+const logFloorLimit = 1_000_000
+
 // runRedisFloor is envoyproxy/ratelimit's counter, straight to Redis:
 // clients workers each send INCRBY key 1 and PEXPIRE key in one pipeline
-// per operation, keys drawn uniformly from nkeys, until d has passed or
+// per operation (or op's other operation: floorOp), keys drawn uniformly from nkeys, until d has passed or
 // maxCalls operations have started. One operation counts as one allowed
 // check. With rate 0 each worker sends as fast as Redis answers; with a
 // rate (operations a second, all workers together) each worker sends on
 // a schedule of its share, staggered, so that Redis sees the traffic a
 // target served at that rate: how much Redis spends per operation depends
 // on how many arrive per wakeup of its event loop.
-func runRedisFloor(ctx context.Context, rc *redisbench.Client, keyPrefix string, nkeys, clients int, rate float64, d time.Duration, maxCalls int64) callOutcome {
+func runRedisFloor(ctx context.Context, rc *redisbench.Client, op floorOp, keyPrefix string, nkeys, clients int, rate float64, d time.Duration, maxCalls int64) callOutcome {
 	stopAt, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var started atomic.Int64
@@ -277,6 +297,7 @@ func runRedisFloor(ctx context.Context, rc *redisbench.Client, keyPrefix string,
 		}
 		next := start.Add(every * time.Duration(i) / time.Duration(clients))
 		wg.Go(func() {
+			seq := 0
 			for stopAt.Err() == nil {
 				if maxCalls > 0 && started.Add(1) > maxCalls {
 					return
@@ -289,7 +310,18 @@ func runRedisFloor(ctx context.Context, rc *redisbench.Client, keyPrefix string,
 				}
 				k := key()
 				begin := time.Now()
-				err := rc.IncrExpire(ctx, k, time.Hour)
+				// A member new to every key: the worker and its count.
+				seq++
+				member := strconv.Itoa(i) + ":" + strconv.Itoa(seq)
+				var err error
+				switch op {
+				case counterOp:
+					err = rc.IncrExpire(ctx, k, time.Hour)
+				case logOp:
+					err = rc.LogAppend(ctx, k, member, begin.UnixMilli(), time.Hour)
+				case logScriptOp:
+					_, err = rc.LogCheck(ctx, k, member, begin.UnixMilli(), time.Hour, logFloorLimit)
+				}
 				took := time.Since(begin)
 				if err != nil {
 					if ctx.Err() != nil {

@@ -33,7 +33,9 @@ type cellResult struct {
 	Scenario string `json:"scenario"`
 	Via      string `json:"via"`
 	Clients  int    `json:"clients"`
-	// Target is a quotad target's name, "grpc-floor" or "redis-floor".
+	// Target is a quotad target's name, "grpc-floor", "redis-floor", a
+	// sorted-set floor's (logFloorName, logScriptFloorName) or a paced
+	// floor's (pacedFloorPrefix).
 	Target          string           `json:"target"`
 	Calls           int64            `json:"calls"`
 	Checks          int64            `json:"checks"`
@@ -63,11 +65,16 @@ type cellResult struct {
 	// Redis floor's at the same client count (cold scenario only), and
 	// RedisToPacedFloor over that of the Redis floor sent at this cell's
 	// own checks/s right after it (its Target is pacedFloorPrefix + this
-	// cell's, its Via this cell's).
-	ServerToFloor     *float64 `json:"server_cpu_to_grpc_floor,omitempty"`
-	RedisToFloor      *float64 `json:"redis_cpu_to_redis_floor,omitempty"`
-	RedisToPacedFloor *float64 `json:"redis_cpu_to_paced_redis_floor,omitempty"`
-	LoadAverage       string   `json:"load_average_after"`
+	// cell's, its Via this cell's). RedisToLogFloor and
+	// RedisToLogScriptFloor are RedisCPUMicros over the sorted-set floors'
+	// (logFloorName, logScriptFloorName) at the same client count, when
+	// the run measured them.
+	ServerToFloor         *float64 `json:"server_cpu_to_grpc_floor,omitempty"`
+	RedisToFloor          *float64 `json:"redis_cpu_to_redis_floor,omitempty"`
+	RedisToPacedFloor     *float64 `json:"redis_cpu_to_paced_redis_floor,omitempty"`
+	RedisToLogFloor       *float64 `json:"redis_cpu_to_log_floor,omitempty"`
+	RedisToLogScriptFloor *float64 `json:"redis_cpu_to_log_script_floor,omitempty"`
+	LoadAverage           string   `json:"load_average_after"`
 }
 
 // fillRatios sets each cell's ratios to the floors measured in the same
@@ -86,6 +93,8 @@ func fillRatios(cells []cellResult) {
 	}
 	grpcFloor := map[key]float64{}
 	redisFloor := map[int]float64{}
+	logFloor := map[int]float64{}
+	logScriptFloor := map[int]float64{}
 	pacedFloor := map[pacedKey]float64{}
 	for _, c := range cells {
 		switch {
@@ -93,13 +102,17 @@ func fillRatios(cells []cellResult) {
 			grpcFloor[key{c.Via, c.Clients}] = *c.ServerCPUMicros
 		case c.Target == "redis-floor":
 			redisFloor[c.Clients] = c.RedisCPUMicros
+		case c.Target == logFloorName:
+			logFloor[c.Clients] = c.RedisCPUMicros
+		case c.Target == logScriptFloorName:
+			logScriptFloor[c.Clients] = c.RedisCPUMicros
 		case strings.HasPrefix(c.Target, pacedFloorPrefix):
 			pacedFloor[pacedKey{c.Via, c.Clients, strings.TrimPrefix(c.Target, pacedFloorPrefix)}] = c.RedisCPUMicros
 		}
 	}
 	for i := range cells {
 		c := &cells[i]
-		if c.Target == "grpc-floor" || c.Target == "redis-floor" || strings.HasPrefix(c.Target, pacedFloorPrefix) {
+		if c.Target == "grpc-floor" || c.Target == "redis-floor" || c.Target == logFloorName || c.Target == logScriptFloorName || strings.HasPrefix(c.Target, pacedFloorPrefix) {
 			continue
 		}
 		if f, ok := pacedFloor[pacedKey{c.Via, c.Clients, c.Target}]; ok && f > 0 && c.Scenario == "cold" {
@@ -113,6 +126,14 @@ func fillRatios(cells []cellResult) {
 		if f, ok := redisFloor[c.Clients]; ok && f > 0 && c.Scenario == "cold" {
 			r := c.RedisCPUMicros / f
 			c.RedisToFloor = &r
+		}
+		if f, ok := logFloor[c.Clients]; ok && f > 0 && c.Scenario == "cold" {
+			r := c.RedisCPUMicros / f
+			c.RedisToLogFloor = &r
+		}
+		if f, ok := logScriptFloor[c.Clients]; ok && f > 0 && c.Scenario == "cold" {
+			r := c.RedisCPUMicros / f
+			c.RedisToLogScriptFloor = &r
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quotad/quotad/internal/quotadtest"
+	"github.com/quotad/quotad/internal/redisbench"
 	"github.com/quotad/quotad/internal/redistest"
 )
 
@@ -135,6 +136,34 @@ func TestFillRatios(t *testing.T) {
 	}
 	if cells[0].ServerToFloor != nil || cells[3].RedisToFloor != nil {
 		t.Fatal("a floor got a ratio to itself")
+	}
+	if cells[4].RedisToLogFloor != nil || cells[4].RedisToLogScriptFloor != nil {
+		t.Fatal("a cold cell got a ratio to a sorted-set floor its run did not measure")
+	}
+}
+
+func TestFillRatiosToTheLogFloors(t *testing.T) {
+	cells := []cellResult{
+		{Scenario: "cold", Via: "redis", Clients: 16, Target: "redis-floor", RedisCPUMicros: 10},
+		{Scenario: "cold", Via: "redis", Clients: 16, Target: logFloorName, RedisCPUMicros: 12},
+		{Scenario: "cold", Via: "redis", Clients: 16, Target: logScriptFloorName, RedisCPUMicros: 15},
+		{Scenario: "cold", Via: "grpc", Clients: 16, Target: "after", RedisCPUMicros: 18},
+		{Scenario: "cold", Via: "grpc", Clients: 4, Target: "after", RedisCPUMicros: 18},
+	}
+	fillRatios(cells)
+	if r := cells[3].RedisToLogFloor; r == nil || *r != 1.5 {
+		t.Fatalf("ratio to the pipelined log floor %v, want 1.5", r)
+	}
+	if r := cells[3].RedisToLogScriptFloor; r == nil || *r != 1.2 {
+		t.Fatalf("ratio to the scripted log floor %v, want 1.2", r)
+	}
+	if cells[4].RedisToLogFloor != nil || cells[4].RedisToLogScriptFloor != nil {
+		t.Fatal("a cell got a ratio to the log floors of another client count")
+	}
+	for _, c := range cells[:3] {
+		if c.RedisToFloor != nil || c.RedisToLogFloor != nil || c.RedisToLogScriptFloor != nil {
+			t.Fatalf("floor %s got a ratio", c.Target)
+		}
 	}
 }
 
@@ -343,6 +372,46 @@ func TestCompareErrors(t *testing.T) {
 		err := run(context.Background(), append([]string{"compare"}, args...), &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || errors.Is(err, errHelp) {
 			t.Errorf("compare %q: %v, want an error", args, err)
+		}
+	}
+}
+
+// TestLogFloorsKeepALog requires that the sorted-set floors do what they
+// stand for on a real Redis: every operation of the pipelined one adds an
+// entry; the scripted one adds an entry while its key holds fewer than its
+// limit, so the cold scenario's checks, all under it, all add one.
+func TestLogFloorsKeepALog(t *testing.T) {
+	rs := redistest.Start(t)
+	rc, err := redisbench.Dial(rs.Addr(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	for _, op := range []floorOp{logOp, logScriptOp} {
+		prefix := "floor-" + strconv.Itoa(int(op)) + "-"
+		o := runRedisFloor(context.Background(), rc, op, prefix, 10, 2, 0, 10*time.Second, 200)
+		if o.checks != 200 || o.failed() != 0 {
+			t.Fatalf("op %d: %d operations, %d failed (%v), want 200 and none", op, o.checks, o.failed(), o.errors)
+		}
+		entries := 0
+		for k := range 10 {
+			n, err := rs.Do("ZCARD", prefix+strconv.Itoa(k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, _ := strconv.Atoi(n)
+			entries += c
+		}
+		if entries != 200 {
+			t.Errorf("op %d: the logs hold %d entries after 200 operations, want 200", op, entries)
+		}
+	}
+	// At the limit the scripted floor adds nothing.
+	ctx := context.Background()
+	for i := range 3 {
+		added, err := rc.LogCheck(ctx, "floor-full", strconv.Itoa(i), time.Now().UnixMilli(), time.Hour, 2)
+		if err != nil || added != (i < 2) {
+			t.Fatalf("check %d under a limit of 2: added %v, %v", i, added, err)
 		}
 	}
 }

@@ -1,7 +1,7 @@
 // Package redisbench is the Redis access quotabench needs beside quotad:
 // INFO readings (server, commandstats, cpu) from the Redis quotad uses,
-// and the Redis floor, envoyproxy/ratelimit's pipelined INCRBY+PEXPIRE
-// counter sent straight to Redis. It keeps go-redis out of cmd/quotabench:
+// and the Redis floors sent straight to Redis: envoyproxy/ratelimit's
+// pipelined INCRBY+PEXPIRE counter, and the sorted-set sliding log. It keeps go-redis out of cmd/quotabench:
 // go-redis's home is the Redis store (node/store/redis), and this package
 // and the test helpers are its only other importers.
 package redisbench
@@ -91,6 +91,41 @@ func (c *Client) IncrExpire(ctx context.Context, key string, ttl time.Duration) 
 	_, err := pipe.Exec(ctx)
 	return err
 }
+
+// LogAppend is one operation of the sorted-set floor: the common recipe
+// for a sliding log in Redis, pipelined as the counter floor is. It drops
+// the entries of key at or before nowMs less ttl (ZREMRANGEBYSCORE), adds
+// member at nowMs (ZADD), counts the entries (ZCARD) and sets the key's
+// TTL (PEXPIRE). member must be new to key. Pipelined, it is not a rate
+// limiter (two clients both add, then both count) and it records denied
+// requests too: it is what the commands alone cost.
+func (c *Client) LogAppend(ctx context.Context, key, member string, nowMs int64, ttl time.Duration) error {
+	pipe := c.c.Pipeline()
+	pipe.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(nowMs-ttl.Milliseconds(), 10))
+	pipe.ZAdd(ctx, key, redis.Z{Score: float64(nowMs), Member: member})
+	pipe.ZCard(ctx, key)
+	pipe.PExpire(ctx, key, ttl)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// LogCheck is one operation of the scripted sorted-set floor: the same
+// recipe made exact, in one script call. It drops the expired entries,
+// counts what is left, and adds member at nowMs (and sets the TTL) only if
+// fewer than limit are there. It reports whether it added member.
+func (c *Client) LogCheck(ctx context.Context, key, member string, nowMs int64, ttl time.Duration, limit int64) (bool, error) {
+	n, err := logCheck.Run(ctx, c.c, []string{key}, member, nowMs, ttl.Milliseconds(), limit).Int()
+	return n == 1, err
+}
+
+var logCheck = redis.NewScript(`
+local now, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ttl)
+return 1
+`)
 
 // Close closes the client's connections.
 func (c *Client) Close() error { return c.c.Close() }
