@@ -375,18 +375,11 @@ func TestDifferentialTTL(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					held := 0
 					for _, k := range stateKeys {
 						ttl, err := rdb.PTTL(ctx, k).Result()
-						if ttl > 0 {
-							held++
-						}
 						switch {
 						case err != nil:
 							t.Fatalf("PTTL %s: %v", k, err)
-						case ttl == -2:
-							// Holds nothing: a sliding log short enough to
-							// live in its meta key has no sorted set.
 						case ttl == -1:
 							t.Fatalf("%+v, check %d (cost %d, %+v): key %s has no TTL", l, i, cost, d, k)
 						case d.Allowed && cost > 0 && d.ResetAfter > time.Minute && (ttl <= 0 || ttl > d.ResetAfter):
@@ -394,9 +387,6 @@ func TestDifferentialTTL(t *testing.T) {
 							// it; these limits rarely set one.)
 							t.Fatalf("%+v, check %d (cost %d, %+v): key %s has TTL %s, want (0, %s]", l, i, cost, d, k, ttl, d.ResetAfter)
 						}
-					}
-					if d.Allowed && cost > 0 && held == 0 {
-						t.Fatalf("%+v, check %d (cost %d, %+v): no key holds the state with a TTL", l, i, cost, d)
 					}
 				}
 			}
@@ -461,27 +451,17 @@ func compareOnRedis(t *testing.T, rdb *redis.Client, where string, base string, 
 		if !s.release && (want[i].decision.Allowed || s.charge) && s.cost > 0 {
 			wantTTL = max(1, want[i].decision.ResetAfter.Milliseconds())
 		}
-		written := 0
 		for j, k := range keys {
 			ttl := got[i].ttlSet[j]
-			if ttl != -1 {
-				written++
-			}
 			// A reset_after past what a Duration holds is reported
-			// saturated; the TTL is the exact wait. A key that holds
-			// nothing (a sliding log short enough to live in its meta key
-			// has no sorted set) is not written.
-			saturated := wantTTL >= maxDurationMs
-			if ttl != wantTTL && !(saturated && ttl > wantTTL) && !(ttl == -1 && got[i].missing[j]) {
+			// saturated; the TTL is the exact wait.
+			if saturated := wantTTL >= maxDurationMs; ttl != wantTTL && !(saturated && ttl > wantTTL) {
 				t.Fatalf("%s: step %d (%s, %+v): key %s: the script set TTL %d ms, want %d (-1: none)\n%s",
 					where, i, s, want[i], k, ttl, wantTTL, diffHistory(steps, want, i))
 			}
 			if got[i].hasNoTTL[j] {
 				t.Fatalf("%s: step %d (%s, %+v): key %s is left without a TTL", where, i, s, want[i], k)
 			}
-		}
-		if wantTTL != -1 && written == 0 {
-			t.Fatalf("%s: step %d (%s, %+v): the step set no key's TTL, want %d ms\n%s", where, i, s, want[i], wantTTL, diffHistory(steps, want, i))
 		}
 	}
 }
@@ -501,8 +481,9 @@ func compareOnRedis(t *testing.T, rdb *redis.Client, where string, base string, 
 // (release), then the 10 arguments (AcquireArgs or ChargeArgs; ReleaseArgs
 // and a 0), with an explicit now. The reply has, per step, the script's
 // integers (8 for a check, 1 for a release) followed, for each key, by the
-// TTL the step asked for (-1: none) and whether the key then exists without
-// a TTL (1), is missing (2) or neither (0).
+// TTL the step asked
+// for (-1: none) and whether the key then exists without a TTL (1) or not
+// (0).
 const sequenceDriver = `local real, asked = redis, {}
 local function intercept(call)
   return function(cmd, ...)
@@ -562,8 +543,7 @@ for i = 0, (#ARGV - 1) / 11 - 1 do
     end
     if asked[written] then expires_at[written] = now + asked[written] end
     reply[#reply + 1] = asked[written] or -1
-    local pttl = real.call('PTTL', written)
-    reply[#reply + 1] = (pttl == -1 and 1) or (pttl == -2 and 2) or 0
+    reply[#reply + 1] = real.call('PTTL', written) == -1 and 1 or 0
   end
   out[#out + 1] = reply
 end
@@ -571,13 +551,12 @@ return out
 `
 
 // scriptResult is one step's outcome on Redis and, for each of the
-// algorithm's keys, the TTL in ms the step set (-1: none), whether the key
-// was left without a TTL, and whether it was missing.
+// algorithm's keys, the TTL in ms the step set (-1: none) and whether the
+// key was left without a TTL.
 type scriptResult struct {
 	outcome  diffOutcome
 	ttlSet   []int64
 	hasNoTTL []bool
-	missing  []bool
 }
 
 // String describes the step for a failure message.
@@ -647,10 +626,9 @@ func runSequence(rdb *redis.Client, base string, steps []diffStep, expire bool) 
 		}
 		for j := n; j < len(items); j += 2 {
 			ttl, _ := items[j].(int64)
-			state, _ := items[j+1].(int64)
+			noTTL, _ := items[j+1].(int64)
 			results[i].ttlSet = append(results[i].ttlSet, ttl)
-			results[i].hasNoTTL = append(results[i].hasNoTTL, state == 1)
-			results[i].missing = append(results[i].missing, state == 2)
+			results[i].hasNoTTL = append(results[i].hasNoTTL, noTTL == 1)
 		}
 	}
 	return results, nil

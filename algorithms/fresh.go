@@ -38,8 +38,8 @@ type FreshWrite struct {
 //
 // The sliding log's fresh form is its one entry, written into its meta key
 // alone (its second key, Keys): "r<ttl> sum seq ts", which the scripts
-// read as an inline log of that one entry (scripts/prelude.lua,
-// log_read). Without a hold a check takes only its cost, so Fresh
+// turn into the log's entry before reading it (scripts/prelude.lua,
+// log_fresh). Without a hold a check takes only its cost, so Fresh
 // decides a plain check of cost, whatever want is; a lease of a sliding
 // log, held until its end, must go to the script.
 func Fresh(l Limit, cost, want int64) (FreshWrite, bool) {

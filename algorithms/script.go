@@ -40,7 +40,7 @@ var (
 	}
 	keySuffixes = map[Algorithm][]string{
 		FixedWindow:          {":fw4"},
-		SlidingWindowLog:     {":sl4", ":slm4"},
+		SlidingWindowLog:     {":sl3", ":slm3"},
 		SlidingWindowCounter: {":sc4"},
 		TokenBucket:          {":tb3"},
 		LeakyBucket:          {":lb3"},
@@ -53,7 +53,7 @@ var (
 	// malformed): no script reads them, but a
 	// reset deletes them too, so that an older node still running beside
 	// this one in a rolling upgrade sees the reset as well.
-	legacySuffixes = []string{":fw", ":sl", ":slm", ":sc", ":tb", ":lb", ":gc", ":tb2", ":lb2", ":gc2", ":fw2", ":sc2", ":sl2", ":slm2", ":fw3", ":sc3", ":sl3", ":slm3"}
+	legacySuffixes = []string{":fw", ":sl", ":slm", ":sc", ":tb", ":lb", ":gc", ":tb2", ":lb2", ":gc2", ":fw2", ":sc2", ":sl2", ":slm2", ":fw3", ":sc3"}
 )
 
 // CheckScript returns the Lua source of algorithm a's check script, which

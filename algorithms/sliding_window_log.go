@@ -14,9 +14,8 @@ import (
 // concurrent use.
 //
 // It mirrors scripts/sliding_window_log.lua and
-// scripts/release_sliding_window_log.lua (up to 16 entries inline in STRING
-// base:slm4, "L<seq> ts:seq:cost ..."; a longer log in ZSET base:sl4 of
-// seq:cost members scored by ts, beside base:slm4 "sum seq"); the rules are
+// scripts/release_sliding_window_log.lua (ZSET base:sl3 of seq:cost members
+// scored by ts, STRING base:slm3 "sum seq"); the rules are
 // docs/algorithms.md, "Sliding window log" and "Leases".
 //
 // Expired entries are dropped only when a positive cost is admitted, so a

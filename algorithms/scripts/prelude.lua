@@ -130,52 +130,22 @@ local function window_count(key)
   return n
 end
 
--- A sliding log of at most LOG_INLINE entries lives in its meta key alone,
--- "L<seq> ts:seq:cost ts:seq:cost ...", the entries in ts order (equal ts
--- in the order they came): a check is then one GET and one SET, where a
--- sorted set costs a command per step. A longer log spills into its
--- sorted set, and the meta key holds "sum seq" (docs/algorithms.md,
--- "Sliding window log").
-local LOG_INLINE = 16
-
--- log_inline returns the seq and the entries ({ts, seq, cost}) of an
--- inline log's value v of key. A value of another shape is an error.
-local function log_inline(key, v)
-  local seq, rest = string.match(v, '^L(%d+)(.*)$')
-  local entries = {}
-  if seq then
-    for ts, q, n in string.gmatch(rest, ' (%-?%d+):(%d+):(%d+)') do
-      entries[#entries + 1] = {tonumber(ts), tonumber(q), tonumber(n)}
-    end
-  end
-  if not seq or select(2, string.gsub(rest, ' ', '')) ~= #entries then
-    error('malformed state in ' .. key)
-  end
-  return tonumber(seq), entries
-end
-
--- log_inline_value is the value of an inline log of seq and entries.
-local function log_inline_value(seq, entries)
-  local parts = {'L' .. int(seq)}
-  for i, e in ipairs(entries) do
-    parts[i + 1] = int(e[1]) .. ':' .. int(e[2]) .. ':' .. int(e[3])
-  end
-  return table.concat(parts, ' ')
-end
-
--- log_read returns a sliding log's meta value v of key as an inline log:
--- its seq and entries, for an inline value or the fresh form (a plain SET
--- ... NX wrote the log's first entry, "r<ttl> sum seq ts": algorithms.Fresh);
--- or nil for "sum seq", a log that lives in its sorted set.
-local function log_read(key, v)
-  local b = string.byte(v, 1)
-  if b == 76 then -- "L"
-    return log_inline(key, v)
-  elseif b == 114 then -- "r"
-    local sum, seq, ts = parse(key, v, 3, 3)
-    return seq, {{ts, seq, sum}}
-  end
-  return nil
+-- log_fresh turns a sliding log's fresh form into its usual state: a log
+-- with no entries whose meta is "r<ttl> sum seq ts" (algorithms.Fresh: a
+-- plain SET ... NX wrote the log's one entry into the meta key alone) gets
+-- that entry, "seq:sum" at ts, expiring when the meta key does, and the
+-- meta key its usual "sum seq". Any other state is left as it is. It
+-- reports whether it wrote the entry.
+local function log_fresh(log, meta)
+  if redis.call('EXISTS', log) == 1 then return false end
+  local v = redis.call('GET', meta)
+  if not v or string.byte(v, 1) ~= 114 then return false end
+  local sum, seq, ts = parse(meta, v, 3, 3)
+  local exp = redis.call('PEXPIRETIME', meta)
+  redis.call('ZADD', log, int(ts), int(seq) .. ':' .. int(sum))
+  redis.call('PEXPIREAT', log, exp)
+  redis.call('SET', meta, encode(sum, seq), 'KEEPTTL')
+  return true
 end
 
 -- The script:
