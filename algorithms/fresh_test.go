@@ -190,8 +190,9 @@ func TestFreshWriteRejectsMalformedValues(t *testing.T) {
 // TestFreshLogWriteMatchesTheScript requires that a sliding log's fresh
 // write (Fresh: its one entry in the meta key alone, SET ... NX) decides
 // what the check script decides on a missing key, and that the scripts,
-// reading it (log_fresh), decide every later check and release exactly as
-// on the state the script would have written at the write's time.
+// reading it, decide every later check, lease, charge and release exactly
+// as on the state the script would have written at the write's time, with
+// the clock going forward past the entry's expiry and back.
 func TestFreshLogWriteMatchesTheScript(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
@@ -230,13 +231,24 @@ func TestFreshLogWriteMatchesTheScript(t *testing.T) {
 		at := writtenMs
 		for step := range 4 {
 			at += diffJump(rng, l.PeriodMillis(), at, w.Decision)
+			if rng.IntN(8) == 0 { // the clock steps back, never before the write
+				at = max(writtenMs, at-rng.Int64N(2*l.PeriodMillis()))
+			}
 			sc, args := check, []any(nil)
 			if (step+n)%2 == 1 {
 				sc = release
 				args = algorithms.ReleaseArgs(l, 1+rng.Int64N(w.Grant.Units), w.Grant, at)
 			} else {
 				c := diffCost(rng, l.Capacity())
-				args = algorithms.CheckArgs(l, c, at)
+				switch rng.IntN(3) {
+				case 0:
+					args = algorithms.CheckArgs(l, c, at)
+				case 1: // a lease, held for up to a period
+					hold := time.Duration(rng.Int64N(l.PeriodMillis()+1)) * time.Millisecond
+					args = algorithms.AcquireArgs(l, c, c+rng.Int64N(l.Capacity()-c+1), hold, at)
+				default: // a charge, which counts even what does not fit
+					args = algorithms.ChargeArgs(l, c+rng.Int64N(3), c, 0, at)
+				}
 			}
 			fromFresh, err1 := sc.Run(ctx, rdb, fresh, args...).Slice()
 			fromScript, err2 := sc.Run(ctx, rdb, scripted, args...).Slice()
