@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+
+	"github.com/quotad/quotad/tlsverify"
 )
 
 // This file is TLS to memcached (--memcache-tls and its files): the
@@ -67,31 +69,7 @@ func (c memcacheTLSConfig) load() (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	if c.SkipHostnameVerification {
-		verifyChainOnly(cfg, "memcached")
+		tlsverify.ChainOnly(cfg, "memcached")
 	}
 	return cfg, nil
-}
-
-// verifyChainOnly makes cfg verify the server's certificate chain against
-// its RootCAs (the system's when nil) as crypto/tls does, but not the host
-// name: crypto/tls checks both or, with InsecureSkipVerify, neither, so
-// its own check is off and VerifyConnection does the chain's. A
-// certificate whose chain does not verify still fails the handshake.
-// server names the server in errors.
-func verifyChainOnly(cfg *tls.Config, server string) {
-	roots := cfg.RootCAs
-	cfg.InsecureSkipVerify = true
-	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) == 0 {
-			return fmt.Errorf("tls: %s presented no certificate", server)
-		}
-		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-		for _, c := range cs.PeerCertificates[1:] {
-			opts.Intermediates.AddCert(c)
-		}
-		if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
-			return fmt.Errorf("tls: failed to verify certificate (host name not checked): %w", err)
-		}
-		return nil
-	}
 }

@@ -3,7 +3,6 @@ package redis
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/quotad/quotad/node"
+	"github.com/quotad/quotad/tlsverify"
 )
 
 // This file builds the go-redis clients for a Config: a single server, a
@@ -116,7 +116,7 @@ func withTLSFiles(tlsConfig *tls.Config, cfg Config) error {
 		return err
 	}
 	if cfg.TLSSkipHostnameVerification {
-		verifyChainOnly(tlsConfig)
+		tlsverify.ChainOnly(tlsConfig, "redis")
 	}
 	return nil
 }
@@ -161,27 +161,4 @@ func withClientCert(tlsConfig *tls.Config, certFile, keyFile string, readFile fu
 	}
 	tlsConfig.Certificates = []tls.Certificate{pair}
 	return nil
-}
-
-// verifyChainOnly makes tlsConfig verify the server's certificate chain
-// against its RootCAs (the system's when nil) as crypto/tls does, but not
-// the host name: crypto/tls checks both or, with InsecureSkipVerify,
-// neither, so its own check is off and VerifyConnection does the chain's.
-// A certificate whose chain does not verify still fails the handshake.
-func verifyChainOnly(tlsConfig *tls.Config) {
-	roots := tlsConfig.RootCAs
-	tlsConfig.InsecureSkipVerify = true
-	tlsConfig.VerifyConnection = func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) == 0 {
-			return errors.New("tls: redis presented no certificate")
-		}
-		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-		for _, c := range cs.PeerCertificates[1:] {
-			opts.Intermediates.AddCert(c)
-		}
-		if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
-			return fmt.Errorf("tls: failed to verify certificate (host name not checked): %w", err)
-		}
-		return nil
-	}
 }
