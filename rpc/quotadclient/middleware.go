@@ -204,22 +204,32 @@ func (m *limiter) check(ctx context.Context, key string, cost int64) (Decision, 
 	return m.client.Check(ctx, m.cfg.Policy, key, cost)
 }
 
-// failed answers a request whose check returned err.
+// failed answers a request whose check returned err (failRequest).
 func (m *limiter) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	failRequest(w, r, next, err, "rate limit: ", m.cfg.OnError, func() {
+		m.log.WarnContext(r.Context(), "quotad check failed", "policy", m.cfg.Policy, "code", connect.CodeOf(err).String(), "on_error", m.cfg.OnError.String(), "err", err)
+	})
+}
+
+// failRequest answers a request whose call to quotad returned err, as
+// every middleware here does. A client that has gone gets nothing: nobody
+// reads an answer, and a failure of quotad is not what happened. A request
+// quotad found invalid gets 400 with quotad's message after prefix: it
+// names the field ("key: ... exceeds 1024"), is about the request and is
+// safe to show, whatever onError says, so that an invalid request cannot
+// be used to pass. Any other failure is logged with warn, then fails
+// closed (503) or open (next serves the request) as onError says.
+func failRequest(w http.ResponseWriter, r *http.Request, next http.Handler, err error, prefix string, onError ErrorMode, warn func()) {
 	if r.Context().Err() != nil {
-		// The client has gone; nobody reads an answer, and a failure of
-		// quotad is not what happened.
 		return
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) && ce.Code() == connect.CodeInvalidArgument {
-		// quotad names the field ("key: ... exceeds 1024"); that is about
-		// the request, and safe to show.
-		http.Error(w, "rate limit: "+ce.Message(), http.StatusBadRequest)
+		http.Error(w, prefix+ce.Message(), http.StatusBadRequest)
 		return
 	}
-	m.log.WarnContext(r.Context(), "quotad check failed", "policy", m.cfg.Policy, "code", connect.CodeOf(err).String(), "on_error", m.cfg.OnError.String(), "err", err)
-	if m.cfg.OnError == FailClosed {
+	warn()
+	if onError == FailClosed {
 		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 		return
 	}

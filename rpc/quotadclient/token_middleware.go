@@ -224,23 +224,12 @@ func (m *tokenLimiter) giveBack(r *http.Request, hs []held) {
 	}
 }
 
-// failed answers a request whose reservation in budget b returned err, as
-// Middleware does a failed check.
+// failed answers a request whose reservation in budget b returned err
+// (failRequest).
 func (m *tokenLimiter) failed(w http.ResponseWriter, r *http.Request, next http.Handler, b TokenBudget, err error) {
-	if r.Context().Err() != nil {
-		return
-	}
-	var ce *connect.Error
-	if errors.As(err, &ce) && ce.Code() == connect.CodeInvalidArgument {
-		http.Error(w, "token budget: "+ce.Message(), http.StatusBadRequest)
-		return
-	}
-	m.cfg.Log.WarnContext(r.Context(), "quotad reserve failed", "policy", b.Policy, "code", connect.CodeOf(err).String(), "on_error", m.cfg.OnError.String(), "err", err)
-	if m.cfg.OnError == FailClosed {
-		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
-		return
-	}
-	next.ServeHTTP(w, r)
+	failRequest(w, r, next, err, "token budget: ", m.cfg.OnError, func() {
+		m.cfg.Log.WarnContext(r.Context(), "quotad reserve failed", "policy", b.Policy, "code", connect.CodeOf(err).String(), "on_error", m.cfg.OnError.String(), "err", err)
+	})
 }
 
 // usageRecorder passes a response through and keeps up to max bytes of
