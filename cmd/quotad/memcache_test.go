@@ -129,12 +129,14 @@ func TestEnvoyRatelimitOnMemcacheOverTLS(t *testing.T) {
 	}
 }
 
-// The settings of --memcache-tls say what is missing.
-func TestMemcacheTLSSettingsSayWhatIsMissing(t *testing.T) {
+// The memcached settings say what is missing or in conflict: a second
+// store, or TLS settings without what they need.
+func TestMemcacheSettingsSayWhatIsMissing(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"--memcache", "m:1", "--redis", "redis://r:1"}, "memcache: --memcache and Redis (--redis, --redis-cluster or --redis-sentinel) are both set; choose one store"},
 		{[]string{"--memcache-tls"}, "memcache: --memcache-tls and its files are set but no memcached is (set --memcache)"},
 		{[]string{"--memcache", "m:1", "--memcache-tls-ca", "/ca.pem"}, "memcache: --memcache-tls-ca, --memcache-tls-cert-file, --memcache-tls-key-file and --memcache-tls-skip-hostname-verification need --memcache-tls"},
 		{[]string{"--memcache", "m:1", "--memcache-tls", "--memcache-tls-cert-file", "/c.pem"}, "memcache: --memcache-tls-cert-file and --memcache-tls-key-file go together: set both, or neither"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,5 +100,40 @@ func TestSIGTERMEndsRateLimitQuotaStreams(t *testing.T) {
 	}
 	if s := p.stderr.text(); strings.Contains(s, "still running at the deadline") {
 		t.Fatalf("the shutdown waited for the stream until its deadline:\n%s", s)
+	}
+}
+
+// TestRLQSConfigErrorsSayWhatToWrite requires that an rlqs section quotad
+// cannot serve stops it at start with the file, the section's line, the
+// field and what to write instead (docs/errors.md).
+func TestRLQSConfigErrorsSayWhatToWrite(t *testing.T) {
+	const policies = `policies:
+  - {name: tb, algorithm: token_bucket, limit: 100, period: 1s}
+  - {name: fw, algorithm: fixed_window, limit: 100, period: 1s}
+`
+	for _, c := range []struct {
+		name, rlqs string
+		args       []string
+		want       string
+	}{
+		{"a window policy", "rlqs:\n  domains:\n    - domain: edge\n      buckets:\n        - bucket: {name: \"*\"}\n          policy: fw\n", nil,
+			`line 4: rlqs: invalid rlqs config: domains[0].buckets[0].policy: "fw" uses fixed_window, but Envoy enforces an assignment as a token bucket refilled at a steady rate, which only token_bucket, leaky_bucket and gcra limit; give the policy one of those algorithms`},
+		{"an unknown policy", "rlqs:\n  domains:\n    - domain: edge\n      default: {policy: nope}\n", nil,
+			`line 4: rlqs: invalid rlqs config: domains[0].default.policy: "nope" is not a configured policy; add it to policies or name another`},
+		{"a policy and an action", "rlqs:\n  domains:\n    - domain: edge\n      buckets:\n        - {bucket: {}, policy: tb, action: deny_all}\n", nil,
+			`line 4: rlqs: invalid rlqs config: domains[0].buckets[0]: both policy "tb" and action "deny_all"; write one of them`},
+		{"a part of a second", "rlqs:\n  assignment_interval: 1500ms\n  domains:\n    - domain: edge\n      default: {policy: tb}\n", nil,
+			`line 4: rlqs: invalid rlqs config: assignment_interval: 1.5s: Envoy counts assignments' lives in whole seconds; write a whole number of seconds from 1s to 1h0m0s`},
+		{"without the gRPC front end", "rlqs:\n  domains:\n    - domain: edge\n      default: {policy: tb}\n", []string{"--grpc-transport=connect"},
+			`config: rlqs: Envoy's rate limit quota service streams over the gRPC front end, which --grpc-transport=connect turns off; remove --grpc-transport=connect or the rlqs section's domains`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := writeFile(t, "q.yaml", policies+c.rlqs)
+			args := append([]string{"--listen", "127.0.0.1:0", "--config", cfg}, c.args...)
+			err := run(t.Context(), args, func(string) string { return "" }, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%v\nwant %q", err, c.want)
+			}
+		})
 	}
 }
