@@ -204,7 +204,9 @@ then for every scenario, transport and client count measures each target back
 to back: checks/s, p50/p99 per call, server CPU µs and read/write syscalls per
 check (/proc/<pid>/stat and /io), Redis CPU µs and commands per check (INFO cpu
 and commandstats), and the load generator's own CPU. Ratios: server CPU to the
-gRPC floor's (same transport and clients), Redis CPU to INCRBY+PEXPIRE's.
+gRPC floor's (same transport and clients), Redis CPU to INCRBY+PEXPIRE's; with
+-cold-algorithm sliding_window_log, also to a sorted-set log's, pipelined and
+in one script call.
 
 Usage:
   quotabench matrix -quotad before=/tmp/quotad-main -quotad after=./quotad [flags]

@@ -271,10 +271,10 @@ const (
 // that its checks are all allowed, as the cold scenario's are.
 const logFloorLimit = 1_000_000
 
-// runRedisFloor is envoyproxy/ratelimit's counter, straight to Redis:
-// clients workers each send INCRBY key 1 and PEXPIRE key in one pipeline
-// per operation (or op's other operation: floorOp), keys drawn uniformly from nkeys, until d has passed or
-// maxCalls operations have started. One operation counts as one allowed
+// runRedisFloor is a Redis floor, straight to Redis: clients workers each
+// send op (floorOp; counterOp is envoyproxy/ratelimit's counter, INCRBY key
+// 1 and PEXPIRE key in one pipeline) per operation, keys drawn uniformly
+// from nkeys, until d has passed or maxCalls operations have started. One operation counts as one allowed
 // check. With rate 0 each worker sends as fast as Redis answers; with a
 // rate (operations a second, all workers together) each worker sends on
 // a schedule of its share, staggered, so that Redis sees the traffic a
@@ -310,17 +310,18 @@ func runRedisFloor(ctx context.Context, rc *redisbench.Client, op floorOp, keyPr
 				}
 				k := key()
 				begin := time.Now()
-				// A member new to every key: the worker and its count.
-				seq++
-				member := strconv.Itoa(i) + ":" + strconv.Itoa(seq)
 				var err error
-				switch op {
-				case counterOp:
+				if op == counterOp {
 					err = rc.IncrExpire(ctx, k, time.Hour)
-				case logOp:
-					err = rc.LogAppend(ctx, k, member, begin.UnixMilli(), time.Hour)
-				case logScriptOp:
-					_, err = rc.LogCheck(ctx, k, member, begin.UnixMilli(), time.Hour, logFloorLimit)
+				} else {
+					// A member new to every key: the worker and its count.
+					seq++
+					member := strconv.Itoa(i) + ":" + strconv.Itoa(seq)
+					if op == logOp {
+						err = rc.LogAppend(ctx, k, member, begin.UnixMilli(), time.Hour)
+					} else {
+						_, err = rc.LogCheck(ctx, k, member, begin.UnixMilli(), time.Hour, logFloorLimit)
+					}
 				}
 				took := time.Since(begin)
 				if err != nil {

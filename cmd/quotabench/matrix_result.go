@@ -115,25 +115,25 @@ func fillRatios(cells []cellResult) {
 		if c.Target == "grpc-floor" || c.Target == "redis-floor" || c.Target == logFloorName || c.Target == logScriptFloorName || strings.HasPrefix(c.Target, pacedFloorPrefix) {
 			continue
 		}
-		if f, ok := pacedFloor[pacedKey{c.Via, c.Clients, c.Target}]; ok && f > 0 && c.Scenario == "cold" {
-			r := c.RedisCPUMicros / f
-			c.RedisToPacedFloor = &r
+		if c.Scenario == "cold" {
+			c.RedisToPacedFloor = overFloor(c.RedisCPUMicros, pacedFloor, pacedKey{c.Via, c.Clients, c.Target})
+			c.RedisToFloor = overFloor(c.RedisCPUMicros, redisFloor, c.Clients)
+			c.RedisToLogFloor = overFloor(c.RedisCPUMicros, logFloor, c.Clients)
+			c.RedisToLogScriptFloor = overFloor(c.RedisCPUMicros, logScriptFloor, c.Clients)
 		}
 		if f, ok := grpcFloor[key{c.Via, c.Clients}]; ok && f > 0 && c.ServerCPUMicros != nil && c.Scenario != "batch" {
 			r := *c.ServerCPUMicros / f
 			c.ServerToFloor = &r
 		}
-		if f, ok := redisFloor[c.Clients]; ok && f > 0 && c.Scenario == "cold" {
-			r := c.RedisCPUMicros / f
-			c.RedisToFloor = &r
-		}
-		if f, ok := logFloor[c.Clients]; ok && f > 0 && c.Scenario == "cold" {
-			r := c.RedisCPUMicros / f
-			c.RedisToLogFloor = &r
-		}
-		if f, ok := logScriptFloor[c.Clients]; ok && f > 0 && c.Scenario == "cold" {
-			r := c.RedisCPUMicros / f
-			c.RedisToLogScriptFloor = &r
-		}
 	}
+}
+
+// overFloor is v over floors[k], or nil when no such floor was measured.
+func overFloor[K comparable](v float64, floors map[K]float64, k K) *float64 {
+	f, ok := floors[k]
+	if !ok || f <= 0 {
+		return nil
+	}
+	r := v / f
+	return &r
 }
