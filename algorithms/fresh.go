@@ -37,8 +37,9 @@ type FreshWrite struct {
 // (Limit.Validate, Limit.ValidateCost) and want ≥ cost.
 //
 // The sliding log's fresh form is its one entry, written into its meta key
-// alone (its second key, Keys): "r<ttl> sum seq ts", which the scripts
-// turn into the log's entry before reading it (scripts/prelude.lua,
+// alone (its second key, Keys): "r<ttl> sum seq ts", which the check
+// script reads where it is and moves into the log when it writes, and the
+// release turns into the log's entry first (scripts/prelude.lua,
 // log_fresh). Without a hold a check takes only its cost, so Fresh
 // decides a plain check of cost, whatever want is; a lease of a sliding
 // log, held until its end, must go to the script.

@@ -265,3 +265,75 @@ func TestFreshLogWriteMatchesTheScript(t *testing.T) {
 	}
 	t.Logf("%d cases compared", compared)
 }
+
+// TestFreshLogIsWrittenOnlyWhenTheCheckWrites requires that the check
+// script reads a sliding log's fresh form where it is: a denial and a
+// cost-0 check leave the meta key's value and TTL as they were and create
+// no log, and the next admitted check writes the fresh entry and its own
+// into the log, at their times.
+func TestFreshLogIsWrittenOnlyWhenTheCheckWrites(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	a := algorithms.SlidingWindowLog
+	check := redis.NewScript(algorithms.CheckScript(a))
+	l := algorithms.Limit{Algorithm: a, Limit: 2, Period: time.Minute}
+	w, ok := algorithms.Fresh(l, 2, 2)
+	if !ok {
+		t.Fatal("Fresh refused a check of the whole limit")
+	}
+	keys := algorithms.Keys(a, "{freshonly}")
+	logKey, meta := keys[0], keys[1]
+	if err := rdb.Do(ctx, "SET", meta, w.Value, "PX", w.TTLMillis, "NX").Err(); err != nil {
+		t.Fatal(err)
+	}
+	expireMs := rdb.Do(ctx, "PEXPIRETIME", meta).Val().(int64)
+	writtenMs := expireMs - w.TTLMillis
+	for _, c := range []struct {
+		name string
+		cost int64
+	}{{"a denial", 1}, {"a cost-0 check", 0}} {
+		d, _, err := algorithms.DecodeAcquireReply(check.Run(ctx, rdb, keys, algorithms.CheckArgs(l, c.cost, writtenMs+1000)...).Val())
+		if err != nil || d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%s on the full fresh log: %+v, %v", c.name, d, err)
+		}
+		if v := rdb.Get(ctx, meta).Val(); v != w.Value {
+			t.Fatalf("%s rewrote the fresh form %q as %q", c.name, w.Value, v)
+		}
+		if exp := rdb.Do(ctx, "PEXPIRETIME", meta).Val().(int64); exp != expireMs {
+			t.Fatalf("%s moved the meta key's expiry from %d to %d", c.name, expireMs, exp)
+		}
+		if n := rdb.Exists(ctx, logKey).Val(); n != 0 {
+			t.Fatalf("%s created the log", c.name)
+		}
+	}
+	// A period later the fresh entry has expired: an admitted check drops it.
+	at := writtenMs + l.PeriodMillis()
+	d, _, err := algorithms.DecodeAcquireReply(check.Run(ctx, rdb, keys, algorithms.CheckArgs(l, 1, at)...).Val())
+	if err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("a check once the fresh entry expired: %+v, %v", d, err)
+	}
+	entries := rdb.ZRangeWithScores(ctx, logKey, 0, -1).Val()
+	if len(entries) != 1 || entries[0].Score != float64(at) || entries[0].Member != "1:1" {
+		t.Fatalf("the log after the fresh entry expired: %v, want only the check's entry 1:1 at %d", entries, at)
+	}
+
+	// A fresh entry that still counts goes into the log beside the check's.
+	keys = algorithms.Keys(a, "{freshkept}")
+	w, _ = algorithms.Fresh(l, 1, 1)
+	if err := rdb.Do(ctx, "SET", keys[1], w.Value, "PX", w.TTLMillis, "NX").Err(); err != nil {
+		t.Fatal(err)
+	}
+	writtenMs = rdb.Do(ctx, "PEXPIRETIME", keys[1]).Val().(int64) - w.TTLMillis
+	d, _, err = algorithms.DecodeAcquireReply(check.Run(ctx, rdb, keys, algorithms.CheckArgs(l, 1, writtenMs+5)...).Val())
+	if err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("a second check of a fresh log of limit 2: %+v, %v", d, err)
+	}
+	entries = rdb.ZRangeWithScores(ctx, keys[0], 0, -1).Val()
+	want := []redis.Z{{Score: float64(writtenMs), Member: "1:1"}, {Score: float64(writtenMs + 5), Member: "2:1"}}
+	if fmt.Sprint(entries) != fmt.Sprint(want) {
+		t.Fatalf("the log after a second check: %v, want %v", entries, want)
+	}
+	if v := rdb.Get(ctx, keys[1]).Val(); v != "2 2" {
+		t.Fatalf("the meta key after a second check: %q, want \"2 2\"", v)
+	}
+}

@@ -135,7 +135,8 @@ end
 -- plain SET ... NX wrote the log's one entry into the meta key alone) gets
 -- that entry, "seq:sum" at ts, expiring when the meta key does, and the
 -- meta key its usual "sum seq". Any other state is left as it is. It
--- reports whether it wrote the entry.
+-- reports whether it wrote the entry. (The check script reads the fresh
+-- form where it is, and writes its entry only when the check writes.)
 local function log_fresh(log, meta)
   if redis.call('EXISTS', log) == 1 then return false end
   local v = redis.call('GET', meta)

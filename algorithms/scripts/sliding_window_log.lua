@@ -40,11 +40,25 @@ local function cost_of(member) return tonumber(string.match(member, ':(%d+)$')) 
 local sum, seq, newest, newest_member = 0, 0, 0, nil
 local cutoff = int(now - period)
 local expired = {}
-local last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
-if #last == 0 and log_fresh(log, meta) then
-  last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
-end
-if #last > 0 then
+-- A log still in its fresh form (prelude: log_fresh) has its one entry in
+-- the meta key alone: pending_ts and pending_member. The check reads it
+-- there and writes it into the log only if the check writes anyway, with
+-- its own entry in the same ZADD; a denial leaves the fresh form as it is.
+local pending_ts, pending_member
+local last = redis.call('ZRANGE', log, '-1', '-1', 'WITHSCORES')
+if #last == 0 then
+  -- An empty log is a missing key, so the meta key is the whole state.
+  local v = redis.call('GET', meta)
+  if v and string.byte(v, 1) == 114 then -- "r"
+    local ts
+    sum, seq, ts = parse(meta, v, 3, 3)
+    newest, newest_member = ts, int(seq) .. ':' .. int(sum)
+    pending_ts, pending_member = ts, newest_member
+    if ts <= now - period then
+      expired, sum = {newest_member}, 0
+    end
+  end
+else
   newest, newest_member = tonumber(last[2]), last[1]
   local found
   found, sum, seq = load(meta, 2)
@@ -52,7 +66,7 @@ if #last > 0 then
     -- The two keys always expire together, but an eviction can take one:
     -- rebuild the state from the log rather than trust a missing sum.
     sum, seq = 0, 0
-    for _, member in ipairs(redis.call('ZRANGE', log, 0, -1)) do
+    for _, member in ipairs(redis.call('ZRANGE', log, '0', '-1')) do
       local s, n = string.match(member, '^(%d+):(%d+)$')
       sum, seq = sum + tonumber(n), math.max(seq, tonumber(s))
     end
@@ -62,6 +76,11 @@ if #last > 0 then
   expired = redis.call('ZRANGEBYSCORE', log, '-inf', cutoff)
   for _, member in ipairs(expired) do sum = sum - cost_of(member) end
 end
+-- Whether the log holds expired entries to drop when the check writes.
+local drop = #expired > 0 and not pending_ts
+-- Whether a pending entry still counts: if the check writes, it goes into
+-- the log beside the check's own entry, in one ZADD.
+local keep = pending_ts and #expired == 0
 
 local allowed = sum + c <= limit
 local granted, use_within, ref = 0, 0, 0
@@ -71,7 +90,7 @@ if allowed and cost > 0 then
   -- Expired entries are dropped only here, when the check writes anyway:
   -- a denial or a cost-0 check writes nothing, as in the Go model, so the
   -- two agree even when the clock steps back over an expiry.
-  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', cutoff) end
+  if drop then redis.call('ZREMRANGEBYSCORE', log, '-inf', cutoff) end
   -- Seqs restart once every entry has expired (newest <= now - period),
   -- alike whether the keys have expired yet or not.
   if newest <= now - period then seq = 0 end
@@ -80,12 +99,16 @@ if allowed and cost > 0 then
   -- If every entry had expired, newest <= now - period < now + hold.
   newest = math.max(newest, now + hold)
   local ttl = newest + period - now
-  redis.call('ZADD', log, int(now + hold), int(seq) .. ':' .. int(granted))
+  if keep then
+    redis.call('ZADD', log, int(pending_ts), pending_member, int(now + hold), int(seq) .. ':' .. int(granted))
+  else
+    redis.call('ZADD', log, int(now + hold), int(seq) .. ':' .. int(granted))
+  end
   redis.call('PEXPIRE', log, int(ttl))
   redis.call('SET', meta, encode(sum, seq), 'PX', int(ttl))
 elseif cost > 0 and charge then
   local units = math.min(cost, MAX_EXACT - sum)
-  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', log, '-inf', cutoff) end
+  if drop then redis.call('ZREMRANGEBYSCORE', log, '-inf', cutoff) end
   expired = {}
   if newest <= now - period then
     -- No entry counts (or the log is empty): the charge is the first.
@@ -93,10 +116,11 @@ elseif cost > 0 and charge then
     redis.call('ZADD', log, int(now), '1:' .. int(units))
   else
     -- The newest entry (ZRANGE's last: by score, then member) takes the
-    -- units, under a new seq so that no grant's release finds it.
+    -- units, under a new seq so that no grant's release finds it. (A
+    -- pending entry is the newest, and never reaches the log.)
     local merged = cost_of(newest_member) + units
     seq, sum, newest = seq + 1, sum + units, math.max(newest, now)
-    redis.call('ZREM', log, newest_member)
+    if not pending_ts then redis.call('ZREM', log, newest_member) end
     redis.call('ZADD', log, int(newest), int(seq) .. ':' .. int(merged))
   end
   local ttl = newest + period - now
@@ -115,8 +139,10 @@ elseif not allowed then
   -- their order within the set does not matter. Read in chunks, after the
   -- expired entries: the walk usually stops early.
   local need, freed, from, chunk = sum + c - limit, 0, #expired, 128
+  -- A pending entry counts (sum > 0), so it alone is worth sum >= need.
+  if pending_ts then retry_after = pending_ts + period - now end
   while retry_after == 0 do
-    local page = redis.call('ZRANGE', log, from, from + chunk - 1, 'WITHSCORES')
+    local page = redis.call('ZRANGE', log, int(from), int(from + chunk - 1), 'WITHSCORES')
     if #page == 0 then break end
     for i = 1, #page, 2 do
       freed = freed + cost_of(page[i])
