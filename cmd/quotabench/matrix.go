@@ -243,8 +243,12 @@ const (
 )
 
 // pacedFloorPrefix starts the name of a Redis floor paced at a target's
-// rate: "redis-floor@after".
-const pacedFloorPrefix = "redis-floor@"
+// rate: "redis-floor@after"; pacedLogScriptFloorPrefix, the scripted
+// sorted-set floor's, "log-script-floor@after".
+const (
+	pacedFloorPrefix          = "redis-floor@"
+	pacedLogScriptFloorPrefix = logScriptFloorName + "@"
+)
 
 // plan lists the cells in the order they run: per scenario, transport and
 // client count, the floor first and then each target.
@@ -270,6 +274,9 @@ func (m *matrix) plan() []cell {
 					cells = append(cells, cell{sc: sc, via: via, clients: c, srv: t})
 					if m.cfg.Floors && sc.floor == "redis" {
 						cells = append(cells, cell{sc: sc, via: via, clients: c, redisFloor: true, pacedAfter: t.name})
+						if m.cfg.ColdAlgorithm == algorithms.SlidingWindowLog.String() {
+							cells = append(cells, cell{sc: sc, via: via, clients: c, redisFloor: true, op: logScriptOp, pacedAfter: t.name})
+						}
 					}
 				}
 			}
@@ -298,13 +305,11 @@ func (m *matrix) run(ctx context.Context) *matrixRun {
 			break
 		}
 		if c.pacedAfter != "" {
-			if len(run.Cells) > 0 {
-				c.rate = run.Cells[len(run.Cells)-1].ChecksPerSecond
-			}
+			c.rate = targetRate(run.Cells, c)
 			if c.rate <= 0 {
 				// Flat out it would be the other floor under this one's name.
-				fmt.Fprintf(m.log, "[%d/%d] %s %s c=%d %s%s: skipped, its target made no checks\n",
-					i+1, len(cells), c.sc.name, c.via, c.clients, pacedFloorPrefix, c.pacedAfter)
+				fmt.Fprintf(m.log, "[%d/%d] %s %s c=%d %s: skipped, its target made no checks\n",
+					i+1, len(cells), c.sc.name, c.via, c.clients, c.name())
 				continue
 			}
 		}
@@ -317,20 +322,40 @@ func (m *matrix) run(ctx context.Context) *matrixRun {
 	return run
 }
 
+// targetRate is the checks/s of the target cell a paced floor c follows:
+// the latest measured cell of that target in c's scenario, transport and
+// client count (0 if none).
+func targetRate(done []cellResult, c cell) float64 {
+	for i := len(done) - 1; i >= 0; i-- {
+		r := done[i]
+		if r.Target == c.pacedAfter && r.Scenario == c.sc.name && r.Via == c.via && r.Clients == c.clients {
+			return r.ChecksPerSecond
+		}
+	}
+	return 0
+}
+
+// name is the cell's target name in the results.
+func (c cell) name() string {
+	switch {
+	case c.srv != nil:
+		return c.srv.name
+	case c.op == logScriptOp && c.pacedAfter != "":
+		return pacedLogScriptFloorPrefix + c.pacedAfter
+	case c.op == logOp:
+		return logFloorName
+	case c.op == logScriptOp:
+		return logScriptFloorName
+	case c.pacedAfter != "":
+		return pacedFloorPrefix + c.pacedAfter
+	}
+	return "redis-floor"
+}
+
 // measure runs one cell: the warm-up, readings, the measured load,
 // readings again.
 func (m *matrix) measure(ctx context.Context, c cell) cellResult {
-	name := "redis-floor"
-	switch {
-	case c.srv != nil:
-		name = c.srv.name
-	case c.op == logOp:
-		name = logFloorName
-	case c.op == logScriptOp:
-		name = logScriptFloorName
-	case c.pacedAfter != "":
-		name = pacedFloorPrefix + c.pacedAfter
-	}
+	name := c.name()
 	// Keys of their own per cell: nothing carries over from another cell.
 	prefix := fmt.Sprintf("%s-%s-%d-%s-", c.sc.name, c.via, c.clients, name)
 	load := func(d time.Duration) callOutcome {

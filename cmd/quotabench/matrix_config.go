@@ -206,7 +206,7 @@ check (/proc/<pid>/stat and /io), Redis CPU µs and commands per check (INFO cpu
 and commandstats), and the load generator's own CPU. Ratios: server CPU to the
 gRPC floor's (same transport and clients), Redis CPU to INCRBY+PEXPIRE's; with
 -cold-algorithm sliding_window_log, also to a sorted-set log's, pipelined and
-in one script call.
+in one script call, and to the scripted one's sent at the target's checks/s.
 
 Usage:
   quotabench matrix -quotad before=/tmp/quotad-main -quotad after=./quotad [flags]

@@ -35,7 +35,7 @@ func writeMatrixText(w io.Writer, run *matrixRun) error {
 	}
 	fmt.Fprint(tw, "scenario\tvia\tc\ttarget\tchecks/s\tp50\tp99\tsrv µs/chk\t×grpc floor\tsyscalls/chk\tredis µs/chk\t×redis floor\t×paced floor\t")
 	if logFloor {
-		fmt.Fprint(tw, "×log floor\t×log script\t")
+		fmt.Fprint(tw, "×log floor\t×log script\t×paced log script\t")
 	}
 	fmt.Fprint(tw, "redis cmd/chk\tclient µs/chk\terrors\t\n")
 	for _, c := range run.Cells {
@@ -45,7 +45,7 @@ func writeMatrixText(w io.Writer, run *matrixRun) error {
 			optional(c.ServerCPUMicros, "%.1f"), optional(c.ServerToFloor, "%.2f"), optional(c.ServerSyscalls, "%.2f"),
 			c.RedisCPUMicros, optional(c.RedisToFloor, "%.2f"), optional(c.RedisToPacedFloor, "%.2f"))
 		if logFloor {
-			fmt.Fprintf(tw, "%s\t%s\t", optional(c.RedisToLogFloor, "%.2f"), optional(c.RedisToLogScriptFloor, "%.2f"))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t", optional(c.RedisToLogFloor, "%.2f"), optional(c.RedisToLogScriptFloor, "%.2f"), optional(c.RedisToPacedLogScriptFloor, "%.2f"))
 		}
 		fmt.Fprintf(tw, "%.3f\t%.1f\t%d\t\n", c.RedisCommands, c.ClientCPUMicros, c.Errors)
 	}
@@ -68,7 +68,8 @@ call (a batch call holds many checks). client µs/chk: the load generator's own 
 		b.WriteString(`×log floor: over the log-floor row's, a sliding log kept as the common recipe keeps
 it (ZREMRANGEBYSCORE, ZADD, ZCARD, PEXPIRE pipelined per check); ×log script: over the
 log-script-floor row's, the same recipe made exact in one script call per check (ZADD only
-under the limit); both sent as fast as Redis answers.
+under the limit); both sent as fast as Redis answers. ×paced log script: over the
+scripted one's sent at the cell's own checks/s (the log-script-floor@TARGET row after it).
 `)
 	}
 	_, err := io.WriteString(w, b.String())

@@ -35,7 +35,7 @@ type cellResult struct {
 	Clients  int    `json:"clients"`
 	// Target is a quotad target's name, "grpc-floor", "redis-floor", a
 	// sorted-set floor's (logFloorName, logScriptFloorName) or a paced
-	// floor's (pacedFloorPrefix).
+	// floor's (pacedFloorPrefix, pacedLogScriptFloorPrefix).
 	Target          string           `json:"target"`
 	Calls           int64            `json:"calls"`
 	Checks          int64            `json:"checks"`
@@ -68,13 +68,16 @@ type cellResult struct {
 	// cell's, its Via this cell's). RedisToLogFloor and
 	// RedisToLogScriptFloor are RedisCPUMicros over the sorted-set floors'
 	// (logFloorName, logScriptFloorName) at the same client count, when
-	// the run measured them.
+	// the run measured them; RedisToPacedLogScriptFloor over the scripted
+	// one's sent at this cell's own checks/s (pacedLogScriptFloorPrefix).
 	ServerToFloor         *float64 `json:"server_cpu_to_grpc_floor,omitempty"`
 	RedisToFloor          *float64 `json:"redis_cpu_to_redis_floor,omitempty"`
 	RedisToPacedFloor     *float64 `json:"redis_cpu_to_paced_redis_floor,omitempty"`
 	RedisToLogFloor       *float64 `json:"redis_cpu_to_log_floor,omitempty"`
 	RedisToLogScriptFloor *float64 `json:"redis_cpu_to_log_script_floor,omitempty"`
-	LoadAverage           string   `json:"load_average_after"`
+	// RedisToPacedLogScriptFloor: see RedisToLogScriptFloor.
+	RedisToPacedLogScriptFloor *float64 `json:"redis_cpu_to_paced_log_script_floor,omitempty"`
+	LoadAverage                string   `json:"load_average_after"`
 }
 
 // fillRatios sets each cell's ratios to the floors measured in the same
@@ -96,8 +99,11 @@ func fillRatios(cells []cellResult) {
 	logFloor := map[int]float64{}
 	logScriptFloor := map[int]float64{}
 	pacedFloor := map[pacedKey]float64{}
+	pacedLogScriptFloor := map[pacedKey]float64{}
 	for _, c := range cells {
 		switch {
+		case strings.HasPrefix(c.Target, pacedLogScriptFloorPrefix):
+			pacedLogScriptFloor[pacedKey{c.Via, c.Clients, strings.TrimPrefix(c.Target, pacedLogScriptFloorPrefix)}] = c.RedisCPUMicros
 		case c.Target == "grpc-floor" && c.ServerCPUMicros != nil:
 			grpcFloor[key{c.Via, c.Clients}] = *c.ServerCPUMicros
 		case c.Target == "redis-floor":
@@ -112,7 +118,7 @@ func fillRatios(cells []cellResult) {
 	}
 	for i := range cells {
 		c := &cells[i]
-		if c.Target == "grpc-floor" || c.Target == "redis-floor" || c.Target == logFloorName || c.Target == logScriptFloorName || strings.HasPrefix(c.Target, pacedFloorPrefix) {
+		if isFloor(c.Target) {
 			continue
 		}
 		if c.Scenario == "cold" {
@@ -120,12 +126,22 @@ func fillRatios(cells []cellResult) {
 			c.RedisToFloor = overFloor(c.RedisCPUMicros, redisFloor, c.Clients)
 			c.RedisToLogFloor = overFloor(c.RedisCPUMicros, logFloor, c.Clients)
 			c.RedisToLogScriptFloor = overFloor(c.RedisCPUMicros, logScriptFloor, c.Clients)
+			c.RedisToPacedLogScriptFloor = overFloor(c.RedisCPUMicros, pacedLogScriptFloor, pacedKey{c.Via, c.Clients, c.Target})
 		}
 		if f, ok := grpcFloor[key{c.Via, c.Clients}]; ok && f > 0 && c.ServerCPUMicros != nil && c.Scenario != "batch" {
 			r := *c.ServerCPUMicros / f
 			c.ServerToFloor = &r
 		}
 	}
+}
+
+// isFloor reports whether target names a floor rather than a target.
+func isFloor(target string) bool {
+	switch target {
+	case "grpc-floor", "redis-floor", logFloorName, logScriptFloorName:
+		return true
+	}
+	return strings.HasPrefix(target, pacedFloorPrefix) || strings.HasPrefix(target, pacedLogScriptFloorPrefix)
 }
 
 // overFloor is v over floors[k], or nil when no such floor was measured.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,8 +150,15 @@ func TestFillRatiosToTheLogFloors(t *testing.T) {
 		{Scenario: "cold", Via: "redis", Clients: 16, Target: logScriptFloorName, RedisCPUMicros: 15},
 		{Scenario: "cold", Via: "grpc", Clients: 16, Target: "after", RedisCPUMicros: 18},
 		{Scenario: "cold", Via: "grpc", Clients: 4, Target: "after", RedisCPUMicros: 18},
+		{Scenario: "cold", Via: "grpc", Clients: 16, Target: "log-script-floor@after", RedisCPUMicros: 20},
 	}
 	fillRatios(cells)
+	if r := cells[3].RedisToPacedLogScriptFloor; r == nil || *r != 0.9 {
+		t.Fatalf("ratio to the paced scripted log floor %v, want 0.9", r)
+	}
+	if cells[4].RedisToPacedLogScriptFloor != nil || cells[5].RedisToPacedLogScriptFloor != nil || cells[5].RedisToLogScriptFloor != nil {
+		t.Fatal("a paced floor, or a cell of another client count, got a ratio to the paced scripted log floor")
+	}
 	if r := cells[3].RedisToLogFloor; r == nil || *r != 1.5 {
 		t.Fatalf("ratio to the pipelined log floor %v, want 1.5", r)
 	}
@@ -164,6 +172,40 @@ func TestFillRatiosToTheLogFloors(t *testing.T) {
 		if c.RedisToFloor != nil || c.RedisToLogFloor != nil || c.RedisToLogScriptFloor != nil {
 			t.Fatalf("floor %s got a ratio", c.Target)
 		}
+	}
+}
+
+// With the sliding log cold, each target's cold cell is followed by both
+// paced floors, and each is paced at the target's rate, not at the rate of
+// the floor before it.
+func TestPlanPacesTheLogScriptFloorAtTheTarget(t *testing.T) {
+	cold := matrixScenarios[0]
+	for _, sc := range matrixScenarios {
+		if sc.cold {
+			cold = sc
+		}
+	}
+	m := &matrix{cfg: matrixConfig{Scenarios: []matrixScenario{cold}, Vias: []string{"grpc"}, Clients: []int{16},
+		Floors: true, ColdAlgorithm: "sliding_window_log", Targets: []matrixTarget{{Name: "q"}}},
+		targets: []*server{{name: "q"}}}
+	var names []string
+	for _, c := range m.plan() {
+		names = append(names, c.name())
+	}
+	want := "[redis-floor log-floor log-script-floor q redis-floor@q log-script-floor@q]"
+	if fmt.Sprint(names) != want {
+		t.Fatalf("cells %v, want %s", names, want)
+	}
+	cells := m.plan()
+	done := []cellResult{
+		{Scenario: cold.name, Via: "grpc", Clients: 16, Target: "q", ChecksPerSecond: 1000},
+		{Scenario: cold.name, Via: "grpc", Clients: 16, Target: "redis-floor@q", ChecksPerSecond: 1500},
+	}
+	if r := targetRate(done, cells[5]); r != 1000 {
+		t.Fatalf("log-script-floor@q paced at %v/s, want the target's 1000", r)
+	}
+	if r := targetRate(done[1:], cells[5]); r != 0 {
+		t.Fatalf("paced at %v/s with no cell of its target", r)
 	}
 }
 
