@@ -104,8 +104,8 @@ func TestSIGTERMEndsRateLimitQuotaStreams(t *testing.T) {
 }
 
 // TestRLQSConfigErrorsSayWhatToWrite requires that an rlqs section quotad
-// cannot serve stops it at start with the file, the section's line, the
-// field and what to write instead (docs/errors.md).
+// cannot serve stops it at start with the file, the line and the name of
+// the field at fault, and what to write instead (docs/errors.md).
 func TestRLQSConfigErrorsSayWhatToWrite(t *testing.T) {
 	const policies = `policies:
   - {name: tb, algorithm: token_bucket, limit: 100, period: 1s}
@@ -117,13 +117,13 @@ func TestRLQSConfigErrorsSayWhatToWrite(t *testing.T) {
 		want       string
 	}{
 		{"a window policy", "rlqs:\n  domains:\n    - domain: edge\n      buckets:\n        - bucket: {name: \"*\"}\n          policy: fw\n", nil,
-			`line 4: rlqs: invalid rlqs config: domains[0].buckets[0].policy: "fw" uses fixed_window, but Envoy enforces an assignment as a token bucket refilled at a steady rate, which only token_bucket, leaky_bucket and gcra limit; give the policy one of those algorithms`},
+			`line 9: rlqs.domains[0].buckets[0].policy: invalid rlqs config: "fw" uses fixed_window, but Envoy enforces an assignment as a token bucket refilled at a steady rate, which only token_bucket, leaky_bucket and gcra limit; give the policy one of those algorithms`},
 		{"an unknown policy", "rlqs:\n  domains:\n    - domain: edge\n      default: {policy: nope}\n", nil,
-			`line 4: rlqs: invalid rlqs config: domains[0].default.policy: "nope" is not a configured policy; add it to policies or name another`},
+			`line 7: rlqs.domains[0].default.policy: invalid rlqs config: "nope" is not a configured policy; add it to policies or name another`},
 		{"a policy and an action", "rlqs:\n  domains:\n    - domain: edge\n      buckets:\n        - {bucket: {}, policy: tb, action: deny_all}\n", nil,
-			`line 4: rlqs: invalid rlqs config: domains[0].buckets[0]: both policy "tb" and action "deny_all"; write one of them`},
+			`line 8: rlqs.domains[0].buckets[0]: invalid rlqs config: both policy "tb" and action "deny_all"; write one of them`},
 		{"a part of a second", "rlqs:\n  assignment_interval: 1500ms\n  domains:\n    - domain: edge\n      default: {policy: tb}\n", nil,
-			`line 4: rlqs: invalid rlqs config: assignment_interval: 1.5s: Envoy counts assignments' lives in whole seconds; write a whole number of seconds from 1s to 1h0m0s`},
+			`line 5: rlqs.assignment_interval: invalid rlqs config: 1.5s: Envoy counts assignments' lives in whole seconds; write a whole number of seconds from 1s to 1h0m0s`},
 		{"without the gRPC front end", "rlqs:\n  domains:\n    - domain: edge\n      default: {policy: tb}\n", []string{"--grpc-transport=connect"},
 			`config: rlqs: Envoy's rate limit quota service streams over the gRPC front end, which --grpc-transport=connect turns off; remove --grpc-transport=connect or the rlqs section's domains`},
 	} {

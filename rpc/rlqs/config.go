@@ -102,16 +102,16 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate checks c against the configured policies; an error wraps
-// ErrInvalidConfig and names the field (domains[0].buckets[1].policy) and
-// what to write instead.
+// Validate checks c against the configured policies; an error starts with
+// the field (domains[0].buckets[1].policy), wraps ErrInvalidConfig and
+// says what to write instead.
 func (c Config) Validate(policies []node.Policy) error {
 	c = c.WithDefaults()
 	if c.AssignmentInterval < time.Second || c.AssignmentInterval > MaxAssignmentInterval || c.AssignmentInterval%time.Second != 0 {
-		return fmt.Errorf("%w: assignment_interval: %s: Envoy counts assignments' lives in whole seconds; write a whole number of seconds from 1s to %s", ErrInvalidConfig, c.AssignmentInterval, MaxAssignmentInterval)
+		return fmt.Errorf("assignment_interval: %w: %s: Envoy counts assignments' lives in whole seconds; write a whole number of seconds from 1s to %s", ErrInvalidConfig, c.AssignmentInterval, MaxAssignmentInterval)
 	}
 	if c.AbandonAfter < c.AssignmentInterval {
-		return fmt.Errorf("%w: abandon_after: %s is shorter than assignment_interval %s; write at least %s", ErrInvalidConfig, c.AbandonAfter, c.AssignmentInterval, c.AssignmentInterval)
+		return fmt.Errorf("abandon_after: %w: %s is shorter than assignment_interval %s; write at least %s", ErrInvalidConfig, c.AbandonAfter, c.AssignmentInterval, c.AssignmentInterval)
 	}
 	byName := map[string]node.Policy{}
 	for _, p := range policies {
@@ -121,17 +121,17 @@ func (c Config) Validate(policies []node.Policy) error {
 	for i, d := range c.Domains {
 		field := fmt.Sprintf("domains[%d]", i)
 		if d.Name == "" {
-			return fmt.Errorf("%w: %s.domain: missing; write the domain of Envoy's rate_limit_quota filter", ErrInvalidConfig, field)
+			return fmt.Errorf("%s.domain: %w: missing; write the domain of Envoy's rate_limit_quota filter", field, ErrInvalidConfig)
 		}
 		if first, dup := seen[d.Name]; dup {
-			return fmt.Errorf("%w: %s.domain: %q is also domains[%d]; write each domain once, with all its buckets", ErrInvalidConfig, field, d.Name, first)
+			return fmt.Errorf("%s.domain: %w: %q is also domains[%d]; write each domain once, with all its buckets", field, ErrInvalidConfig, d.Name, first)
 		}
 		seen[d.Name] = i
 		for j, r := range d.Buckets {
 			rf := fmt.Sprintf("%s.buckets[%d]", field, j)
 			for k := range r.Bucket {
 				if k == "" {
-					return fmt.Errorf("%w: %s.bucket: an empty key; write the key of Envoy's bucket_id_builder", ErrInvalidConfig, rf)
+					return fmt.Errorf("%s.bucket: %w: an empty key; write the key of Envoy's bucket_id_builder", rf, ErrInvalidConfig)
 				}
 			}
 			if err := r.Target.validate(rf, byName, false); err != nil {
@@ -149,25 +149,25 @@ func (c Config) Validate(policies []node.Policy) error {
 func (t Target) validate(field string, policies map[string]node.Policy, zeroOK bool) error {
 	switch {
 	case t.Policy != "" && t.Action != "":
-		return fmt.Errorf("%w: %s: both policy %q and action %q; write one of them", ErrInvalidConfig, field, t.Policy, t.Action)
+		return fmt.Errorf("%s: %w: both policy %q and action %q; write one of them", field, ErrInvalidConfig, t.Policy, t.Action)
 	case t.Policy == "" && t.Action == "":
 		if zeroOK {
 			return nil
 		}
-		return fmt.Errorf("%w: %s: neither policy nor action; write a policy's name, or action: %s or %s", ErrInvalidConfig, field, ActionAllowAll, ActionDenyAll)
+		return fmt.Errorf("%s: %w: neither policy nor action; write a policy's name, or action: %s or %s", field, ErrInvalidConfig, ActionAllowAll, ActionDenyAll)
 	case t.Action != "":
 		if t.Action != ActionAllowAll && t.Action != ActionDenyAll {
-			return fmt.Errorf("%w: %s.action: %q is not an action; write %s or %s", ErrInvalidConfig, field, t.Action, ActionAllowAll, ActionDenyAll)
+			return fmt.Errorf("%s.action: %w: %q is not an action; write %s or %s", field, ErrInvalidConfig, t.Action, ActionAllowAll, ActionDenyAll)
 		}
 		return nil
 	}
 	p, ok := policies[t.Policy]
 	if !ok {
-		return fmt.Errorf("%w: %s.policy: %q is not a configured policy; add it to policies or name another", ErrInvalidConfig, field, t.Policy)
+		return fmt.Errorf("%s.policy: %w: %q is not a configured policy; add it to policies or name another", field, ErrInvalidConfig, t.Policy)
 	}
 	switch p.Limit.Algorithm {
 	case algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA:
 		return nil
 	}
-	return fmt.Errorf("%w: %s.policy: %q uses %s, but Envoy enforces an assignment as a token bucket refilled at a steady rate, which only token_bucket, leaky_bucket and gcra limit; give the policy one of those algorithms", ErrInvalidConfig, field, t.Policy, p.Limit.Algorithm)
+	return fmt.Errorf("%s.policy: %w: %q uses %s, but Envoy enforces an assignment as a token bucket refilled at a steady rate, which only token_bucket, leaky_bucket and gcra limit; give the policy one of those algorithms", field, ErrInvalidConfig, t.Policy, p.Limit.Algorithm)
 }

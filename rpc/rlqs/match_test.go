@@ -86,15 +86,15 @@ func TestValidateRefusesWhatCannotWork(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Domains: []Domain{{Name: "e", Buckets: []Rule{{Target: Target{Policy: "fw"}}}}}}, `domains[0].buckets[0].policy: "fw" uses fixed_window`},
+		{Config{Domains: []Domain{{Name: "e", Buckets: []Rule{{Target: Target{Policy: "fw"}}}}}}, `domains[0].buckets[0].policy: invalid rlqs config: "fw" uses fixed_window`},
 		{Config{Domains: []Domain{{Name: "e", Buckets: []Rule{{Target: Target{Policy: "nope"}}}}}}, `"nope" is not a configured policy`},
 		{Config{Domains: []Domain{{Name: "e", Buckets: []Rule{{Target: Target{Policy: "tb", Action: ActionDenyAll}}}}}}, "write one of them"},
 		{Config{Domains: []Domain{{Name: "e", Buckets: []Rule{{}}}}}, "neither policy nor action"},
-		{Config{Domains: []Domain{{Name: "e", Default: Target{Action: "allow"}}}}, `domains[0].default.action: "allow" is not an action`},
-		{Config{Domains: []Domain{{Name: "e"}, {Name: "e"}}}, `domains[1].domain: "e" is also domains[0]`},
-		{Config{Domains: []Domain{{}}}, "domains[0].domain: missing"},
-		{Config{AssignmentInterval: 1500 * time.Millisecond}, "assignment_interval: 1.5s"},
-		{Config{AssignmentInterval: 10 * time.Second, AbandonAfter: 5 * time.Second}, "abandon_after: 5s is shorter"},
+		{Config{Domains: []Domain{{Name: "e", Default: Target{Action: "allow"}}}}, `domains[0].default.action: invalid rlqs config: "allow" is not an action`},
+		{Config{Domains: []Domain{{Name: "e"}, {Name: "e"}}}, `domains[1].domain: invalid rlqs config: "e" is also domains[0]`},
+		{Config{Domains: []Domain{{}}}, "domains[0].domain: invalid rlqs config: missing"},
+		{Config{AssignmentInterval: 1500 * time.Millisecond}, "assignment_interval: invalid rlqs config: 1.5s"},
+		{Config{AssignmentInterval: 10 * time.Second, AbandonAfter: 5 * time.Second}, "abandon_after: invalid rlqs config: 5s is shorter"},
 	} {
 		err := tc.cfg.Validate(policies)
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
