@@ -121,6 +121,13 @@ var mergedFields = []struct{ prefix, field string }{
 func mergedError(err error, doc *yamlDoc, overrides map[string]bool) error {
 	if doc != nil {
 		msg := err.Error()
+		// A policy's field, as the file spells it: policies come from the
+		// file alone.
+		if name, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(name, "policies[") && fieldPath.MatchString(name) {
+			if line, _ := doc.lineOf(name); line > 0 {
+				return doc.errorAt(line, name, trimmedError{rest, err})
+			}
+		}
 		for _, m := range mergedFields {
 			if !strings.HasPrefix(msg, m.prefix) {
 				continue

@@ -16,7 +16,7 @@ import (
 func (c config) memcachePolicies() error {
 	for i, p := range c.Policies {
 		if a := p.Limit.Algorithm; a != algorithms.FixedWindow {
-			return fmt.Errorf("policies[%d] (%s): algorithm %s: memcache keeps fixed windows only; make it fixed_window, or keep its state in Redis (--redis instead of --memcache)", i, p.Name, a)
+			return fmt.Errorf("policies[%d].algorithm: %s (policy %s): memcache keeps fixed windows only; make it fixed_window, or keep its state in Redis (--redis instead of --memcache)", i, a, p.Name)
 		}
 	}
 	return nil

@@ -63,11 +63,11 @@ func TestMemcacheStoreOnTheBuiltBinary(t *testing.T) {
 }
 
 // A policy memcached cannot keep stops quotad at start, naming the
-// policy and what to change.
+// file, the line and field at fault, the policy and what to change.
 func TestMemcacheRefusesOtherAlgorithmsAtStart(t *testing.T) {
 	cfg := writeFile(t, "q.yaml", "policies:\n  - name: api\n    algorithm: sliding_window_log\n    limit: 2\n    period: 1h\n")
 	err := run(t.Context(), []string{"--memcache", "127.0.0.1:1", "--config", cfg}, func(string) string { return "" }, io.Discard, io.Discard)
-	want := "policies[0] (api): algorithm sliding_window_log: memcache keeps fixed windows only; make it fixed_window, or keep its state in Redis (--redis instead of --memcache)"
+	want := "config " + cfg + ": line 3: policies[0].algorithm: sliding_window_log (policy api): memcache keeps fixed windows only; make it fixed_window, or keep its state in Redis (--redis instead of --memcache)"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("started with a sliding window log on memcache: %v\nwant %q", err, want)
 	}
