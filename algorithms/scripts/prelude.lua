@@ -38,10 +38,11 @@ end
 -- command) cost Redis less than HMGET, HSET and PEXPIRE.
 local state_patterns = {[2] = '^(%-?%d+) (%-?%d+)$', [3] = '^(%-?%d+) (%-?%d+) (%-?%d+)$'}
 
--- encode is the state value of the integers x, y and (if not nil) z.
+-- encode is the state value of the integers x, y and (if not nil) z: one
+-- format, which costs less than a format per integer and concatenation.
 local function encode(x, y, z)
-  if z then return int(x) .. ' ' .. int(y) .. ' ' .. int(z) end
-  return int(x) .. ' ' .. int(y)
+  if z then return string.format('%d %d %d', x, y, z) end
+  return string.format('%d %d', x, y)
 end
 
 -- parse returns the n (2 or 3) integers of the state value v of key. A

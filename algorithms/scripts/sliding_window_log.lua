@@ -38,7 +38,10 @@ local function cost_of(member) return tonumber(string.match(member, ':(%d+)$')) 
 -- sum and seq are read only when the log is non-empty, so that a state left
 -- behind by a lost log cannot count entries that are gone.
 local sum, seq, newest, newest_member = 0, 0, 0, nil
-local cutoff = int(now - period)
+-- cutoff is now - period as text (entries scored at most it have
+-- expired), formatted only where a command sends it: a fresh log's check
+-- sends none.
+local cutoff
 local expired = {}
 -- A log still in its fresh form (prelude: log_fresh) has its one entry in
 -- the meta key alone: pending_ts and pending_member. The check reads it
@@ -52,7 +55,7 @@ if #last == 0 then
   if v and string.byte(v, 1) == 114 then -- "r"
     local ts
     sum, seq, ts = parse(meta, v, 3, 3)
-    newest, newest_member = ts, int(seq) .. ':' .. int(sum)
+    newest, newest_member = ts, string.format('%d:%d', seq, sum)
     pending_ts, pending_member = ts, newest_member
     if ts <= now - period then
       expired, sum = {newest_member}, 0
@@ -73,6 +76,7 @@ else
   end
   -- Entries with ts <= now - period have expired; they are the lowest
   -- scores. (An empty log has none.)
+  cutoff = int(now - period)
   expired = redis.call('ZRANGEBYSCORE', log, '-inf', cutoff)
   for _, member in ipairs(expired) do sum = sum - cost_of(member) end
 end
@@ -98,14 +102,15 @@ if allowed and cost > 0 then
   ref = seq
   -- If every entry had expired, newest <= now - period < now + hold.
   newest = math.max(newest, now + hold)
-  local ttl = newest + period - now
+  local ttl = int(newest + period - now)
+  local member = string.format('%d:%d', seq, granted)
   if keep then
-    redis.call('ZADD', log, int(pending_ts), pending_member, int(now + hold), int(seq) .. ':' .. int(granted))
+    redis.call('ZADD', log, int(pending_ts), pending_member, int(now + hold), member)
   else
-    redis.call('ZADD', log, int(now + hold), int(seq) .. ':' .. int(granted))
+    redis.call('ZADD', log, int(now + hold), member)
   end
-  redis.call('PEXPIRE', log, int(ttl))
-  redis.call('SET', meta, encode(sum, seq), 'PX', int(ttl))
+  redis.call('PEXPIRE', log, ttl)
+  redis.call('SET', meta, encode(sum, seq), 'PX', ttl)
 elseif cost > 0 and charge then
   local units = math.min(cost, MAX_EXACT - sum)
   if drop then redis.call('ZREMRANGEBYSCORE', log, '-inf', cutoff) end
@@ -121,11 +126,11 @@ elseif cost > 0 and charge then
     local merged = cost_of(newest_member) + units
     seq, sum, newest = seq + 1, sum + units, math.max(newest, now)
     if not pending_ts then redis.call('ZREM', log, newest_member) end
-    redis.call('ZADD', log, int(newest), int(seq) .. ':' .. int(merged))
+    redis.call('ZADD', log, int(newest), string.format('%d:%d', seq, merged))
   end
-  local ttl = newest + period - now
-  redis.call('PEXPIRE', log, int(ttl))
-  redis.call('SET', meta, encode(sum, seq), 'PX', int(ttl))
+  local ttl = int(newest + period - now)
+  redis.call('PEXPIRE', log, ttl)
+  redis.call('SET', meta, encode(sum, seq), 'PX', ttl)
 end
 
 local reset_after, retry_after = 0, 0
