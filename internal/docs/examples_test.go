@@ -65,16 +65,7 @@ func blocks(text, lang string) []string {
 // and returns its host:port; it is killed when the test ends.
 func startQuotad(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(quotadtest.Binary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(out)
+	lines := startOutput(t, exec.Command(quotadtest.Binary(t), append([]string{"--listen", "127.0.0.1:0"}, args...)...))
 	if !lines.Scan() {
 		t.Fatal("quotad printed nothing")
 	}
@@ -88,6 +79,21 @@ func startQuotad(t *testing.T, args ...string) string {
 		t.Fatalf("first line %q does not say where quotad listens", first)
 	}
 	return strings.Fields(strings.TrimPrefix(first, marker))[0]
+}
+
+// startOutput starts cmd, killed when the test ends, and returns the
+// lines of its standard output.
+func startOutput(t *testing.T, cmd *exec.Cmd) *bufio.Scanner {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return bufio.NewScanner(out)
 }
 
 // runShell runs script with bash, with localhost:8080 pointing at addr,

@@ -1,7 +1,6 @@
 package docs
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"regexp"
@@ -32,18 +31,10 @@ func TestREADMEStartupLinesAreWhatQuotadPrints(t *testing.T) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := startOutput(t, cmd)
 	lines := make(chan []string, 1)
 	go func() {
 		var got []string
-		sc := bufio.NewScanner(out)
 		for len(got) < strings.Count(want, "\n") && sc.Scan() {
 			got = append(got, sc.Text())
 		}
