@@ -461,6 +461,10 @@ func (m *matrix) result(c cell, name string, o callOutcome, b, a sample) cellRes
 		r.RedisCPUMicros = per(float64(a.redisCPU-b.redisCPU) / float64(time.Microsecond))
 		d := diffStats(b.commands, a.commands, a.ownInfos-b.ownInfos, o.checks, o.allowed)
 		r.RedisCommands = d.CommandsPerCheck
+		r.RedisCommandsByName = make(map[string]float64, len(d.ByCommand))
+		for name, n := range d.ByCommand {
+			r.RedisCommandsByName[name] = per(float64(n))
+		}
 	}
 	return r
 }

@@ -58,6 +58,9 @@ type cellResult struct {
 	// server (its own INFO readings excluded from the commands).
 	RedisCPUMicros float64 `json:"redis_cpu_us_per_check"`
 	RedisCommands  float64 `json:"redis_commands_per_check"`
+	// RedisCommandsByName is RedisCommands by command, as Redis names
+	// them ("evalsha", "set", and the commands scripts ran).
+	RedisCommandsByName map[string]float64 `json:"redis_commands_per_check_by_name,omitempty"`
 	// ClientCPUMicros is the load generator's CPU per check.
 	ClientCPUMicros float64 `json:"client_cpu_us_per_check"`
 	// ServerToFloor is ServerCPUMicros over the gRPC floor's in the same
