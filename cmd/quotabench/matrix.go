@@ -26,6 +26,7 @@ const (
 	maxCellDuration  = time.Minute
 	maxMatrixClients = 256
 	maxTargets       = 4
+	maxRounds        = 10
 )
 
 // matrixScenario is one row group of the matrix.
@@ -126,6 +127,7 @@ func runMatrix(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	run := m.run(ctx)
 	run.Args = append([]string{"matrix"}, args...)
 	fillRatios(run.Cells)
+	run.Medians = medianCells(run.Cells)
 	if err := writeMatrixText(stdout, run); err != nil {
 		return err
 	}
@@ -229,6 +231,8 @@ type cell struct {
 	// when the cell runs) instead of as fast as it can.
 	pacedAfter string
 	rate       float64
+	// round is which pass over the plan the cell is in, from 1.
+	round int
 }
 
 // logFloorName and logScriptFloorName are the sorted-set floors' target
@@ -297,7 +301,16 @@ func (m *matrix) run(ctx context.Context) *matrixRun {
 		t.PID = m.targets[i].pid
 		run.Targets = append(run.Targets, t)
 	}
-	cells := m.plan()
+	// Each round is the whole plan again: a cell is compared with the
+	// floors of its own round, measured beside it.
+	plan := m.plan()
+	var cells []cell
+	for round := 1; round <= m.cfg.Rounds; round++ {
+		for _, c := range plan {
+			c.round = round
+			cells = append(cells, c)
+		}
+	}
 	fmt.Fprintf(m.log, "quotabench matrix: %d cells of %s + %s warm-up (about %s); load average %s\n",
 		len(cells), m.cfg.Duration, m.cfg.Warmup, (time.Duration(len(cells)) * (m.cfg.Duration + m.cfg.Warmup)).Round(time.Second), run.LoadAverageStart)
 	for i, c := range cells {
@@ -323,12 +336,12 @@ func (m *matrix) run(ctx context.Context) *matrixRun {
 }
 
 // targetRate is the checks/s of the target cell a paced floor c follows:
-// the latest measured cell of that target in c's scenario, transport and
-// client count (0 if none).
+// the latest measured cell of that target in c's scenario, transport,
+// client count and round (0 if none).
 func targetRate(done []cellResult, c cell) float64 {
 	for i := len(done) - 1; i >= 0; i-- {
 		r := done[i]
-		if r.Target == c.pacedAfter && r.Scenario == c.sc.name && r.Via == c.via && r.Clients == c.clients {
+		if r.Target == c.pacedAfter && r.Scenario == c.sc.name && r.Via == c.via && r.Clients == c.clients && r.Round == c.round {
 			return r.ChecksPerSecond
 		}
 	}
@@ -356,8 +369,9 @@ func (c cell) name() string {
 // readings again.
 func (m *matrix) measure(ctx context.Context, c cell) cellResult {
 	name := c.name()
-	// Keys of their own per cell: nothing carries over from another cell.
-	prefix := fmt.Sprintf("%s-%s-%d-%s-", c.sc.name, c.via, c.clients, name)
+	// Keys of their own per cell and round: nothing carries over from
+	// another cell.
+	prefix := fmt.Sprintf("%s-%s-%d-%s-%d-", c.sc.name, c.via, c.clients, name, c.round)
 	load := func(d time.Duration) callOutcome {
 		if c.redisFloor {
 			return runRedisFloor(ctx, m.redis.client, c.op, "qb-floor-"+prefix, m.cfg.NKeys, c.clients, c.rate, d, m.cfg.MaxCalls)
@@ -418,7 +432,7 @@ func (m *matrix) sample(ctx context.Context, c cell) sample {
 
 func (m *matrix) result(c cell, name string, o callOutcome, b, a sample) cellResult {
 	r := cellResult{
-		Scenario: c.sc.name, Via: c.via, Clients: c.clients, Target: name,
+		Scenario: c.sc.name, Via: c.via, Clients: c.clients, Target: name, Round: c.round,
 		Calls: o.calls, Checks: o.checks, Allowed: o.allowed, Denied: o.denied, Errors: o.failed(),
 		ElapsedSeconds: o.elapsed.Seconds(), FirstError: o.firstErrorDetail,
 		Latency: latencyReport{

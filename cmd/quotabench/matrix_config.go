@@ -50,6 +50,9 @@ type matrixConfig struct {
 	Batch         int
 	Floors        bool
 	JSONPath      string
+	// Rounds is how many times the whole plan runs, each round on keys of
+	// its own and with ratios to its own floors.
+	Rounds int
 }
 
 // repeated is a flag that may be given several times.
@@ -80,6 +83,7 @@ func parseMatrixConfig(args []string, stdout io.Writer) (matrixConfig, bool, err
 	nkeys := fs.Int("nkeys", 100_000, "distinct keys of the cold scenario and the Redis floor")
 	batch := fs.Int("batch", 100, "checks per call in the batch scenario, 2 to 1000")
 	floors := fs.Bool("floors", true, "measure the gRPC and Redis floors")
+	rounds := fs.Int("rounds", 1, fmt.Sprintf("run every cell this many times, one round after another, 1 to %d; the text adds each target cell's median over the rounds", maxRounds))
 	jsonPath := fs.String("json", "", "also write the results to this `file` as JSON (for quotabench compare)")
 	printConfig := fs.Bool("print-config", false, "print the quotad config file the matrix uses and exit")
 	coldAlgorithm := fs.String("cold-algorithm", "token_bucket", "the `algorithm` of the cold scenario's policy: fixed_window, sliding_window_log, sliding_window_counter, token_bucket, leaky_bucket or gcra")
@@ -101,7 +105,7 @@ func parseMatrixConfig(args []string, stdout io.Writer) (matrixConfig, bool, err
 		return matrixConfig{}, false, fmt.Errorf("unexpected argument %q (see quotabench matrix -help)", fs.Arg(0))
 	}
 	c := matrixConfig{ColdAlgorithm: *coldAlgorithm, QuotadArgs: quotadArgs, PeerEnv: ratelimitEnv, Duration: *duration, Warmup: *warmup, MaxCalls: *maxCalls,
-		Timeout: *timeout, NKeys: *nkeys, Batch: *batch, Floors: *floors, JSONPath: *jsonPath}
+		Timeout: *timeout, NKeys: *nkeys, Batch: *batch, Floors: *floors, JSONPath: *jsonPath, Rounds: *rounds}
 	names := map[string]bool{"grpc-floor": true, "redis-floor": true, logFloorName: true, logScriptFloorName: true}
 	for _, q := range quotads {
 		name, bin, ok := strings.Cut(q, "=")
@@ -191,6 +195,8 @@ func parseMatrixConfig(args []string, stdout io.Writer) (matrixConfig, bool, err
 		return matrixConfig{}, false, fmt.Errorf("-nkeys: %d must be 2 to %d", c.NKeys, maxKeys)
 	case c.Batch < 2 || c.Batch > 1000:
 		return matrixConfig{}, false, fmt.Errorf("-batch: %d must be 2 to 1000", c.Batch)
+	case c.Rounds < 1 || c.Rounds > maxRounds:
+		return matrixConfig{}, false, fmt.Errorf("-rounds: %d must be 1 to %d", c.Rounds, maxRounds)
 	}
 	return c, false, nil
 }
@@ -227,5 +233,8 @@ Scenarios:
 	fmt.Fprint(w, `
 Run it on an otherwise quiet machine: every process shares the CPUs, so the
 ratios measured in one run are the figures to trust, not the absolute ones.
+With -rounds N the whole plan runs N times, each round on keys of its own and
+compared with its own floors; the medians over the rounds move least with a
+busy neighbour.
 `)
 }

@@ -33,12 +33,20 @@ func writeMatrixText(w io.Writer, run *matrixRun) error {
 	for _, c := range run.Cells {
 		logFloor = logFloor || c.RedisToLogFloor != nil || c.RedisToLogScriptFloor != nil
 	}
+	// A round column only in a run of several.
+	rounds := len(run.Medians) > 0
+	if rounds {
+		fmt.Fprint(tw, "round\t")
+	}
 	fmt.Fprint(tw, "scenario\tvia\tc\ttarget\tchecks/s\tp50\tp99\tsrv µs/chk\t×grpc floor\tsyscalls/chk\tredis µs/chk\t×redis floor\t×paced floor\t")
 	if logFloor {
 		fmt.Fprint(tw, "×log floor\t×log script\t×paced log script\t")
 	}
 	fmt.Fprint(tw, "redis cmd/chk\tclient µs/chk\terrors\t\n")
 	for _, c := range run.Cells {
+		if rounds {
+			fmt.Fprintf(tw, "%d\t", c.Round)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t",
 			c.Scenario, c.Via, c.Clients, c.Target, c.ChecksPerSecond,
 			fmtMillis(c.Latency.P50), fmtMillis(c.Latency.P99),
@@ -50,6 +58,9 @@ func writeMatrixText(w io.Writer, run *matrixRun) error {
 		fmt.Fprintf(tw, "%.3f\t%.1f\t%d\t\n", c.RedisCommands, c.ClientCPUMicros, c.Errors)
 	}
 	tw.Flush()
+	if rounds {
+		writeMedians(&b, run.Medians, logFloor)
+	}
 	for _, c := range run.Cells {
 		if c.FirstError != "" {
 			fmt.Fprintf(&b, "errors in %s %s c=%d %s: %v, first: %s\n", c.Scenario, c.Via, c.Clients, c.Target, c.ErrorsByCode, c.FirstError)
@@ -74,6 +85,37 @@ scripted one's sent at the cell's own checks/s (the log-script-floor@TARGET row 
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeMedians is the table of each target cell's median over the rounds,
+// with its least and greatest beside it.
+func writeMedians(b *strings.Builder, medians []cellMedian, logFloor bool) {
+	fmt.Fprintf(b, "\nmedian over the rounds (least–greatest):\n\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "scenario\tvia\tc\ttarget\trounds\tchecks/s\tsrv µs/chk\t×grpc floor\tredis µs/chk\t×redis floor\t×paced floor\t")
+	if logFloor {
+		fmt.Fprint(tw, "×log floor\t×log script\t×paced log script\t")
+	}
+	fmt.Fprint(tw, "\n")
+	for _, m := range medians {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t",
+			m.Scenario, m.Via, m.Clients, m.Target, m.Rounds,
+			fmtSpread(m.ChecksPerSecond, "%.0f"), fmtSpread(m.ServerCPUMicros, "%.1f"), fmtSpread(m.ServerToFloor, "%.2f"),
+			fmtSpread(m.RedisCPUMicros, "%.1f"), fmtSpread(m.RedisToFloor, "%.2f"), fmtSpread(m.RedisToPacedFloor, "%.2f"))
+		if logFloor {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t", fmtSpread(m.RedisToLogFloor, "%.2f"), fmtSpread(m.RedisToLogScriptFloor, "%.2f"), fmtSpread(m.RedisToPacedLogScriptFloor, "%.2f"))
+		}
+		fmt.Fprint(tw, "\n")
+	}
+	tw.Flush()
+}
+
+// fmtSpread is "median (least–greatest)" in format, or "-".
+func fmtSpread(s *spread, format string) string {
+	if s == nil {
+		return "-"
+	}
+	return fmt.Sprintf(format+" ("+format+"–"+format+")", s.Median, s.Min, s.Max)
 }
 
 func optional(v *float64, format string) string {
@@ -159,14 +201,15 @@ func runCompare(args []string, stdout io.Writer) error {
 }
 
 func writeComparison(w io.Writer, runA *matrixRun, nameA string, runB *matrixRun, nameB string) error {
+	// Cells match by scenario, transport, client count and round.
 	type key struct {
-		scenario, via string
-		clients       int
+		scenario, via  string
+		clients, round int
 	}
 	inB := map[key]cellResult{}
 	for _, c := range runB.Cells {
 		if c.Target == nameB {
-			inB[key{c.Scenario, c.Via, c.Clients}] = c
+			inB[key{c.Scenario, c.Via, c.Clients, c.Round}] = c
 		}
 	}
 	var b strings.Builder
@@ -178,7 +221,7 @@ func writeComparison(w io.Writer, runA *matrixRun, nameA string, runB *matrixRun
 		if ca.Target != nameA {
 			continue
 		}
-		cb, ok := inB[key{ca.Scenario, ca.Via, ca.Clients}]
+		cb, ok := inB[key{ca.Scenario, ca.Via, ca.Clients, ca.Round}]
 		if !ok {
 			continue
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -24,6 +25,9 @@ type matrixRun struct {
 	Warmup           string         `json:"warmup_per_cell"`
 	Targets          []matrixTarget `json:"targets"`
 	Cells            []cellResult   `json:"cells"`
+	// Medians, in a run of more than one round, is each target cell's
+	// median over the rounds (medianCells).
+	Medians []cellMedian `json:"medians,omitempty"`
 }
 
 // cellResult is one target measured in one scenario, transport and client
@@ -33,6 +37,8 @@ type cellResult struct {
 	Scenario string `json:"scenario"`
 	Via      string `json:"via"`
 	Clients  int    `json:"clients"`
+	// Round is the pass over the plan the cell was measured in, from 1.
+	Round int `json:"round"`
 	// Target is a quotad target's name, "grpc-floor", "redis-floor", a
 	// sorted-set floor's (logFloorName, logScriptFloorName) or a paced
 	// floor's (pacedFloorPrefix, pacedLogScriptFloorPrefix).
@@ -84,10 +90,28 @@ type cellResult struct {
 }
 
 // fillRatios sets each cell's ratios to the floors measured in the same
-// run: server CPU to the gRPC floor of the same transport and client
-// count, and (cold keys) Redis CPU to the Redis floor of the same client
-// count.
+// round of the run: server CPU to the gRPC floor of the same transport and
+// client count, and (cold keys) Redis CPU to the Redis floor of the same
+// client count.
 func fillRatios(cells []cellResult) {
+	byRound := map[int][]int{}
+	for i, c := range cells {
+		byRound[c.Round] = append(byRound[c.Round], i)
+	}
+	for _, idx := range byRound {
+		round := make([]cellResult, len(idx))
+		for j, i := range idx {
+			round[j] = cells[i]
+		}
+		fillRoundRatios(round)
+		for j, i := range idx {
+			cells[i] = round[j]
+		}
+	}
+}
+
+// fillRoundRatios is fillRatios over the cells of one round.
+func fillRoundRatios(cells []cellResult) {
 	type key struct {
 		via     string
 		clients int
@@ -155,4 +179,103 @@ func overFloor[K comparable](v float64, floors map[K]float64, k K) *float64 {
 	}
 	r := v / f
 	return &r
+}
+
+// spread is one figure over the rounds of a run.
+type spread struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+}
+
+// cellMedian is one target cell (scenario, transport, client count and
+// target) over the rounds of a run: each figure's median, least and
+// greatest. A ratio's median is the median of the ratios each round
+// measured against its own floor, not a ratio of medians.
+type cellMedian struct {
+	Scenario                   string  `json:"scenario"`
+	Via                        string  `json:"via"`
+	Clients                    int     `json:"clients"`
+	Target                     string  `json:"target"`
+	Rounds                     int     `json:"rounds"`
+	ChecksPerSecond            *spread `json:"checks_per_second"`
+	ServerCPUMicros            *spread `json:"server_cpu_us_per_check,omitempty"`
+	RedisCPUMicros             *spread `json:"redis_cpu_us_per_check"`
+	ServerToFloor              *spread `json:"server_cpu_to_grpc_floor,omitempty"`
+	RedisToFloor               *spread `json:"redis_cpu_to_redis_floor,omitempty"`
+	RedisToPacedFloor          *spread `json:"redis_cpu_to_paced_redis_floor,omitempty"`
+	RedisToLogFloor            *spread `json:"redis_cpu_to_log_floor,omitempty"`
+	RedisToLogScriptFloor      *spread `json:"redis_cpu_to_log_script_floor,omitempty"`
+	RedisToPacedLogScriptFloor *spread `json:"redis_cpu_to_paced_log_script_floor,omitempty"`
+}
+
+// medianCells summarises the target cells of a run of several rounds, in
+// the order they first ran; nil for a run of one round.
+func medianCells(cells []cellResult) []cellMedian {
+	type key struct {
+		scenario, via string
+		clients       int
+		target        string
+	}
+	var order []key
+	groups := map[key][]cellResult{}
+	for _, c := range cells {
+		if isFloor(c.Target) {
+			continue
+		}
+		k := key{c.Scenario, c.Via, c.Clients, c.Target}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], c)
+	}
+	rounds := map[int]bool{}
+	for _, c := range cells {
+		rounds[c.Round] = true
+	}
+	if len(rounds) < 2 {
+		return nil
+	}
+	out := make([]cellMedian, 0, len(order))
+	for _, k := range order {
+		g := groups[k]
+		of := func(f func(cellResult) *float64) *spread {
+			var vs []float64
+			for _, c := range g {
+				if v := f(c); v != nil {
+					vs = append(vs, *v)
+				}
+			}
+			return spreadOf(vs)
+		}
+		out = append(out, cellMedian{
+			Scenario: k.scenario, Via: k.via, Clients: k.clients, Target: k.target, Rounds: len(g),
+			ChecksPerSecond:            of(func(c cellResult) *float64 { return &c.ChecksPerSecond }),
+			ServerCPUMicros:            of(func(c cellResult) *float64 { return c.ServerCPUMicros }),
+			RedisCPUMicros:             of(func(c cellResult) *float64 { return &c.RedisCPUMicros }),
+			ServerToFloor:              of(func(c cellResult) *float64 { return c.ServerToFloor }),
+			RedisToFloor:               of(func(c cellResult) *float64 { return c.RedisToFloor }),
+			RedisToPacedFloor:          of(func(c cellResult) *float64 { return c.RedisToPacedFloor }),
+			RedisToLogFloor:            of(func(c cellResult) *float64 { return c.RedisToLogFloor }),
+			RedisToLogScriptFloor:      of(func(c cellResult) *float64 { return c.RedisToLogScriptFloor }),
+			RedisToPacedLogScriptFloor: of(func(c cellResult) *float64 { return c.RedisToPacedLogScriptFloor }),
+		})
+	}
+	return out
+}
+
+// spreadOf is vs's median (of an even count, the mean of the middle two),
+// least and greatest; nil for no values.
+func spreadOf(vs []float64) *spread {
+	if len(vs) == 0 {
+		return nil
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	n := len(s)
+	m := s[n/2]
+	if n%2 == 0 {
+		m = (s[n/2-1] + s[n/2]) / 2
+	}
+	return &spread{Median: m, Min: s[0], Max: s[n-1]}
 }

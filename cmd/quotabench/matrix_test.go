@@ -207,6 +207,14 @@ func TestPlanPacesTheLogScriptFloorAtTheTarget(t *testing.T) {
 	if r := targetRate(done[1:], cells[5]); r != 0 {
 		t.Fatalf("paced at %v/s with no cell of its target", r)
 	}
+	// In a later round, at the target's rate in that round.
+	later := cells[5]
+	later.round = 2
+	done = append(done, cellResult{Scenario: cold.name, Via: "grpc", Clients: 16, Target: "q", ChecksPerSecond: 800, Round: 2},
+		cellResult{Scenario: cold.name, Via: "grpc", Clients: 16, Target: "redis-floor@q", ChecksPerSecond: 900, Round: 2})
+	if r := targetRate(done, later); r != 800 {
+		t.Fatalf("round 2's log-script-floor@q paced at %v/s, want its round's 800", r)
+	}
 }
 
 func TestMatrixFlagErrors(t *testing.T) {
@@ -230,6 +238,8 @@ func TestMatrixFlagErrors(t *testing.T) {
 		{[]string{"-quotad", "/x", "-warmup", "-1s"}, "-warmup"},
 		{[]string{"-quotad", "/x", "-batch", "1"}, "-batch"},
 		{[]string{"-quotad", "/x", "-nkeys", "1"}, "-nkeys"},
+		{[]string{"-quotad", "/x", "-rounds", "0"}, "-rounds"},
+		{[]string{"-quotad", "/x", "-rounds", "11"}, "-rounds"},
 		{[]string{"-quotad", "a", "-quotad", "b", "-quotad", "c", "-quotad", "d", "-quotad", "e"}, "at most 4"},
 		{[]string{"-quotad", "/x", "stray"}, "stray"},
 		{[]string{"-ratelimit", "/r"}, "-quotad or -addr"},
@@ -401,6 +411,91 @@ func TestMatrixGivenQuotad(t *testing.T) {
 	c := cellOf(t, r, "hot-allowed", "grpc", 1, "quotad")
 	if c.Errors != 0 || c.Checks == 0 || c.ServerCPUMicros == nil {
 		t.Fatalf("cell %+v", c)
+	}
+
+	// Two rounds of the cold scenario: each round's cold cell checks keys
+	// of its own (a key's first check is a fresh write, a plain SET, where
+	// a key the round before wrote would go to the script) and has its
+	// ratios to its own round's floors; the medians summarise both.
+	r, text := runMatrixJSON(t, "-addr", m[1], "-pid", strconv.Itoa(cmd.Process.Pid), "-redis", rs.Addr(), "-rounds", "2",
+		"-scenarios", "cold", "-via", "grpc", "-clients", "1", "-duration", "300ms", "-warmup", "0s", "-max-calls", "50", "-nkeys", "100000")
+	var cold []cellResult
+	for _, c := range r.Cells {
+		if c.Target == "quotad" {
+			cold = append(cold, c)
+		}
+	}
+	if len(cold) != 2 || cold[0].Round != 1 || cold[1].Round != 2 {
+		t.Fatalf("cold cells %+v, want one in each of rounds 1 and 2", cold)
+	}
+	for _, c := range cold {
+		if c.Errors != 0 || c.Checks == 0 || c.RedisToFloor == nil || c.RedisToPacedFloor == nil {
+			t.Fatalf("round %d: %d checks, %d errors, ratios %v and %v", c.Round, c.Checks, c.Errors, c.RedisToFloor, c.RedisToPacedFloor)
+		}
+		if s := c.RedisCommandsByName["evalsha"]; s > 0.2 {
+			t.Errorf("round %d: %.2f script calls per check, want keys of its own, mostly first checks", c.Round, s)
+		}
+	}
+	if len(r.Medians) != 1 || r.Medians[0].Rounds != 2 || r.Medians[0].RedisToFloor == nil ||
+		r.Medians[0].RedisToFloor.Min > r.Medians[0].RedisToFloor.Median || r.Medians[0].RedisToFloor.Median > r.Medians[0].RedisToFloor.Max {
+		t.Fatalf("medians %+v", r.Medians)
+	}
+	if !strings.Contains(text, "median over the rounds") {
+		t.Errorf("text lacks the medians:\n%s", text)
+	}
+}
+
+// Each round's cells are compared with that round's floors only.
+func TestFillRatiosWithinTheRound(t *testing.T) {
+	cells := []cellResult{
+		{Round: 1, Scenario: "cold", Via: "redis", Clients: 16, Target: "redis-floor", RedisCPUMicros: 10},
+		{Round: 1, Scenario: "cold", Via: "grpc", Clients: 16, Target: "q", RedisCPUMicros: 10},
+		{Round: 1, Scenario: "cold", Via: "grpc", Clients: 16, Target: "redis-floor@q", RedisCPUMicros: 20},
+		{Round: 2, Scenario: "cold", Via: "redis", Clients: 16, Target: "redis-floor", RedisCPUMicros: 5},
+		{Round: 2, Scenario: "cold", Via: "grpc", Clients: 16, Target: "q", RedisCPUMicros: 10},
+		{Round: 2, Scenario: "cold", Via: "grpc", Clients: 16, Target: "redis-floor@q", RedisCPUMicros: 40},
+	}
+	fillRatios(cells)
+	for _, c := range []struct {
+		i           int
+		flat, paced float64
+	}{{1, 1, 0.5}, {4, 2, 0.25}} {
+		got := cells[c.i]
+		if got.RedisToFloor == nil || *got.RedisToFloor != c.flat || got.RedisToPacedFloor == nil || *got.RedisToPacedFloor != c.paced {
+			t.Errorf("round %d: ratios %v and %v, want %v and %v", got.Round, got.RedisToFloor, got.RedisToPacedFloor, c.flat, c.paced)
+		}
+	}
+}
+
+// A figure's median over the rounds is the middle value (the mean of the
+// middle two for an even count), beside the least and the greatest; the
+// floors have none, and neither has a run of one round.
+func TestMedianCells(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	var cells []cellResult
+	for i, v := range []float64{1.0, 2.0, 1.2} {
+		cells = append(cells,
+			cellResult{Round: i + 1, Scenario: "cold", Via: "redis", Clients: 16, Target: "redis-floor", RedisCPUMicros: 10},
+			cellResult{Round: i + 1, Scenario: "cold", Via: "grpc", Clients: 16, Target: "q", ChecksPerSecond: 100 * v, RedisCPUMicros: 10 * v, RedisToFloor: f(v)})
+		if i < 2 {
+			cells[len(cells)-1].RedisToPacedFloor = f(v)
+		}
+	}
+	if m := medianCells(cells[:2]); m != nil {
+		t.Fatalf("one round: medians %+v, want none", m)
+	}
+	m := medianCells(cells)
+	if len(m) != 1 || m[0].Target != "q" || m[0].Rounds != 3 {
+		t.Fatalf("medians %+v, want one of target q over 3 rounds", m)
+	}
+	if got, want := *m[0].RedisToFloor, (spread{Median: 1.2, Min: 1, Max: 2}); got != want {
+		t.Errorf("ratio to the floor %+v, want %+v", got, want)
+	}
+	if got := *m[0].RedisToPacedFloor; got.Median != 1.5 || got.Min != 1 || got.Max != 2 {
+		t.Errorf("ratio to the paced floor over two rounds %+v, want median 1.5", got)
+	}
+	if m[0].RedisToLogFloor != nil || m[0].ServerCPUMicros != nil {
+		t.Errorf("a figure no round measured has a median: %+v %+v", m[0].RedisToLogFloor, m[0].ServerCPUMicros)
 	}
 }
 
