@@ -337,3 +337,51 @@ func TestFreshLogIsWrittenOnlyWhenTheCheckWrites(t *testing.T) {
 		t.Fatalf("the meta key after a second check: %q, want \"2 2\"", v)
 	}
 }
+
+// TestFreshLogBesideAnEvictedMetaKey: an evicting Redis may take a
+// sliding log's meta key and leave its log; a node's fresh write then
+// refills the meta key alone. The check and release scripts read such a
+// meta key as missing and rebuild the state from the log, as they do for a
+// missing one, rather than fail every check of the key until it expires;
+// the fresh write's one entry, in no log, is what the eviction loosened.
+func TestFreshLogBesideAnEvictedMetaKey(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	a := algorithms.SlidingWindowLog
+	check := redis.NewScript(algorithms.CheckScript(a))
+	release := redis.NewScript(algorithms.ReleaseScript(a))
+	l := algorithms.Limit{Algorithm: a, Limit: 4, Period: time.Minute}
+	keys := algorithms.Keys(a, "{evicted}")
+	logKey, meta := keys[0], keys[1]
+	now := redisNowMs(t, rdb)
+	for i := range 2 {
+		d, _, err := algorithms.DecodeAcquireReply(check.Run(ctx, rdb, keys, algorithms.CheckArgs(l, 1, now+int64(i))...).Val())
+		if err != nil || !d.Allowed {
+			t.Fatalf("check %d: %+v, %v", i, d, err)
+		}
+	}
+	// The eviction, then a node's fresh write of one unit.
+	rdb.Del(ctx, meta)
+	w, _ := algorithms.Fresh(l, 1, 1)
+	if err := rdb.Do(ctx, "SET", meta, w.Value, "PX", w.TTLMillis, "NX").Err(); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := release.Run(ctx, rdb, keys, algorithms.ReleaseArgs(l, 1, algorithms.Grant{Units: 1, Ref: 1}, now+10)...).Result()
+	if n, derr := algorithms.DecodeReleaseReply(reply); err != nil || derr != nil || n != 1 {
+		t.Fatalf("a release beside the fresh form: %d, %v, %v; want the unit of entry 1 given back", n, err, derr)
+	}
+	// The log holds entry 2 alone (1 unit): three more fit, the fourth does
+	// not.
+	for i, want := range []bool{true, true, true, false} {
+		d, _, err := algorithms.DecodeAcquireReply(check.Run(ctx, rdb, keys, algorithms.CheckArgs(l, 1, now+20+int64(i))...).Val())
+		if err != nil || d.Allowed != want {
+			t.Fatalf("check %d after the eviction: %+v, %v; want allowed %v", i, d, err, want)
+		}
+	}
+	if v := rdb.Get(ctx, meta).Val(); v != "4 5" {
+		t.Fatalf("the meta key after the checks: %q, want \"4 5\" rebuilt from the log", v)
+	}
+	if n := rdb.ZCard(ctx, logKey).Val(); n != 4 {
+		t.Fatalf("the log holds %d entries, want 4", n)
+	}
+}

@@ -131,6 +131,19 @@ local function window_count(key)
   return n
 end
 
+-- log_meta returns whether a sliding log's meta key holds its usual state
+-- and, if so, its sum and seq. Beside a log that has entries, a meta key in
+-- the fresh form can only be a fresh write made after an evicting Redis
+-- took the meta key alone (the two keys otherwise live and die together):
+-- it reads as missing, so that the caller rebuilds the state from the log
+-- rather than fail every check until the key expires. Its one entry, in no
+-- log, goes uncounted: the eviction loosened the limit by it.
+local function log_meta(meta)
+  local v = redis.call('GET', meta)
+  if not v or string.byte(v, 1) == 114 then return false end
+  return true, parse(meta, v, 2)
+end
+
 -- log_fresh turns a sliding log's fresh form into its usual state: a log
 -- with no entries whose meta is "r<ttl> sum seq ts" (algorithms.Fresh: a
 -- plain SET ... NX wrote the log's one entry into the meta key alone) gets

@@ -5,7 +5,7 @@
 --
 -- KEYS[1]  base:sl3   ZSET, one member "seq:cost" per admitted request, score
 --                     ts
--- KEYS[2]  base:slm3  STRING "sum seq" (prelude: load, save; or its fresh form, log_fresh): sum = total
+-- KEYS[2]  base:slm3  STRING "sum seq" (prelude: log_meta, save; or its fresh form, log_fresh): sum = total
 --                     cost in the log, seq = last seq used
 -- ARGV     limit, period_ms, capacity, units, a, b, now_ms ("" = Redis TIME),
 --          ref (the grant's seq), granted
@@ -36,6 +36,8 @@ if granted - units > 0 then
   redis.call('ZADD', log, int(ts), int(ref) .. ':' .. int(granted - units))
 end
 redis.call('ZREM', log, member)
-local found, sum, seq = load(meta, 2)
+-- A meta key lost to an eviction is rebuilt by the next check (prelude:
+-- log_meta).
+local found, sum, seq = log_meta(meta)
 if found then save(meta, sum - units, seq) end
 return {units}

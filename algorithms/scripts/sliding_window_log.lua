@@ -5,7 +5,7 @@
 --
 -- KEYS[1]  base:sl3   ZSET, one member "seq:cost" per admitted request or
 --                     lease grant, score ts
--- KEYS[2]  base:slm3  STRING "sum seq" (prelude: load, save; or its fresh form, log_fresh): sum = total
+-- KEYS[2]  base:slm3  STRING "sum seq" (prelude: log_meta, save; or its fresh form, log_fresh): sum = total
 --                     cost in the log, seq = last seq used
 -- ARGV     limit, period_ms, capacity, cost, a, b, now_ms ("" = Redis TIME),
 --          want (units a lease would like, >= cost; missing = cost),
@@ -64,10 +64,11 @@ if #last == 0 then
 else
   newest, newest_member = tonumber(last[2]), last[1]
   local found
-  found, sum, seq = load(meta, 2)
+  found, sum, seq = log_meta(meta)
   if not found then
     -- The two keys always expire together, but an eviction can take one:
-    -- rebuild the state from the log rather than trust a missing sum.
+    -- rebuild the state from the log rather than trust a missing sum
+    -- (prelude: log_meta).
     sum, seq = 0, 0
     for _, member in ipairs(redis.call('ZRANGE', log, '0', '-1')) do
       local s, n = string.match(member, '^(%d+):(%d+)$')
