@@ -201,7 +201,8 @@ func runCompare(args []string, stdout io.Writer) error {
 }
 
 func writeComparison(w io.Writer, runA *matrixRun, nameA string, runB *matrixRun, nameB string) error {
-	// Cells match by scenario, transport, client count and round.
+	// Cells match by scenario, transport, client count and round; a file
+	// written before rounds has none, and its cells are round 1's.
 	type key struct {
 		scenario, via  string
 		clients, round int
@@ -209,7 +210,7 @@ func writeComparison(w io.Writer, runA *matrixRun, nameA string, runB *matrixRun
 	inB := map[key]cellResult{}
 	for _, c := range runB.Cells {
 		if c.Target == nameB {
-			inB[key{c.Scenario, c.Via, c.Clients, c.Round}] = c
+			inB[key{c.Scenario, c.Via, c.Clients, max(c.Round, 1)}] = c
 		}
 	}
 	var b strings.Builder
@@ -221,7 +222,7 @@ func writeComparison(w io.Writer, runA *matrixRun, nameA string, runB *matrixRun
 		if ca.Target != nameA {
 			continue
 		}
-		cb, ok := inB[key{ca.Scenario, ca.Via, ca.Clients, ca.Round}]
+		cb, ok := inB[key{ca.Scenario, ca.Via, ca.Clients, max(ca.Round, 1)}]
 		if !ok {
 			continue
 		}

@@ -552,3 +552,20 @@ func TestLogFloorsKeepALog(t *testing.T) {
 		}
 	}
 }
+
+// compare matches a cell with the same round's, and reads a file written
+// before rounds (no round) as round 1.
+func TestCompareMatchesRounds(t *testing.T) {
+	old := &matrixRun{Cells: []cellResult{{Scenario: "cold", Via: "grpc", Clients: 16, Target: "a", ChecksPerSecond: 100}}}
+	rounds := &matrixRun{Cells: []cellResult{
+		{Round: 1, Scenario: "cold", Via: "grpc", Clients: 16, Target: "b", ChecksPerSecond: 150},
+		{Round: 2, Scenario: "cold", Via: "grpc", Clients: 16, Target: "b", ChecksPerSecond: 300},
+	}}
+	var out bytes.Buffer
+	if err := writeComparison(&out, old, "a", rounds, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "100 → 150") || strings.Contains(out.String(), "300") {
+		t.Fatalf("an old file against round 1 of a new one:\n%s", out.String())
+	}
+}
